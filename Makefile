@@ -1,0 +1,42 @@
+# vmcp-trio. `make test` works on a new machine: it creates .venv and installs what it needs.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+FUZZ_SECONDS ?= 60
+
+.PHONY: test pytest lint fuzz clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+## test: lint, then the whole test suite (what .ci/run runs)
+test: lint pytest
+
+pytest: $(STAMP)
+	$(BIN)/pytest
+
+## lint: ruff and mypy on the package, hadolint on the Dockerfile
+lint: $(STAMP)
+	$(BIN)/ruff check vmcp_trio tests fuzz
+	$(BIN)/mypy
+	$(BIN)/hadolint Dockerfile
+
+## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60)
+fuzz: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
+	@for harness in fuzz/fuzz_*.py; do \
+		name=$$(basename $$harness .py); \
+		mkdir -p fuzz/work/$$name; \
+		echo "== $$name ($(FUZZ_SECONDS)s)"; \
+		$(BIN)/python $$harness fuzz/work/$$name fuzz/corpus/$$name \
+			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 || exit 1; \
+	done
+
+clean:
+	rm -rf $(VENV) fuzz/work .pytest_cache .mypy_cache .ruff_cache .hypothesis
