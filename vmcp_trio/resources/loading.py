@@ -1,0 +1,346 @@
+"""Reading resource documents from YAML and JSON files and folders, defensively.
+
+What this module guarantees, so the rest of the package can trust its input:
+
+* Only YAML's safe constructors run (plain maps, lists, strings, numbers, booleans, null).
+  Date-looking scalars stay strings, as they do in Kubernetes manifests.
+* A file larger than :data:`MAX_FILE_BYTES`, text that is not UTF-8, a YAML syntax error
+  (with line and column), a duplicate mapping key, a recursive alias, a document nested deeper
+  than :data:`MAX_DEPTH` or one whose aliases expand past :data:`MAX_NODES` (the "billion
+  laughs" bomb) each becomes a :class:`~vmcp_trio.resources.problems.Problem`, never an
+  exception. The expansion is measured on the composed node graph *before* any Python object is
+  built, so a bomb costs at most :data:`MAX_NODES` steps.
+* Each document carries a map from field path to (line, column), so later checks can point at
+  the exact line of the field they complain about.
+
+Folders are read recursively in sorted order, taking ``*.yaml``, ``*.yml`` and ``*.json`` and
+skipping hidden files and folders, so the same folder always loads the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from .problems import PathPart, Position, Problem, Severity, format_path
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENTS",
+    "MAX_FILE_BYTES",
+    "MAX_NODES",
+    "ConfigPathError",
+    "SourceDocument",
+    "expand_paths",
+    "load_paths",
+    "load_text",
+]
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+"""Largest file read. Kubernetes itself caps an object at about 1.5 MB."""
+MAX_NODES = 100_000
+"""Most YAML nodes one document may expand to, aliases included."""
+MAX_DEPTH = 64
+"""Deepest nesting of maps and lists in one document."""
+MAX_DOCUMENTS = 10_000
+"""Most documents read in one load, over all files."""
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+class ConfigPathError(Exception):
+    """A path given on the command line cannot be read at all (a usage error, not a problem)."""
+
+
+class _SafeLoader(yaml.SafeLoader):
+    """The safe loader, minus YAML 1.1 timestamps: ``2025-06-18`` stays the string it is."""
+
+
+_SafeLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != _TIMESTAMP_TAG]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """One parsed document and where it came from."""
+
+    file: str
+    index: int
+    """1-based position in the file, counting empty documents too."""
+    body: Any
+    positions: Mapping[tuple[PathPart, ...], Position] = field(default_factory=dict, repr=False)
+
+    def position(self, path: Sequence[PathPart]) -> Position | None:
+        """Line and column of the deepest known prefix of ``path`` (the field itself if known)."""
+        key = tuple(path)
+        while True:
+            found = self.positions.get(key)
+            if found is not None or not key:
+                return found
+            key = key[:-1]
+
+
+def _problem(file: str, message: str, rule: str, *, document: int | None = None,
+             mark: Any = None) -> Problem:
+    line = column = None
+    if mark is not None:
+        line, column = mark.line + 1, mark.column + 1
+    return Problem(Severity.ERROR, rule, message, file=file, document=document,
+                   line=line, column=column)
+
+
+def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
+    """Files named directly are taken whatever their suffix; folders give their config files."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = [
+                p
+                for p in sorted(path.rglob("*"))
+                if p.is_file()
+                and p.suffix.lower() in CONFIG_SUFFIXES
+                and not any(part.startswith(".") for part in p.relative_to(path).parts)
+            ]
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif path.exists():
+            raise ConfigPathError(f"{raw}: not a regular file or folder")
+        else:
+            raise ConfigPathError(f"{raw}: no such file or folder")
+    return files
+
+
+def load_paths(paths: Iterable[str | Path]) -> tuple[list[SourceDocument], list[Problem]]:
+    """Load every document of the given files and folders (see :func:`expand_paths`)."""
+    documents: list[SourceDocument] = []
+    problems: list[Problem] = []
+    for path in expand_paths(paths):
+        name = str(path)
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            problems.append(_problem(name, f"cannot be read: {exc.strerror}", "file-read"))
+            continue
+        docs, probs = load_text(data, name, json_syntax=path.suffix.lower() == ".json")
+        room = MAX_DOCUMENTS - len(documents)
+        if len(docs) > room:
+            problems.append(_problem(name, f"too many documents in all (at most {MAX_DOCUMENTS})",
+                                     "too-many-documents"))
+            docs = docs[:room]
+        documents.extend(docs)
+        problems.extend(probs)
+    return documents, problems
+
+
+def load_text(data: bytes | str, file: str, *,
+              json_syntax: bool = False) -> tuple[list[SourceDocument], list[Problem]]:
+    """Parse one file's content. Returns the documents read before any fatal problem."""
+    if isinstance(data, bytes):
+        if len(data) > MAX_FILE_BYTES:
+            return [], [_problem(file, f"is larger than {MAX_FILE_BYTES} bytes", "file-size")]
+        text = _decode(data, file)
+        if isinstance(text, Problem):
+            return [], [text]
+    else:
+        text = data
+        if len(text) > MAX_FILE_BYTES:
+            return [], [_problem(file, f"is larger than {MAX_FILE_BYTES} bytes", "file-size")]
+    if json_syntax:
+        return _load_json(text, file)
+    return _load_yaml(text, file)
+
+
+def _decode(data: bytes, file: str) -> str | Problem:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return _problem(file, "is UTF-16 encoded; save it as UTF-8", "encoding")
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        return Problem(Severity.ERROR, "encoding",
+                       f"is not valid UTF-8 (byte offset {exc.start})", file=file, line=line)
+
+
+class _DuplicateJsonKey(Exception):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateJsonKey(key)
+        out[key] = value
+    return out
+
+
+def _load_json(text: str, file: str) -> tuple[list[SourceDocument], list[Problem]]:
+    try:
+        body = json.loads(text, object_pairs_hook=_json_object)
+    except _DuplicateJsonKey as exc:
+        return [], [_problem(file, f"duplicate key {exc.key[:60]!r} in a JSON object",
+                             "duplicate-key")]
+    except json.JSONDecodeError as exc:
+        return [], [Problem(Severity.ERROR, "json-syntax", f"is not valid JSON: {exc.msg}",
+                            file=file, line=exc.lineno, column=exc.colno)]
+    except RecursionError:
+        return [], [_problem(file, f"is nested deeper than {MAX_DEPTH} levels", "too-deep")]
+    bodies = body if isinstance(body, list) else [body]
+    docs: list[SourceDocument] = []
+    problems: list[Problem] = []
+    for number, item in enumerate(bodies, start=1):
+        depth = _json_depth(item)
+        if depth > MAX_DEPTH:
+            problems.append(_problem(file, f"is nested deeper than {MAX_DEPTH} levels",
+                                     "too-deep", document=number))
+            continue
+        docs.append(SourceDocument(file, number, item))
+    return docs, problems
+
+
+def _json_depth(value: Any) -> int:
+    depth = 0
+    level = [value]
+    while level and depth <= MAX_DEPTH:
+        nxt: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                nxt.extend(item.values())
+            elif isinstance(item, list):
+                nxt.extend(item)
+        depth += 1
+        level = nxt
+    return depth if not level else depth + 1
+
+
+class _Walk:
+    """Measures a composed document before it is built, recording field positions on the way."""
+
+    def __init__(self, file: str, document: int) -> None:
+        self.file = file
+        self.document = document
+        self.nodes = 0
+        self.positions: dict[tuple[PathPart, ...], Position] = {}
+        self.problems: list[Problem] = []
+        self._open: set[int] = set()
+
+    def fail(self, message: str, rule: str, node: Node) -> None:
+        self.problems.append(
+            _problem(self.file, message, rule, document=self.document, mark=node.start_mark)
+        )
+
+    def visit(self, node: Node, path: tuple[PathPart, ...], mark_node: Node) -> bool:
+        """Return False to stop the walk (a fatal problem was recorded)."""
+        self.nodes += 1
+        if self.nodes > MAX_NODES:
+            self.fail(f"expands to more than {MAX_NODES} YAML nodes (alias bomb?)",
+                      "too-large", node)
+            return False
+        if len(path) > MAX_DEPTH:
+            self.fail(f"is nested deeper than {MAX_DEPTH} levels", "too-deep", node)
+            return False
+        if path not in self.positions:
+            self.positions[path] = (mark_node.start_mark.line + 1,
+                                    mark_node.start_mark.column + 1)
+        if isinstance(node, ScalarNode):
+            return True
+        if id(node) in self._open:
+            self.fail("contains a recursive alias", "recursive-alias", node)
+            return False
+        self._open.add(id(node))
+        try:
+            if isinstance(node, SequenceNode):
+                return all(self.visit(item, (*path, i), item)
+                           for i, item in enumerate(node.value))
+            if isinstance(node, MappingNode):
+                return self._visit_mapping(node, path)
+            return True
+        finally:
+            self._open.discard(id(node))
+
+    def _visit_mapping(self, node: MappingNode, path: tuple[PathPart, ...]) -> bool:
+        seen: set[str] = set()
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                merged = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+                for source in merged:
+                    if not isinstance(source, MappingNode):
+                        continue  # the constructor reports this with its own mark
+                    if not self.visit(source, path, source):
+                        return False
+                continue
+            if not isinstance(key_node, ScalarNode):
+                self.fail("mapping keys must be plain strings", "key-type", key_node)
+                return False
+            key = str(key_node.value)
+            if key in seen:
+                shown = format_path((*path, key))
+                self.fail(f"duplicate key {shown}", "duplicate-key", key_node)
+                continue
+            seen.add(key)
+            if not self.visit(value_node, (*path, key), key_node):
+                return False
+        return True
+
+
+def _load_yaml(text: str, file: str) -> tuple[list[SourceDocument], list[Problem]]:
+    docs: list[SourceDocument] = []
+    problems: list[Problem] = []
+    number = 0
+    loader = None
+    try:
+        loader = _SafeLoader(text)
+        while loader.check_node():
+            number += 1
+            node = loader.get_node()
+            if node is None:
+                continue
+            walk = _Walk(file, number)
+            walk.visit(node, (), node)
+            if walk.problems:
+                problems.extend(walk.problems)
+                continue
+            body = loader.construct_document(node)
+            if body is None:
+                continue  # an empty document between separators
+            docs.append(SourceDocument(file, number, body, walk.positions))
+    except yaml.MarkedYAMLError as exc:
+        reason = exc.problem or "syntax error"
+        problems.append(_problem(file, f"is not valid YAML: {reason}", "yaml-syntax",
+                                 document=number or None, mark=exc.problem_mark))
+    except yaml.reader.ReaderError as exc:
+        position = int(exc.position)
+        line = text.count("\n", 0, position) + 1
+        column = position - (text.rfind("\n", 0, position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else 0
+        problems.append(Problem(Severity.ERROR, "yaml-syntax",
+                                f"is not valid YAML: character #x{code:04x} is not allowed",
+                                file=file, document=number or None, line=line, column=column))
+    except yaml.YAMLError as exc:
+        problems.append(_problem(file, f"is not valid YAML: {exc}", "yaml-syntax",
+                                 document=number or None))
+    except RecursionError:
+        problems.append(_problem(file, f"is nested deeper than {MAX_DEPTH} levels", "too-deep",
+                                 document=number or None))
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return docs, problems
