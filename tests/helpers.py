@@ -1,0 +1,78 @@
+"""Helpers for the resource tests: load an example, change one field, validate, find the problem."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from vmcp_trio.resources import LoadOptions, ValidationResult, validate_documents
+from vmcp_trio.resources.loading import load_text
+from vmcp_trio.resources.problems import Problem, Severity
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+
+def example_docs(name: str) -> list[dict[str, Any]]:
+    with (EXAMPLES / name).open(encoding="utf-8") as fh:
+        return [d for d in yaml.safe_load_all(fh) if d is not None]
+
+
+def validate(docs: list[Any], **options: Any) -> ValidationResult:
+    """Validate documents as the CLI would, through YAML text (so positions are recorded)."""
+    text = yaml.safe_dump_all(docs, sort_keys=False)
+    parsed, problems = load_text(text, "test.yaml")
+    return validate_documents(parsed, LoadOptions(**options), problems)
+
+
+def resource(docs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    for doc in docs:
+        if doc.get("kind") == kind and (name is None or doc["metadata"]["name"] == name):
+            return doc
+    raise KeyError((kind, name))
+
+
+def _walk(doc: Any, path: str) -> tuple[Any, Any]:
+    """The container and final key of a dotted path (list indexes as numbers)."""
+    parts: list[Any] = [int(p) if p.isdigit() else p for p in path.split(".")]
+    node = doc
+    for part in parts[:-1]:
+        node = node[part]
+    return node, parts[-1]
+
+
+def set_field(doc: dict[str, Any], path: str, value: Any) -> None:
+    node, last = _walk(doc, path)
+    node[last] = copy.deepcopy(value)
+
+
+def del_field(doc: dict[str, Any], path: str) -> None:
+    node, last = _walk(doc, path)
+    del node[last]
+
+
+def matching(result: ValidationResult, *, rule: str | None = None, path: str | None = None,
+             severity: Severity | None = None) -> list[Problem]:
+    return [p for p in result.problems
+            if (rule is None or p.rule == rule) and (path is None or p.path == path)
+            and (severity is None or p.severity is severity)]
+
+
+def expect_error(result: ValidationResult, rule: str, path: str, *, kind: str | None = None,
+                 name: str | None = None, contains: str | None = None) -> Problem:
+    """Exactly the problem the test is about: error, rule, path, resource and message."""
+    found = matching(result, rule=rule, path=path, severity=Severity.ERROR)
+    assert found, f"no {rule} error at {path}; got:\n" + "\n".join(map(str, result.problems))
+    problem = found[0]
+    if kind is not None:
+        assert problem.kind == kind, str(problem)
+    if name is not None:
+        assert problem.name == name, str(problem)
+    if contains is not None:
+        assert contains in problem.message, str(problem)
+    assert not result.ok and result.plans == ()
+    assert problem.file == "test.yaml" and problem.document is not None
+    return problem

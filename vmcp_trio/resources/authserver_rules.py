@@ -1,0 +1,334 @@
+"""Rules of ``VirtualMCPServer.spec.authServerConfig``, the embedded authorization server.
+
+Checked here: https (unless ``insecureAllowHTTP``), an issuer usable in RFC 8414 discovery,
+signing keys that load and are strong enough, HMAC secrets of at least 32 bytes, token
+lifespans within sane ranges, upstream providers (unique DNS-label names, the block matching
+``type``, their Secrets), and the storage block. The result is an
+:class:`~vmcp_trio.resources.plan.AuthServerPlan` with ToolHive's defaults filled in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import urlsplit
+
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from . import models as m
+from .durations import Duration
+from .plan import (
+    AuthServerPlan,
+    MemoryStorage,
+    OAuth2Provider,
+    OIDCProvider,
+    ProviderPlan,
+    RedisStorage,
+    SecretValue,
+    StoragePlan,
+    TokenResponseMappingPlan,
+    UserInfoPlan,
+)
+from .problems import PathPart
+from .report import Resource
+from .resolver import Resolver
+
+__all__ = ["LIFESPAN_RANGES", "resolve_auth_server"]
+
+SPEC = ("spec", "authServerConfig")
+SWITCH = "spec.authServerConfig.insecureAllowHTTP"
+
+LIFESPAN_RANGES: dict[str, tuple[Duration, Duration, Duration]] = {
+    # field alias: (minimum, maximum, default), as ToolHive validates them
+    "accessTokenLifespan": (Duration.of(minutes=1), Duration.of(hours=24), Duration.of(hours=1)),
+    "refreshTokenLifespan": (Duration.of(hours=1), Duration.of(hours=720),
+                             Duration.of(hours=168)),
+    "authCodeLifespan": (Duration.of(seconds=30), Duration.of(minutes=10),
+                         Duration.of(minutes=10)),
+}
+REDIS_TIMEOUT_RANGE = (Duration.of(ms=100), Duration.of(minutes=1))
+MIN_HMAC_BYTES = 32
+MIN_RSA_BITS = 2048
+_EC_CURVES = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
+
+
+def resolve_auth_server(resolver: Resolver, owner: Resource,
+                        config: m.AuthServerConfig) -> AuthServerPlan | None:
+    errors_before = resolver.report.error_count
+    https = config.insecure_allow_http
+    _check_base_url(resolver, owner, (*SPEC, "issuer"), config.issuer, https)
+    base = config.issuer
+    if config.authorization_endpoint_base_url is not None:
+        _check_base_url(resolver, owner, (*SPEC, "authorizationEndpointBaseUrl"),
+                        config.authorization_endpoint_base_url, https)
+        base = config.authorization_endpoint_base_url
+
+    signing = _signing_keys(resolver, owner, config.signing_key_secret_refs)
+    hmacs = _hmac_secrets(resolver, owner, config.hmac_secret_refs)
+    lifespans = _lifespans(resolver, owner, config.token_lifespans)
+    providers = _providers(resolver, owner, config)
+    storage = _storage(resolver, owner, config.storage)
+    if resolver.report.error_count != errors_before or storage is None:
+        return None
+    return AuthServerPlan(
+        issuer=config.issuer,
+        authorization_endpoint=base.rstrip("/") + "/oauth/authorize",
+        providers=providers,
+        signing_keys=signing,
+        hmac_secrets=hmacs,
+        access_token_lifespan=lifespans["accessTokenLifespan"],
+        refresh_token_lifespan=lifespans["refreshTokenLifespan"],
+        auth_code_lifespan=lifespans["authCodeLifespan"],
+        storage=storage,
+        insecure_allow_http=https,
+    )
+
+
+def _check_base_url(resolver: Resolver, owner: Resource, path: Sequence[PathPart], url: str,
+                    allow_http: bool) -> None:
+    """RFC 8414 issuers have no query or fragment; a trailing slash would double in paths."""
+    resolver.require_https(owner, path, url, allow_http, SWITCH)
+    parts = urlsplit(url)
+    if parts.query or url.endswith("?"):
+        resolver.report.error(owner, path, "issuer", "must not have a ?query")
+    elif url.endswith("/"):
+        resolver.report.error(owner, path, "issuer", "must not end with '/'")
+
+
+def _signing_keys(resolver: Resolver, owner: Resource,
+                  refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
+    if not refs:
+        resolver.report.warn(owner, (*SPEC, "signingKeySecretRefs"), "ephemeral-keys",
+                             "is empty: an ephemeral signing key is generated at startup, so "
+                             "after a restart issued tokens no longer verify and every user "
+                             "must log in again (set it for production)")
+    keys: list[SecretValue] = []
+    for index, ref in enumerate(refs):
+        path = (*SPEC, "signingKeySecretRefs", index)
+        value = resolver.secret(owner, path, ref)
+        if value is None:
+            continue
+        reason = signing_key_problem(value.value)
+        if reason is not None:
+            resolver.report.error(owner, (*path, "key"), "signing-key",
+                                  f"Secret {value.source}: {reason}")
+            continue
+        keys.append(value)
+    return tuple(keys)
+
+
+def signing_key_problem(pem: bytes) -> str | None:
+    """Why ``pem`` cannot sign our JWTs, or None. Never includes key material."""
+    try:
+        key = load_pem_private_key(pem, password=None)
+    except TypeError:
+        return "is an encrypted PEM key; store it unencrypted in the Secret"
+    except (ValueError, UnsupportedAlgorithm):
+        return ("is not a PEM private key (expected PKCS#1 RSA, SEC1 EC or PKCS#8 "
+                "RSA/EC/Ed25519; 'vmcp keys generate' writes one)")
+    if isinstance(key, rsa.RSAPrivateKey):
+        if key.key_size < MIN_RSA_BITS:
+            return f"RSA key has {key.key_size} bits; at least {MIN_RSA_BITS} are required"
+        return None
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if not isinstance(key.curve, _EC_CURVES):
+            return f"EC curve {key.curve.name} is not supported; use P-256, P-384 or P-521"
+        return None
+    if isinstance(key, ed25519.Ed25519PrivateKey):
+        return None
+    return "unsupported key type; use RSA (>= 2048 bits), EC P-256/P-384/P-521 or Ed25519"
+
+
+def _hmac_secrets(resolver: Resolver, owner: Resource,
+                  refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
+    if not refs:
+        resolver.report.warn(owner, (*SPEC, "hmacSecretRefs"), "ephemeral-keys",
+                             "is empty: an ephemeral HMAC secret is generated at startup, so "
+                             "after a restart authorization codes and refresh tokens no longer "
+                             "decode and every user must log in again (set it for production)")
+    secrets: list[SecretValue] = []
+    for index, ref in enumerate(refs):
+        path = (*SPEC, "hmacSecretRefs", index)
+        value = resolver.secret(owner, path, ref)
+        if value is None:
+            continue
+        if len(value.value) < MIN_HMAC_BYTES:
+            resolver.report.error(owner, (*path, "key"), "hmac-secret",
+                                  f"Secret {value.source}: an HMAC secret must be at least "
+                                  f"{MIN_HMAC_BYTES} bytes long")
+            continue
+        secrets.append(value)
+    return tuple(secrets)
+
+
+def _lifespans(resolver: Resolver, owner: Resource,
+               config: m.TokenLifespans | None) -> dict[str, Duration]:
+    given = {
+        "accessTokenLifespan": config.access_token_lifespan if config else None,
+        "refreshTokenLifespan": config.refresh_token_lifespan if config else None,
+        "authCodeLifespan": config.auth_code_lifespan if config else None,
+    }
+    out: dict[str, Duration] = {}
+    for alias, value in given.items():
+        low, high, default = LIFESPAN_RANGES[alias]
+        if value is None:
+            out[alias] = default
+            continue
+        if not low <= value <= high:
+            resolver.report.error(owner, (*SPEC, "tokenLifespans", alias), "duration-range",
+                                  f"must be between {low} and {high} (got {value})")
+        out[alias] = value
+    if out["refreshTokenLifespan"] < out["accessTokenLifespan"]:
+        resolver.report.error(owner, (*SPEC, "tokenLifespans", "refreshTokenLifespan"),
+                              "duration-range", "must not be shorter than accessTokenLifespan")
+    return out
+
+
+def _providers(resolver: Resolver, owner: Resource,
+               config: m.AuthServerConfig) -> tuple[ProviderPlan, ...]:
+    seen: dict[str, int] = {}
+    plans: list[ProviderPlan] = []
+    https = config.insecure_allow_http
+    for index, provider in enumerate(config.upstream_providers):
+        path = (*SPEC, "upstreamProviders", index)
+        if provider.name in seen:
+            resolver.report.error(owner, (*path, "name"), "duplicate-name",
+                                  f"upstream provider {provider.name!r} is already defined at "
+                                  f"upstreamProviders[{seen[provider.name]}]")
+        seen.setdefault(provider.name, index)
+        wanted, other = ("oidcConfig", "oauth2Config")
+        if provider.type == "oauth2":
+            wanted, other = other, wanted
+        present = {"oidcConfig": provider.oidc_config, "oauth2Config": provider.oauth2_config}
+        if present[wanted] is None:
+            resolver.report.error(owner, (*path, wanted), "required",
+                                  f"is required when type is {provider.type}")
+        if present[other] is not None:
+            resolver.report.error(owner, (*path, other), "unused-field",
+                                  f"must not be set when type is {provider.type}")
+        if provider.type == "oidc" and provider.oidc_config is not None:
+            plan: ProviderPlan | None = _oidc_provider(resolver, owner, path, provider.name,
+                                                      provider.oidc_config, https)
+        elif provider.type == "oauth2" and provider.oauth2_config is not None:
+            plan = _oauth2_provider(resolver, owner, path, provider.name,
+                                    provider.oauth2_config, https)
+        else:
+            plan = None
+        if plan is not None:
+            plans.append(plan)
+    return tuple(plans)
+
+
+def _oidc_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,
+                   config: m.OIDCUpstream, https: bool) -> OIDCProvider:
+    here = (*path, "oidcConfig")
+    resolver.require_https(owner, (*here, "issuerUrl"), config.issuer_url, https, SWITCH)
+    secret = None
+    if config.client_secret_ref is not None:
+        secret = resolver.secret(owner, (*here, "clientSecretRef"), config.client_secret_ref)
+    scopes = config.scopes if config.scopes is not None else ("openid", "offline_access")
+    if "openid" not in scopes:
+        resolver.report.error(owner, (*here, "scopes"), "scopes",
+                              "must include 'openid' for an OIDC provider (without it no ID "
+                              "token is issued; use type oauth2 for plain OAuth 2.0)")
+    return OIDCProvider(name, config.issuer_url, config.client_id, secret, scopes)
+
+
+def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,
+                     config: m.OAuth2Upstream, https: bool) -> OAuth2Provider:
+    here = (*path, "oauth2Config")
+    for alias, url in (("authorizationEndpoint", config.authorization_endpoint),
+                       ("tokenEndpoint", config.token_endpoint)):
+        resolver.require_https(owner, (*here, alias), url, https, SWITCH)
+    secret = None
+    if config.client_secret_ref is not None:
+        secret = resolver.secret(owner, (*here, "clientSecretRef"), config.client_secret_ref)
+    user_info = None
+    if config.user_info is not None:
+        info = config.user_info
+        resolver.require_https(owner, (*here, "userInfo", "endpointUrl"), info.endpoint_url,
+                               https, SWITCH)
+        mapping = info.field_mapping or m.FieldMapping()
+        user_info = UserInfoPlan(
+            endpoint_url=info.endpoint_url,
+            http_method=info.http_method,
+            additional_headers=tuple(sorted(info.additional_headers.items())),
+            subject_fields=mapping.subject_fields or ("sub",),
+            name_fields=mapping.name_fields or ("name",),
+            email_fields=mapping.email_fields or ("email",),
+        )
+    token_mapping = None
+    if config.token_response_mapping is not None:
+        tm = config.token_response_mapping
+        token_mapping = TokenResponseMappingPlan(
+            access_token_path=tm.access_token_path,
+            scope_path=tm.scope_path or "scope",
+            refresh_token_path=tm.refresh_token_path or "refresh_token",
+            expires_in_path=tm.expires_in_path or "expires_in",
+        )
+    return OAuth2Provider(name, config.authorization_endpoint, config.token_endpoint,
+                          config.client_id, secret, config.scopes, user_info, token_mapping)
+
+
+def _storage(resolver: Resolver, owner: Resource, config: m.Storage | None) -> StoragePlan | None:
+    path = (*SPEC, "storage")
+    report = resolver.report
+    if config is None:
+        report.warn(owner, path, "memory-storage",
+                    "is not set: upstream tokens are held in memory and lost on restart, and "
+                    "replicas do not share them (use type: redis for production)")
+        return MemoryStorage()
+    if config.type == "memory":
+        if config.redis is not None:
+            report.error(owner, (*path, "redis"), "unused-field",
+                         "must not be set when type is memory")
+            return None
+        return MemoryStorage()
+    redis = config.redis
+    if redis is None:
+        report.error(owner, (*path, "redis"), "required", "is required when type is redis")
+        return None
+    here = (*path, "redis")
+    errors_before = report.error_count
+    if (redis.sentinel_config is None) == (redis.addr is None):
+        report.error(owner, here, "one-of",
+                     "needs exactly one of sentinelConfig (production) or addr (a single "
+                     "Redis, for development)")
+    db = redis.db
+    sentinel_db = redis.sentinel_config.db if redis.sentinel_config else None
+    if db is not None and sentinel_db is not None and db != sentinel_db:
+        report.error(owner, (*here, "sentinelConfig", "db"), "conflict",
+                     f"is {sentinel_db} but storage.redis.db is {db}; set one of them")
+    username = password = None
+    if redis.acl_user_config is not None:
+        acl = redis.acl_user_config
+        if acl.username_secret_ref is not None:
+            username = resolver.secret(owner, (*here, "aclUserConfig", "usernameSecretRef"),
+                                       acl.username_secret_ref)
+        password = resolver.secret(owner, (*here, "aclUserConfig", "passwordSecretRef"),
+                                   acl.password_secret_ref)
+    timeouts: dict[str, Duration] = {}
+    for alias, value, default in (("dialTimeout", redis.dial_timeout, Duration.of(seconds=5)),
+                                  ("readTimeout", redis.read_timeout, Duration.of(seconds=3)),
+                                  ("writeTimeout", redis.write_timeout, Duration.of(seconds=3))):
+        low, high = REDIS_TIMEOUT_RANGE
+        if value is not None and not low <= value <= high:
+            report.error(owner, (*here, alias), "duration-range",
+                         f"must be between {low} and {high} (got {value})")
+        timeouts[alias] = value if value is not None else default
+    if report.error_count != errors_before:
+        return None
+    sentinel = redis.sentinel_config
+    return RedisStorage(
+        key_prefix=redis.key_prefix or f"vmcp:auth:{{{owner.namespace}:{owner.name}}}:",
+        master_name=sentinel.master_name if sentinel else None,
+        sentinel_addrs=sentinel.sentinel_addrs if sentinel else (),
+        addr=redis.addr,
+        db=db if db is not None else (sentinel_db or 0),
+        username=username,
+        password=password,
+        dial_timeout=timeouts["dialTimeout"],
+        read_timeout=timeouts["readTimeout"],
+        write_timeout=timeouts["writeTimeout"],
+    )

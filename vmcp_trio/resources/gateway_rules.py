@@ -1,0 +1,417 @@
+"""Rules of a VirtualMCPServer, and its resolution into a :class:`GatewayPlan`.
+
+The backends are the MCPServers whose ``groupRef`` names the gateway's group, in name order.
+Incoming auth is resolved to one of four modes (anonymous, external OIDC, Kubernetes service
+accounts, the embedded authorization server); each backend gets an outgoing strategy by the
+seed's rules:
+
+* ``source: discovered``: the backend's own ``externalAuthConfigRef``; none means no auth.
+* ``source: inline``: only the backends listed under ``backends`` get a strategy (``type:
+  externalAuthConfigRef`` names it, ``type: discovered`` takes the backend's own); the rest
+  get none.
+
+A strategy that needs stored upstream tokens (``upstreamInject``, or ``tokenExchange`` with
+``subjectProviderName``) needs an ``authServerConfig`` that defines the named provider, and an
+incoming mode that validates that server's own tokens, since the stored tokens are found through
+the user's login session.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+
+from . import models as m
+from .authserver_rules import resolve_auth_server
+from .plan import (
+    DEFAULT_SERVICE_ACCOUNT_AUDIENCE,
+    AggregationPlan,
+    AnonymousIncoming,
+    BackendPlan,
+    EmbeddedIncoming,
+    GatewayPlan,
+    IncomingPlan,
+    KubernetesIncoming,
+    NoOutgoingAuth,
+    OIDCIncoming,
+    OutgoingPlan,
+    SecretValue,
+    TokenExchangeAuth,
+    ToolOverridePlan,
+    UpstreamInjectAuth,
+    WorkloadToolsPlan,
+)
+from .problems import PathPart
+from .report import Resource
+from .resolver import Resolver
+
+__all__ = ["resolve_gateway"]
+
+INCOMING = ("spec", "incomingAuth")
+DEFAULT_SCOPES = ("openid",)
+
+
+def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None:
+    """Check one VirtualMCPServer; its plan when it and everything it uses are valid."""
+    spec: m.VirtualMCPServerSpec = gateway.spec
+    report = resolver.report
+    errors_before = report.error_count
+    group = spec.group_ref.name
+    group_ok = resolver.ref(gateway, ("spec", "groupRef", "name"), "MCPGroup", group) is not None
+    members = sorted(
+        (r for r in resolver.of_kind("MCPServer")
+         if r.namespace == gateway.namespace and r.spec.group_ref is not None
+         and r.spec.group_ref.name == group),
+        key=lambda r: r.name or "",
+    )
+    if group_ok and not members:
+        report.warn(gateway, ("spec", "groupRef", "name"), "empty-group",
+                    f"MCPGroup {gateway.namespace}/{group} has no MCPServers yet: the gateway "
+                    "starts with no backends")
+    member_names = [r.name or "" for r in members]
+
+    auth_server = None
+    if spec.auth_server_config is not None:
+        auth_server = resolve_auth_server(resolver, gateway, spec.auth_server_config)
+    incoming = _incoming(resolver, gateway, spec)
+    if spec.auth_server_config is not None and incoming is not None and not isinstance(
+            incoming, EmbeddedIncoming):
+        report.warn(gateway, ("spec", "authServerConfig"), "auth-server-unused",
+                    "is set, but incomingAuth does not accept its tokens: clients that log in "
+                    "there are refused (use oidcConfigRef to an MCPOIDCConfig with issuer "
+                    f"{spec.auth_server_config.issuer})")
+    _check_backend_entries(resolver, gateway, spec.outgoing_auth, group, member_names)
+    backends: list[BackendPlan] = []
+    for member in members:
+        outgoing = _outgoing(resolver, gateway, spec, member, incoming)
+        endpoint = resolver.endpoints.get(member.key)
+        if outgoing is not None and endpoint is not None:
+            backends.append(BackendPlan(member.name or "", endpoint, outgoing))
+    aggregation = _aggregation(resolver, gateway, spec.aggregation, group, member_names)
+
+    if (report.error_count != errors_before or incoming is None or aggregation is None
+            or len(backends) != len(members)
+            or (spec.auth_server_config is not None and auth_server is None)):
+        return None
+    return GatewayPlan(
+        name=gateway.name or "",
+        namespace=gateway.namespace or "",
+        group=group,
+        incoming=incoming,
+        backends=tuple(backends),
+        aggregation=aggregation,
+        auth_server=auth_server,
+    )
+
+
+# --- incoming ------------------------------------------------------------------------------------
+
+
+def _incoming(resolver: Resolver, gateway: Resource,
+              spec: m.VirtualMCPServerSpec) -> IncomingPlan | None:
+    report = resolver.report
+    incoming = spec.incoming_auth
+    if incoming.type == "anonymous":
+        for alias, value in (("oidcConfig", incoming.oidc_config),
+                             ("oidcConfigRef", incoming.oidc_config_ref),
+                             ("audience", incoming.audience)):
+            if value is not None:
+                report.error(gateway, (*INCOMING, alias), "unused-field",
+                             "is used only with type oidc")
+        report.warn(gateway, (*INCOMING, "type"), "anonymous",
+                    "is anonymous: no credentials are checked and all access control is off; "
+                    "for development only, never in production")
+        return AnonymousIncoming()
+    if (incoming.oidc_config is None) == (incoming.oidc_config_ref is None):
+        report.error(gateway, INCOMING, "one-of",
+                     "type oidc needs exactly one of oidcConfig (an external issuer or "
+                     "Kubernetes) or oidcConfigRef (an MCPOIDCConfig, as used with the embedded "
+                     "authorization server)")
+        return None
+    if incoming.oidc_config is not None:
+        if incoming.audience is not None:
+            report.error(gateway, (*INCOMING, "audience"), "unused-field",
+                         "is used only with oidcConfigRef; with oidcConfig set "
+                         "oidcConfig.inline.audience or oidcConfig.kubernetes.audience")
+        return _oidc_config(resolver, gateway, incoming.oidc_config)
+    assert incoming.oidc_config_ref is not None
+    return _oidc_config_ref(resolver, gateway, incoming, incoming.oidc_config_ref,
+                            spec.auth_server_config)
+
+
+def _oidc_config(resolver: Resolver, gateway: Resource,
+                 config: m.OIDCConfig) -> IncomingPlan | None:
+    report = resolver.report
+    here = (*INCOMING, "oidcConfig")
+    if config.type == "kubernetes":
+        if config.inline is not None:
+            report.error(gateway, (*here, "inline"), "unused-field",
+                         "must not be set when type is kubernetes (the default type; set "
+                         "type: inline to validate tokens of an external issuer)")
+            return None
+        k8s = config.kubernetes or m.KubernetesOIDC()
+        for alias, url in (("issuer", k8s.issuer), ("jwksUrl", k8s.jwks_url)):
+            if url is not None and url.lower().startswith("http://"):
+                report.error(gateway, (*here, "kubernetes", alias), "https",
+                             "must use https (the Kubernetes API server always does)")
+        return KubernetesIncoming(
+            audience=k8s.audience or DEFAULT_SERVICE_ACCOUNT_AUDIENCE,
+            issuer=k8s.issuer,
+            jwks_url=k8s.jwks_url,
+            service_account=k8s.service_account,
+            namespace=k8s.namespace,
+            use_cluster_auth=k8s.use_cluster_auth is not False,
+            resource_url=config.resource_url,
+        )
+    if config.kubernetes is not None:
+        report.error(gateway, (*here, "kubernetes"), "unused-field",
+                     "must not be set when type is inline")
+    inline = config.inline
+    if inline is None:
+        report.error(gateway, (*here, "inline"), "required", "is required when type is inline")
+        return None
+    for alias, value in (("clientId", inline.client_id), ("audience", inline.audience)):
+        if value is None:
+            report.error(gateway, (*here, "inline", alias), "required",
+                         "is required for inline OIDC")
+    secret = resolver.check_inline_oidc(gateway, (*here, "inline"), inline)
+    if inline.audience is None:
+        return None
+    return _oidc_plan(inline, inline.audience, inline.scopes or DEFAULT_SCOPES,
+                      config.resource_url, secret)
+
+
+def _oidc_plan(inline: m.SharedInlineOIDC, audience: str, scopes: tuple[str, ...],
+               resource_url: str | None, secret: SecretValue | None) -> OIDCIncoming:
+    return OIDCIncoming(
+        issuer=inline.issuer,
+        audience=audience,
+        client_id=inline.client_id,
+        client_secret=secret,
+        jwks_url=inline.jwks_url,
+        introspection_url=inline.introspection_url,
+        scopes=scopes,
+        resource_url=resource_url,
+        jwks_allow_private_ip=inline.jwks_allow_private_ip,
+        protected_resource_allow_private_ip=inline.protected_resource_allow_private_ip,
+        insecure_allow_http=inline.insecure_allow_http,
+    )
+
+
+def _oidc_config_ref(resolver: Resolver, gateway: Resource, incoming: m.IncomingAuth,
+                     ref: m.OIDCConfigRef,
+                     auth_server: m.AuthServerConfig | None) -> IncomingPlan | None:
+    report = resolver.report
+    here = (*INCOMING, "oidcConfigRef")
+    if ref.audience and incoming.audience and ref.audience != incoming.audience:
+        report.error(gateway, (*INCOMING, "audience"), "conflict",
+                     "differs from oidcConfigRef.audience; set only one of them")
+    audience = ref.audience or incoming.audience
+    if audience is None:
+        report.error(gateway, (*here, "audience"), "required",
+                     "is required with oidcConfigRef (here or as spec.incomingAuth.audience): "
+                     "the audience tokens must carry, usually this gateway's /mcp URL")
+    target = resolver.ref(gateway, (*here, "name"), "MCPOIDCConfig", ref.name)
+    if target is None or audience is None:
+        return None
+    shared: m.OIDCConfigSpec = target.spec
+    scopes = ref.scopes or DEFAULT_SCOPES
+    if auth_server is not None:
+        issuer = shared.inline.issuer if shared.inline is not None else None
+        if issuer != auth_server.issuer:
+            has = f"has issuer {issuer}" if issuer else f"is of type {shared.type}"
+            report.error(gateway, (*here, "name"), "issuer-mismatch",
+                         f"MCPOIDCConfig {target.namespace}/{target.name} {has}, but with "
+                         "authServerConfig it must be type inline with issuer equal to "
+                         f"spec.authServerConfig.issuer ({auth_server.issuer})")
+            return None
+        return EmbeddedIncoming(auth_server.issuer, audience, scopes, ref.resource_url)
+    if shared.inline is not None:
+        secret = None
+        if shared.inline.client_secret_ref is not None:
+            secret = resolver.secret(target, ("spec", "inline", "clientSecretRef"),
+                                     shared.inline.client_secret_ref)
+        return _oidc_plan(shared.inline, audience, scopes, ref.resource_url, secret)
+    sa = shared.kubernetes_service_account or m.ServiceAccountOIDC()
+    return KubernetesIncoming(
+        audience=audience,
+        issuer=sa.issuer,
+        jwks_url=sa.jwks_url,
+        service_account=sa.service_account,
+        namespace=sa.namespace,
+        use_cluster_auth=sa.use_cluster_auth is not False,
+        scopes=scopes,
+        resource_url=ref.resource_url,
+    )
+
+
+# --- outgoing ------------------------------------------------------------------------------------
+
+
+def _check_backend_entries(resolver: Resolver, gateway: Resource, outgoing: m.OutgoingAuth,
+                           group: str, member_names: Sequence[str]) -> None:
+    report = resolver.report
+    path = ("spec", "outgoingAuth", "backends")
+    if outgoing.source == "discovered" and outgoing.backends:
+        report.error(gateway, path, "unused-field",
+                     "is used only with source: inline (with source: discovered each MCPServer's "
+                     "own externalAuthConfigRef applies)")
+        return
+    for name, entry in outgoing.backends.items():
+        here = (*path, name)
+        if name not in member_names:
+            members = ", ".join(member_names) or "none"
+            report.error(gateway, here, "group-member",
+                         f"names no MCPServer of group {group} (its members: {members})")
+        ref = entry.external_auth_config_ref
+        if entry.type == "externalAuthConfigRef":
+            if ref is None:
+                report.error(gateway, (*here, "externalAuthConfigRef"), "required",
+                             "is required when type is externalAuthConfigRef")
+            else:
+                resolver.ref(gateway, (*here, "externalAuthConfigRef", "name"),
+                             "MCPExternalAuthConfig", ref.name)
+        elif ref is not None:
+            report.error(gateway, (*here, "externalAuthConfigRef"), "unused-field",
+                         "must not be set when type is discovered (the MCPServer's own "
+                         "externalAuthConfigRef applies)")
+
+
+def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpec,
+              member: Resource, incoming: IncomingPlan | None) -> OutgoingPlan | None:
+    """The backend's strategy; None when what it refers to is invalid (already reported)."""
+    outgoing = spec.outgoing_auth
+    own = member.spec.external_auth_config_ref
+    if outgoing.source == "discovered":
+        ref = own
+    else:
+        entry = outgoing.backends.get(member.name or "")
+        if entry is None:
+            return NoOutgoingAuth()
+        ref = own if entry.type == "discovered" else entry.external_auth_config_ref
+    if ref is None:
+        return NoOutgoingAuth()
+    config = resolver.index.get(("MCPExternalAuthConfig", gateway.namespace or "", ref.name))
+    if config is None or not config.usable or config.key not in resolver.strategies:
+        return None
+    strategy = resolver.strategies[config.key]
+    if not _check_strategy_context(resolver, gateway, spec, member.name or "", config, strategy,
+                                   incoming):
+        return None
+    return strategy
+
+
+def _check_strategy_context(resolver: Resolver, gateway: Resource,
+                            spec: m.VirtualMCPServerSpec, backend: str, config: Resource,
+                            strategy: OutgoingPlan, incoming: IncomingPlan | None) -> bool:
+    report = resolver.report
+    errors_before = report.error_count
+    uses = f"backend {backend!r} uses MCPExternalAuthConfig {config.namespace}/{config.name}"
+    needs: list[tuple[str, tuple[PathPart, ...]]] = []
+    if isinstance(strategy, UpstreamInjectAuth):
+        needs.append((strategy.provider, ("spec", "upstreamInject", "providerName")))
+    elif isinstance(strategy, TokenExchangeAuth):
+        if strategy.subject_provider is not None:
+            needs.append((strategy.subject_provider,
+                          ("spec", "tokenExchange", "subjectProviderName")))
+        elif isinstance(incoming, AnonymousIncoming):
+            report.error(gateway, (*INCOMING, "type"), "subject-token",
+                         f"must not be anonymous: {uses} (tokenExchange), which exchanges the "
+                         "caller's token, and anonymous callers have none")
+    if not needs:
+        return report.error_count == errors_before
+    auth_server = spec.auth_server_config
+    if auth_server is None:
+        report.error(gateway, ("spec", "authServerConfig"), "required",
+                     f"is required: {uses}, which needs upstream tokens stored by the embedded "
+                     "authorization server")
+        return False
+    names = [p.name for p in auth_server.upstream_providers]
+    for provider, path in needs:
+        if provider not in names:
+            report.error(config, path, "provider-name",
+                         f"names upstream provider {provider!r}, but VirtualMCPServer "
+                         f"{gateway.namespace}/{gateway.name} (for backend {backend!r}) defines "
+                         f"only: {', '.join(names)}", blame=False)
+    if incoming is not None and not isinstance(incoming, EmbeddedIncoming):
+        report.error(gateway, INCOMING, "embedded-auth-required",
+                     f"must validate the embedded authorization server's tokens (type oidc with "
+                     f"oidcConfigRef to an MCPOIDCConfig whose issuer is {auth_server.issuer}): "
+                     f"{uses}, which finds the user's upstream tokens through that login")
+    return report.error_count == errors_before
+
+
+# --- aggregation ---------------------------------------------------------------------------------
+
+
+def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregation, group: str,
+                 member_names: Sequence[str]) -> AggregationPlan | None:
+    report = resolver.report
+    errors_before = report.error_count
+    path = ("spec", "aggregation")
+    config = aggregation.conflict_resolution_config
+    config_path = (*path, "conflictResolutionConfig")
+    if aggregation.conflict_resolution == "prefix":
+        problem = prefix_format_problem(config.prefix_format)
+        if problem is not None:
+            report.error(gateway, (*config_path, "prefixFormat"), "prefix-format", problem)
+    if aggregation.conflict_resolution == "priority" and not config.priority_order:
+        report.error(gateway, (*config_path, "priorityOrder"), "required",
+                     "is required when conflictResolution is priority: list the backends, "
+                     "highest priority first")
+    elif aggregation.conflict_resolution != "priority" and config.priority_order:
+        report.warn(gateway, (*config_path, "priorityOrder"), "unused-field",
+                    "is ignored: it is used only with conflictResolution: priority")
+    _unique_members(resolver, gateway,
+                    [((*config_path, "priorityOrder", i), name)
+                     for i, name in enumerate(config.priority_order)],
+                    group, member_names)
+    _unique_members(resolver, gateway,
+                    [((*path, "tools", i, "workload"), t.workload)
+                     for i, t in enumerate(aggregation.tools)],
+                    group, member_names)
+    if report.error_count != errors_before:
+        return None
+    return AggregationPlan(
+        conflict_resolution=aggregation.conflict_resolution,
+        prefix_format=config.prefix_format,
+        priority_order=config.priority_order,
+        tools=tuple(
+            WorkloadToolsPlan(
+                workload=t.workload,
+                filter=t.filter,
+                overrides=tuple(ToolOverridePlan(tool, o.name, o.description)
+                                for tool, o in sorted(t.overrides.items())),
+            )
+            for t in aggregation.tools
+        ),
+    )
+
+
+def _unique_members(resolver: Resolver, gateway: Resource,
+                    items: Sequence[tuple[tuple[PathPart, ...], str]], group: str,
+                    member_names: Sequence[str]) -> None:
+    """Each named backend is a member of the group and is named once."""
+    members = ", ".join(member_names) or "none"
+    seen: set[str] = set()
+    for here, name in items:
+        if name not in member_names:
+            resolver.report.error(gateway, here, "group-member",
+                                  f"{name!r} is not an MCPServer of group {group} "
+                                  f"(its members: {members})")
+        elif name in seen:
+            resolver.report.error(gateway, here, "duplicate-name", f"{name!r} is listed twice")
+        seen.add(name)
+
+
+def prefix_format_problem(prefix_format: str) -> str | None:
+    """Why a prefix format is unusable, or None: it must contain ``{workload}`` and nothing else
+    in braces, so that every backend gets a distinct prefix."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(prefix_format) if f is not None]
+    except ValueError:
+        fields = ["?"]
+    if "workload" not in fields or any(f != "workload" for f in fields):
+        return ("must contain {workload} and no other placeholder (for example '{workload}_' "
+                "or '{workload}.')")
+    return None

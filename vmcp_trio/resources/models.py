@@ -1,0 +1,428 @@
+"""Shapes of the declarative resources: every field of the seed, ToolHive's names, our extensions.
+
+These models check shape only: field names (unknown fields are errors), types, enums, required
+fields and single-field formats. Rules that relate fields to each other or to other documents
+live in :mod:`vmcp_trio.resources.rules`, which reports them with exact paths.
+
+Field names are ToolHive's (camelCase) so existing ``toolhive.stacklok.dev/v1alpha1`` manifests of
+these kinds load unchanged. Where ToolHive has a field the seed does not mention and we act on it,
+it is here under ToolHive's name (``jwksAllowPrivateIP``, ``insecureAllowHTTP``, ``proxyPort``,
+``subjectTokenType`` ...). Our standalone extensions are marked "extension".
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from .fields import (
+    Bool,
+    DnsLabel,
+    DnsSubdomain,
+    DotPath,
+    DurationText,
+    HostPort,
+    NonEmpty,
+    Port,
+    Str,
+    UrlText,
+)
+
+__all__ = [
+    "KIND_MODELS",
+    "AuthServerConfig",
+    "Envelope",
+    "ExternalAuthConfigSpec",
+    "GroupSpec",
+    "IncomingAuth",
+    "InlineOIDC",
+    "KubernetesOIDC",
+    "MCPServerSpec",
+    "Metadata",
+    "OIDCConfigSpec",
+    "OutgoingAuth",
+    "SecretKeyRef",
+    "SecretResource",
+    "ServiceAccountOIDC",
+    "SharedInlineOIDC",
+    "UpstreamProvider",
+    "VirtualMCPServerSpec",
+]
+
+
+class Model(BaseModel):
+    """camelCase names only, unknown fields refused, immutable once built."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
+        hide_input_in_errors=True,
+    )
+
+
+Scopes = tuple[NonEmpty, ...]
+
+
+class NameRef(Model):
+    name: DnsSubdomain
+
+
+class SecretKeyRef(Model):
+    """``{name, key}`` of a Secret in the same namespace."""
+
+    name: DnsSubdomain
+    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
+
+
+# --- metadata and envelope -------------------------------------------------------------------
+
+
+class Metadata(Model):
+    name: DnsSubdomain
+    namespace: DnsLabel | None = None
+    labels: dict[Str, Str] = Field(default_factory=dict)
+    annotations: dict[Str, Str] = Field(default_factory=dict)
+
+
+class Envelope(Model):
+    """The fields every resource has; ``spec`` is checked by the kind's own model."""
+
+    api_version: NonEmpty
+    kind: NonEmpty
+    metadata: Metadata
+    spec: Any = None
+    """Checked by the kind's own spec model."""
+    status: Any = None
+    """Ignored: status is written by controllers, not by users."""
+
+
+# --- OIDC (incoming) ---------------------------------------------------------------------------
+
+
+class SharedInlineOIDC(Model):
+    """An external OIDC issuer whose tokens vmcp validates (MCPOIDCConfig ``inline``).
+
+    The audience is not here: it belongs to whoever references the issuer."""
+
+    issuer: UrlText
+    client_id: NonEmpty | None = None
+    client_secret_ref: SecretKeyRef | None = None
+    jwks_url: UrlText | None = None
+    introspection_url: UrlText | None = None
+    jwks_allow_private_ip: Bool = Field(False, alias="jwksAllowPrivateIP")
+    protected_resource_allow_private_ip: Bool = Field(
+        False, alias="protectedResourceAllowPrivateIP"
+    )
+    insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
+
+
+class InlineOIDC(SharedInlineOIDC):
+    """``incomingAuth.oidcConfig.inline``: the issuer plus the audience and advertised scopes."""
+
+    audience: NonEmpty | None = None
+    scopes: Scopes | None = None
+
+
+class ServiceAccountOIDC(Model):
+    """Service-account tokens of the cluster the gateway runs in (MCPOIDCConfig
+    ``kubernetesServiceAccount``); the issuer is detected in-cluster unless given."""
+
+    issuer: UrlText | None = None
+    jwks_url: UrlText | None = None
+    service_account: NonEmpty | None = None
+    namespace: DnsLabel | None = None
+    use_cluster_auth: Bool | None = None
+
+
+class KubernetesOIDC(ServiceAccountOIDC):
+    """``incomingAuth.oidcConfig.kubernetes``: as above plus the audience."""
+
+    audience: NonEmpty | None = None
+
+
+class OIDCConfig(Model):
+    """``incomingAuth.oidcConfig``: ToolHive defaults ``type`` to ``kubernetes``."""
+
+    type: Literal["inline", "kubernetes"] = "kubernetes"
+    inline: InlineOIDC | None = None
+    kubernetes: KubernetesOIDC | None = None
+    resource_url: UrlText | None = None
+
+
+class OIDCConfigRef(Model):
+    """``incomingAuth.oidcConfigRef``; ToolHive keeps the audience here, the seed beside it."""
+
+    name: DnsSubdomain
+    audience: NonEmpty | None = None
+    scopes: Scopes | None = None
+    resource_url: UrlText | None = None
+
+
+class IncomingAuth(Model):
+    type: Literal["anonymous", "oidc"]
+    oidc_config: OIDCConfig | None = None
+    oidc_config_ref: OIDCConfigRef | None = None
+    audience: NonEmpty | None = None
+
+
+class OIDCConfigSpec(Model):
+    """MCPOIDCConfig: a shared issuer definition (``type: inline``; ToolHive also allows
+    ``kubernetesServiceAccount``). The audience comes from the referencing ``oidcConfigRef``."""
+
+    type: Literal["inline", "kubernetesServiceAccount"]
+    inline: SharedInlineOIDC | None = None
+    kubernetes_service_account: ServiceAccountOIDC | None = None
+
+
+# --- outgoing ----------------------------------------------------------------------------------
+
+
+class BackendAuth(Model):
+    type: Literal["externalAuthConfigRef", "discovered"]
+    external_auth_config_ref: NameRef | None = None
+
+
+class OutgoingAuth(Model):
+    source: Literal["discovered", "inline"] = "discovered"
+    backends: dict[Str, BackendAuth] = Field(default_factory=dict)
+
+
+SubjectTokenType = Literal[
+    "access_token",
+    "id_token",
+    "jwt",
+    "urn:ietf:params:oauth:token-type:access_token",
+    "urn:ietf:params:oauth:token-type:id_token",
+    "urn:ietf:params:oauth:token-type:jwt",
+]
+"""ToolHive's short forms and the RFC 8693 URNs they stand for."""
+
+
+class TokenExchange(Model):
+    token_url: UrlText
+    audience: NonEmpty
+    client_id: NonEmpty | None = None
+    client_secret_ref: SecretKeyRef | None = None
+    scopes: Scopes = ()
+    subject_token_type: SubjectTokenType = "access_token"
+    subject_provider_name: DnsLabel | None = None
+    external_token_header_name: Annotated[
+        str, Field(min_length=1, max_length=256, pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+    ] | None = None
+    insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
+
+
+class UpstreamInject(Model):
+    provider_name: DnsLabel
+
+
+class ExternalAuthConfigSpec(Model):
+    type: Literal["upstreamInject", "tokenExchange"]
+    upstream_inject: UpstreamInject | None = None
+    token_exchange: TokenExchange | None = None
+
+
+# --- embedded authorization server --------------------------------------------------------------
+
+
+class FieldMapping(Model):
+    subject_fields: tuple[NonEmpty, ...] | None = None
+    name_fields: tuple[NonEmpty, ...] | None = None
+    email_fields: tuple[NonEmpty, ...] | None = None
+
+
+class UserInfo(Model):
+    endpoint_url: UrlText
+    http_method: Literal["GET", "POST"] = "GET"
+    additional_headers: dict[
+        Annotated[str, Field(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", max_length=256)], Str
+    ] = Field(default_factory=dict)
+    field_mapping: FieldMapping | None = None
+
+
+class TokenResponseMapping(Model):
+    access_token_path: DotPath
+    scope_path: DotPath | None = None
+    refresh_token_path: DotPath | None = None
+    expires_in_path: DotPath | None = None
+
+
+class OAuth2Upstream(Model):
+    authorization_endpoint: UrlText
+    token_endpoint: UrlText
+    client_id: NonEmpty
+    client_secret_ref: SecretKeyRef | None = None
+    scopes: Scopes = ()
+    user_info: UserInfo | None = None
+    token_response_mapping: TokenResponseMapping | None = None
+
+
+class OIDCUpstream(Model):
+    issuer_url: UrlText
+    client_id: NonEmpty
+    client_secret_ref: SecretKeyRef | None = None
+    scopes: Scopes | None = None
+
+
+class UpstreamProvider(Model):
+    name: DnsLabel
+    type: Literal["oauth2", "oidc"]
+    oauth2_config: OAuth2Upstream | None = Field(None, alias="oauth2Config")
+    oidc_config: OIDCUpstream | None = None
+
+
+class TokenLifespans(Model):
+    access_token_lifespan: DurationText | None = None
+    refresh_token_lifespan: DurationText | None = None
+    auth_code_lifespan: DurationText | None = None
+
+
+class SentinelConfig(Model):
+    master_name: NonEmpty
+    sentinel_addrs: Annotated[tuple[HostPort, ...], Field(min_length=1, max_length=16)]
+    db: Annotated[int, Field(ge=0, le=1_000_000, strict=True)] | None = None
+
+
+class RedisACLUser(Model):
+    username_secret_ref: SecretKeyRef | None = None
+    password_secret_ref: SecretKeyRef
+
+
+class RedisStorage(Model):
+    """``authServerConfig.storage.redis``; ``addr`` (a single Redis) is for development."""
+
+    sentinel_config: SentinelConfig | None = None
+    addr: HostPort | None = None
+    db: Annotated[int, Field(ge=0, le=1_000_000, strict=True)] | None = None
+    acl_user_config: RedisACLUser | None = Field(None, alias="aclUserConfig")
+    dial_timeout: DurationText | None = None
+    read_timeout: DurationText | None = None
+    write_timeout: DurationText | None = None
+    key_prefix: Annotated[str, Field(min_length=1, max_length=256, strict=True)] | None = None
+
+
+class Storage(Model):
+    type: Literal["memory", "redis"] = "memory"
+    redis: RedisStorage | None = None
+
+
+class AuthServerConfig(Model):
+    issuer: UrlText
+    authorization_endpoint_base_url: UrlText | None = None
+    signing_key_secret_refs: Annotated[tuple[SecretKeyRef, ...], Field(max_length=5)] = ()
+    hmac_secret_refs: Annotated[tuple[SecretKeyRef, ...], Field(max_length=5)] = ()
+    token_lifespans: TokenLifespans | None = None
+    upstream_providers: Annotated[tuple[UpstreamProvider, ...], Field(min_length=1,
+                                                                       max_length=16)]
+    storage: Storage | None = None
+    insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
+
+
+# --- aggregation (extension, ToolHive's names) -------------------------------------------------
+
+
+class ToolOverride(Model):
+    name: NonEmpty | None = None
+    description: Str | None = None
+
+
+class WorkloadTools(Model):
+    workload: DnsSubdomain
+    filter: tuple[NonEmpty, ...] | None = None
+    overrides: dict[Str, ToolOverride] = Field(default_factory=dict)
+
+
+class ConflictResolutionConfig(Model):
+    prefix_format: Annotated[str, Field(max_length=128, strict=True)] = "{workload}_"
+    priority_order: tuple[DnsSubdomain, ...] = ()
+
+
+class Aggregation(Model):
+    conflict_resolution: Literal["prefix", "priority", "manual"] = "prefix"
+    conflict_resolution_config: ConflictResolutionConfig = Field(
+        default_factory=ConflictResolutionConfig
+    )
+    tools: tuple[WorkloadTools, ...] = ()
+
+
+# --- kinds -------------------------------------------------------------------------------------
+
+
+class VirtualMCPServerSpec(Model):
+    group_ref: NameRef
+    incoming_auth: IncomingAuth
+    outgoing_auth: OutgoingAuth = Field(default_factory=OutgoingAuth)
+    auth_server_config: AuthServerConfig | None = None
+    aggregation: Aggregation = Field(default_factory=Aggregation)
+
+
+def _env_list_or_map(value: object) -> object:
+    """``env`` as Kubernetes' ``[{name, value}]`` (ToolHive) or as a plain map (extension)."""
+    if not isinstance(value, list):
+        return value
+    out: dict[object, object] = {}
+    for index, item in enumerate(value):
+        if not isinstance(item, dict) or set(item) - {"name", "value"} or "name" not in item:
+            raise PydanticCustomError(
+                "env", "item {index} must be {{name: ..., value: ...}}", {"index": index}
+            )
+        if item["name"] in out:
+            raise PydanticCustomError("env", "variable {name!r} is set twice",
+                                      {"name": str(item["name"])[:64]})
+        out[item["name"]] = item.get("value", "")
+    return out
+
+
+EnvName = Annotated[str, Strict(), Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=256)]
+
+
+class MCPServerSpec(Model):
+    image: NonEmpty | None = None
+    transport: Literal["stdio", "streamable-http", "sse"] | None = None
+    group_ref: NameRef | None = None
+    external_auth_config_ref: NameRef | None = None
+    proxy_port: Port | None = None
+    # Standalone extensions: a running server's URL, or a stdio server that vmcp starts.
+    url: UrlText | None = None
+    command: NonEmpty | None = None
+    args: tuple[Str, ...] = ()
+    env: Annotated[dict[EnvName, Str], BeforeValidator(_env_list_or_map)] = Field(
+        default_factory=dict
+    )
+    working_dir: NonEmpty | None = None
+
+
+class GroupSpec(Model):
+    description: Str | None = None
+
+
+class SecretResource(Model):
+    """``v1`` Secret. Values are never echoed; ``data`` is base64 (checked in the rules)."""
+
+    api_version: NonEmpty
+    kind: NonEmpty
+    metadata: Metadata
+    type: NonEmpty = "Opaque"
+    data: dict[Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)], Str] = Field(
+        default_factory=dict
+    )
+    string_data: dict[
+        Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)], Str
+    ] = Field(default_factory=dict)
+    immutable: Bool | None = None
+
+
+KIND_MODELS: dict[str, type[Model]] = {
+    "VirtualMCPServer": VirtualMCPServerSpec,
+    "MCPGroup": GroupSpec,
+    "MCPServer": MCPServerSpec,
+    "MCPExternalAuthConfig": ExternalAuthConfigSpec,
+    "MCPOIDCConfig": OIDCConfigSpec,
+}
+"""Spec model of each kind under ``{api_group}/v1alpha1``. Secret is ``v1`` and has no spec."""

@@ -1,0 +1,334 @@
+"""The resolved plan: what one VirtualMCPServer will run, with every reference followed.
+
+A plan is built only from documents that passed every rule, so the parts that run on it (the
+gateway, the authorization server, the outgoing-auth strategies) never re-check configuration.
+Everything here is a frozen dataclass of strings, numbers, tuples and other plan objects: two
+loads of the same files give equal plans, which is what hot reload compares.
+
+Secrets are :class:`SecretValue` objects. Their ``repr``/``str`` is ``<redacted>`` so a plan can be
+logged or printed safely; equality compares the bytes in constant time.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .durations import Duration
+
+__all__ = [
+    "AggregationPlan",
+    "AnonymousIncoming",
+    "AuthServerPlan",
+    "BackendPlan",
+    "EmbeddedIncoming",
+    "Endpoint",
+    "GatewayPlan",
+    "HttpEndpoint",
+    "IncomingPlan",
+    "KubernetesIncoming",
+    "MemoryStorage",
+    "NoOutgoingAuth",
+    "OAuth2Provider",
+    "OIDCIncoming",
+    "OIDCProvider",
+    "OutgoingPlan",
+    "ProviderPlan",
+    "RedisStorage",
+    "SecretValue",
+    "StdioEndpoint",
+    "StoragePlan",
+    "TokenExchangeAuth",
+    "TokenResponseMappingPlan",
+    "ToolOverridePlan",
+    "UpstreamInjectAuth",
+    "UserInfoPlan",
+    "WorkloadToolsPlan",
+]
+
+REDACTED = "<redacted>"
+
+
+@dataclass(frozen=True, eq=False)
+class SecretValue:
+    """A secret's bytes and where they came from (``namespace/name[key]``), never printed."""
+
+    source: str
+    value: bytes = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"SecretValue({self.source}, {REDACTED})"
+
+    def __str__(self) -> str:
+        return REDACTED
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, SecretValue):
+            return NotImplemented
+        return self.source == other.source and hmac.compare_digest(self.value, other.value)
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+    def text(self) -> str:
+        """The value as text (UTF-8), for client secrets and passwords."""
+        return self.value.decode("utf-8")
+
+
+# --- incoming (boundary 1) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnonymousIncoming:
+    """No checks: development only."""
+
+    mode: Literal["anonymous"] = "anonymous"
+
+
+@dataclass(frozen=True)
+class OIDCIncoming:
+    """Tokens of an external issuer, validated as JWTs (and by introspection with a secret)."""
+
+    issuer: str
+    audience: str
+    client_id: str | None = None
+    client_secret: SecretValue | None = None
+    jwks_url: str | None = None
+    introspection_url: str | None = None
+    scopes: tuple[str, ...] = ()
+    resource_url: str | None = None
+    jwks_allow_private_ip: bool = False
+    protected_resource_allow_private_ip: bool = False
+    insecure_allow_http: bool = False
+    mode: Literal["oidc"] = "oidc"
+
+
+DEFAULT_SERVICE_ACCOUNT_AUDIENCE = "toolhive"
+"""ToolHive's default audience for service-account tokens; kept so its manifests mean the same."""
+
+
+@dataclass(frozen=True)
+class KubernetesIncoming:
+    """Service-account tokens; the issuer is detected in-cluster unless given."""
+
+    audience: str = DEFAULT_SERVICE_ACCOUNT_AUDIENCE
+    issuer: str | None = None
+    jwks_url: str | None = None
+    service_account: str | None = None
+    namespace: str | None = None
+    use_cluster_auth: bool = True
+    scopes: tuple[str, ...] = ()
+    resource_url: str | None = None
+    mode: Literal["kubernetes"] = "kubernetes"
+
+
+@dataclass(frozen=True)
+class EmbeddedIncoming:
+    """JWTs of our own embedded authorization server, verified with in-process keys."""
+
+    issuer: str
+    audience: str
+    scopes: tuple[str, ...] = ()
+    resource_url: str | None = None
+    mode: Literal["embedded"] = "embedded"
+
+
+IncomingPlan = AnonymousIncoming | OIDCIncoming | KubernetesIncoming | EmbeddedIncoming
+
+
+# --- outgoing (boundary 2) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NoOutgoingAuth:
+    strategy: Literal["none"] = "none"
+
+
+@dataclass(frozen=True)
+class UpstreamInjectAuth:
+    """Send the user's stored upstream access token of ``provider``."""
+
+    provider: str
+    config: str
+    """``namespace/name`` of the MCPExternalAuthConfig, for logs and errors."""
+    strategy: Literal["upstreamInject"] = "upstreamInject"
+
+
+@dataclass(frozen=True)
+class TokenExchangeAuth:
+    """RFC 8693 exchange; the subject is vmcp's JWT, or ``subject_provider``'s stored token."""
+
+    config: str
+    token_url: str
+    audience: str
+    client_id: str | None = None
+    client_secret: SecretValue | None = None
+    scopes: tuple[str, ...] = ()
+    subject_token_type: str = "urn:ietf:params:oauth:token-type:access_token"
+    subject_provider: str | None = None
+    header_name: str | None = None
+    """Header carrying the exchanged token; ``None`` replaces ``Authorization``."""
+    strategy: Literal["tokenExchange"] = "tokenExchange"
+
+
+OutgoingPlan = NoOutgoingAuth | UpstreamInjectAuth | TokenExchangeAuth
+
+
+# --- backends ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpEndpoint:
+    url: str
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+    in_cluster: bool = False
+    """True when the URL came from the in-cluster template rather than ``spec.url``."""
+
+
+@dataclass(frozen=True)
+class StdioEndpoint:
+    command: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    working_dir: str | None = None
+
+
+Endpoint = HttpEndpoint | StdioEndpoint
+
+
+@dataclass(frozen=True)
+class BackendPlan:
+    name: str
+    endpoint: Endpoint
+    outgoing: OutgoingPlan = NoOutgoingAuth()
+
+
+# --- embedded authorization server -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UserInfoPlan:
+    endpoint_url: str
+    http_method: Literal["GET", "POST"] = "GET"
+    additional_headers: tuple[tuple[str, str], ...] = ()
+    subject_fields: tuple[str, ...] = ("sub",)
+    name_fields: tuple[str, ...] = ("name",)
+    email_fields: tuple[str, ...] = ("email",)
+
+
+@dataclass(frozen=True)
+class TokenResponseMappingPlan:
+    access_token_path: str
+    scope_path: str = "scope"
+    refresh_token_path: str = "refresh_token"
+    expires_in_path: str = "expires_in"
+
+
+@dataclass(frozen=True)
+class OIDCProvider:
+    name: str
+    issuer_url: str
+    client_id: str
+    client_secret: SecretValue | None = None
+    scopes: tuple[str, ...] = ("openid", "offline_access")
+    type: Literal["oidc"] = "oidc"
+
+
+@dataclass(frozen=True)
+class OAuth2Provider:
+    name: str
+    authorization_endpoint: str
+    token_endpoint: str
+    client_id: str
+    client_secret: SecretValue | None = None
+    scopes: tuple[str, ...] = ()
+    user_info: UserInfoPlan | None = None
+    token_response_mapping: TokenResponseMappingPlan | None = None
+    type: Literal["oauth2"] = "oauth2"
+
+
+ProviderPlan = OIDCProvider | OAuth2Provider
+
+
+@dataclass(frozen=True)
+class MemoryStorage:
+    type: Literal["memory"] = "memory"
+
+
+@dataclass(frozen=True)
+class RedisStorage:
+    key_prefix: str
+    master_name: str | None = None
+    sentinel_addrs: tuple[str, ...] = ()
+    addr: str | None = None
+    db: int = 0
+    username: SecretValue | None = None
+    password: SecretValue | None = None
+    dial_timeout: Duration = Duration.of(seconds=5)
+    read_timeout: Duration = Duration.of(seconds=3)
+    write_timeout: Duration = Duration.of(seconds=3)
+    type: Literal["redis"] = "redis"
+
+
+StoragePlan = MemoryStorage | RedisStorage
+
+
+@dataclass(frozen=True)
+class AuthServerPlan:
+    issuer: str
+    authorization_endpoint: str
+    """``{authorizationEndpointBaseUrl or issuer}/oauth/authorize``, as discovery advertises it."""
+    providers: tuple[ProviderPlan, ...]
+    signing_keys: tuple[SecretValue, ...] = ()
+    """PEM private keys; the first signs, all verify. Empty: an ephemeral key at startup."""
+    hmac_secrets: tuple[SecretValue, ...] = ()
+    """The first protects new codes and refresh tokens; all are accepted. Empty: ephemeral."""
+    access_token_lifespan: Duration = Duration.of(hours=1)
+    refresh_token_lifespan: Duration = Duration.of(hours=168)
+    auth_code_lifespan: Duration = Duration.of(minutes=10)
+    storage: StoragePlan = MemoryStorage()
+    insecure_allow_http: bool = False
+
+
+# --- aggregation -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolOverridePlan:
+    tool: str
+    name: str | None = None
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadToolsPlan:
+    workload: str
+    filter: tuple[str, ...] | None = None
+    """Tool names to keep (``None``: all)."""
+    overrides: tuple[ToolOverridePlan, ...] = ()
+
+
+@dataclass(frozen=True)
+class AggregationPlan:
+    conflict_resolution: Literal["prefix", "priority", "manual"] = "prefix"
+    prefix_format: str = "{workload}_"
+    priority_order: tuple[str, ...] = ()
+    tools: tuple[WorkloadToolsPlan, ...] = ()
+
+
+# --- the whole -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GatewayPlan:
+    """One VirtualMCPServer, resolved."""
+
+    name: str
+    namespace: str
+    group: str
+    incoming: IncomingPlan
+    backends: tuple[BackendPlan, ...]
+    aggregation: AggregationPlan = AggregationPlan()
+    auth_server: AuthServerPlan | None = None
+

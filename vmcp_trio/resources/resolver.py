@@ -1,0 +1,256 @@
+"""References between resources, Secrets, and the rules of the kinds a gateway builds on.
+
+:class:`Resolver` indexes the parsed resources by (kind, namespace, name) and follows references
+within a namespace, reporting each one that does not resolve at the field that makes it. It
+checks the dependency kinds first (Secret, MCPGroup, MCPServer, MCPExternalAuthConfig,
+MCPOIDCConfig) and keeps what each resolves to (a backend endpoint, an outgoing strategy), so
+every VirtualMCPServer that uses them shares one resolution and one set of messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import string
+from collections.abc import Sequence
+
+from . import models as m
+from .plan import (
+    Endpoint,
+    HttpEndpoint,
+    OutgoingPlan,
+    SecretValue,
+    StdioEndpoint,
+    TokenExchangeAuth,
+    UpstreamInjectAuth,
+)
+from .problems import PathPart, format_path
+from .report import Report, Resource, ResourceKey
+
+__all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template"]
+
+DEFAULT_BACKEND_URL_TEMPLATE = "http://mcp-{name}-proxy.{namespace}.svc.cluster.local:{port}"
+"""Where an MCPServer without ``url`` or ``command`` is reached: the Service ToolHive's operator
+creates for it. ``/mcp`` (or ``/sse`` for ``transport: sse``) is appended."""
+DEFAULT_PROXY_PORT = 8080
+_TEMPLATE_FIELDS = frozenset({"name", "namespace", "port"})
+
+TOKEN_TYPE_URN = "urn:ietf:params:oauth:token-type:"
+
+
+def check_url_template(template: str) -> str | None:
+    """Why ``template`` is unusable as a backend URL template, or None when it is fine."""
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as exc:
+        return f"is not a valid template: {exc}"
+    unknown = fields - _TEMPLATE_FIELDS
+    if unknown:
+        return (f"has unknown placeholders {sorted(unknown)}; "
+                f"use {{name}}, {{namespace}} and {{port}}")
+    if not template.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    return None
+
+
+class Resolver:
+    def __init__(self, resources: Sequence[Resource], report: Report, *,
+                 backend_url_template: str = DEFAULT_BACKEND_URL_TEMPLATE) -> None:
+        self.report = report
+        self.resources = resources
+        self.index: dict[ResourceKey, Resource] = {r.key: r for r in resources if r.name}
+        self.url_template = backend_url_template
+        self.endpoints: dict[ResourceKey, Endpoint] = {}
+        self.strategies: dict[ResourceKey, OutgoingPlan] = {}
+
+    # --- lookups -------------------------------------------------------------------------------
+
+    def of_kind(self, kind: str) -> list[Resource]:
+        return [r for r in self.resources if r.kind == kind and r.spec is not None]
+
+    def ref(self, owner: Resource, path: Sequence[PathPart], kind: str,
+            name: str) -> Resource | None:
+        """The referenced resource if it is usable; reports a reference that does not resolve.
+
+        A target that exists but has errors of its own gives None without a second message.
+        """
+        target = self.index.get((kind, owner.namespace or "", name))
+        if target is None:
+            self.report.error(owner, path, "reference",
+                              f"refers to {kind} {owner.namespace}/{name}, which does not exist"
+                              " (references resolve within the same namespace)")
+            return None
+        return target if target.usable else None
+
+    def secret(self, owner: Resource, path: Sequence[PathPart],
+               ref: m.SecretKeyRef) -> SecretValue | None:
+        target = self.ref(owner, (*path, "name"), "Secret", ref.name)
+        if target is None:
+            return None
+        secret: m.SecretResource = target.spec
+        source = f"{target.namespace}/{ref.name}[{ref.key}]"
+        if ref.key in secret.string_data:
+            return SecretValue(source, secret.string_data[ref.key].encode("utf-8"))
+        if ref.key in secret.data:
+            return SecretValue(source, base64.b64decode(secret.data[ref.key]))
+        keys = sorted({*secret.string_data, *secret.data})
+        have = f"its keys are: {', '.join(keys)}" if keys else "it has no keys"
+        self.report.error(owner, (*path, "key"), "secret-key",
+                          f"Secret {target.namespace}/{ref.name} has no key {ref.key!r} ({have})")
+        return None
+
+    def require_https(self, owner: Resource, path: Sequence[PathPart], url: str | None,
+                      allowed: bool, switch: str, *, blame: bool = True) -> None:
+        """Plain http only when the block's ``insecureAllowHTTP`` switch says so."""
+        if url is not None and url.lower().startswith("http://") and not allowed:
+            self.report.error(owner, path, "https",
+                              f"must use https (set {switch}: true to allow plain http, "
+                              "for development only)", blame=blame)
+
+    # --- the dependency kinds -------------------------------------------------------------------
+
+    def check_dependencies(self) -> None:
+        for resource in self.of_kind("Secret"):
+            self._check_secret(resource)
+        for resource in self.of_kind("MCPExternalAuthConfig"):
+            strategy = self._external_auth(resource)
+            if strategy is not None:
+                self.strategies[resource.key] = strategy
+        for resource in self.of_kind("MCPOIDCConfig"):
+            self._check_oidc_config(resource)
+        for resource in self.of_kind("MCPServer"):
+            endpoint = self._server(resource)
+            if endpoint is not None:
+                self.endpoints[resource.key] = endpoint
+
+    def _check_secret(self, resource: Resource) -> None:
+        secret: m.SecretResource = resource.spec
+        for key, value in secret.data.items():
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                self.report.error(resource, ("data", key), "base64",
+                                  "is not valid base64 (use stringData for plain text)")
+
+    def _server(self, resource: Resource) -> Endpoint | None:
+        spec: m.MCPServerSpec = resource.spec
+        path = ("spec",)
+        if spec.group_ref is not None:
+            self.ref(resource, (*path, "groupRef", "name"), "MCPGroup", spec.group_ref.name)
+        if spec.external_auth_config_ref is not None:
+            self.ref(resource, (*path, "externalAuthConfigRef", "name"), "MCPExternalAuthConfig",
+                     spec.external_auth_config_ref.name)
+        if spec.url is not None and spec.command is not None:
+            self.report.error(resource, (*path, "command"), "one-of",
+                              "spec.url and spec.command are mutually exclusive: a backend is "
+                              "either a running server or a stdio command that vmcp starts")
+            return None
+        if spec.command is None:
+            for field, alias in (("args", "args"), ("env", "env"), ("working_dir", "workingDir")):
+                if getattr(spec, field):
+                    self.report.error(resource, (*path, alias), "unused-field",
+                                      "is used only with spec.command")
+        if spec.command is not None:
+            if spec.transport not in (None, "stdio"):
+                self.report.error(resource, (*path, "transport"), "transport",
+                                  "must be stdio (or omitted) for a server that vmcp starts "
+                                  "with spec.command")
+            endpoint: Endpoint = StdioEndpoint(
+                spec.command, spec.args, tuple(sorted(spec.env.items())), spec.working_dir)
+        elif spec.url is not None:
+            if spec.transport == "stdio":
+                self.report.error(resource, (*path, "transport"), "transport",
+                                  "must be streamable-http or sse with spec.url (a URL does not "
+                                  "speak stdio)")
+            endpoint = HttpEndpoint(spec.url, "sse" if spec.transport == "sse" else
+                                    "streamable-http")
+        else:
+            base = self.url_template.format(name=resource.name, namespace=resource.namespace,
+                                            port=spec.proxy_port or DEFAULT_PROXY_PORT)
+            sse = spec.transport == "sse"
+            endpoint = HttpEndpoint(base.rstrip("/") + ("/sse" if sse else "/mcp"),
+                                    "sse" if sse else "streamable-http", in_cluster=True)
+        if spec.proxy_port is not None and (spec.url or spec.command):
+            self.report.warn(resource, (*path, "proxyPort"), "unused-field",
+                             "is ignored: it only shapes the in-cluster URL, and this server "
+                             "has spec.url or spec.command")
+        return None if resource.broken else endpoint
+
+    def _external_auth(self, resource: Resource) -> OutgoingPlan | None:
+        spec: m.ExternalAuthConfigSpec = resource.spec
+        path = ("spec",)
+        if spec.type == "upstreamInject":
+            self._block_matches_type(resource, spec.type, "upstreamInject",
+                                     spec.upstream_inject is not None,
+                                     {"tokenExchange": spec.token_exchange is not None})
+            if spec.upstream_inject is None:
+                return None
+            return UpstreamInjectAuth(spec.upstream_inject.provider_name,
+                                      f"{resource.namespace}/{resource.name}")
+        self._block_matches_type(resource, spec.type, "tokenExchange",
+                                 spec.token_exchange is not None,
+                                 {"upstreamInject": spec.upstream_inject is not None})
+        exchange = spec.token_exchange
+        if exchange is None:
+            return None
+        here = (*path, "tokenExchange")
+        self.require_https(resource, (*here, "tokenUrl"), exchange.token_url,
+                           exchange.insecure_allow_http, "spec.tokenExchange.insecureAllowHTTP")
+        secret = None
+        if exchange.client_secret_ref is not None:
+            secret = self.secret(resource, (*here, "clientSecretRef"), exchange.client_secret_ref)
+            if exchange.client_id is None:
+                self.report.error(resource, (*here, "clientId"), "required",
+                                  "is required when clientSecretRef is set")
+        token_type: str = exchange.subject_token_type
+        if not token_type.startswith(TOKEN_TYPE_URN):
+            token_type = TOKEN_TYPE_URN + token_type
+        if resource.broken:
+            return None
+        return TokenExchangeAuth(
+            config=f"{resource.namespace}/{resource.name}",
+            token_url=exchange.token_url,
+            audience=exchange.audience,
+            client_id=exchange.client_id,
+            client_secret=secret,
+            scopes=exchange.scopes,
+            subject_token_type=token_type,
+            subject_provider=exchange.subject_provider_name,
+            header_name=exchange.external_token_header_name,
+        )
+
+    def _block_matches_type(self, resource: Resource, type_: str, block: str, present: bool,
+                            others: dict[str, bool]) -> None:
+        """``type: X`` needs the ``X`` block and no block of another type."""
+        if not present:
+            self.report.error(resource, ("spec", block), "required",
+                              f"is required when type is {type_}")
+        for other, set_ in others.items():
+            if set_:
+                self.report.error(resource, ("spec", other), "unused-field",
+                                  f"must not be set when type is {type_}")
+
+    def _check_oidc_config(self, resource: Resource) -> None:
+        spec: m.OIDCConfigSpec = resource.spec
+        if spec.type == "inline":
+            self._block_matches_type(resource, spec.type, "inline", spec.inline is not None,
+                                     {"kubernetesServiceAccount":
+                                      spec.kubernetes_service_account is not None})
+            if spec.inline is not None:
+                self.check_inline_oidc(resource, ("spec", "inline"), spec.inline)
+        else:
+            self._block_matches_type(resource, spec.type, "kubernetesServiceAccount", True,
+                                     {"inline": spec.inline is not None})
+
+    def check_inline_oidc(self, owner: Resource, path: Sequence[PathPart],
+                          inline: m.SharedInlineOIDC) -> SecretValue | None:
+        """https for the issuer's URLs, and the introspection secret when there is one."""
+        switch = format_path((*path, "insecureAllowHTTP"))
+        for field, alias in (("issuer", "issuer"), ("jwks_url", "jwksUrl"),
+                             ("introspection_url", "introspectionUrl")):
+            self.require_https(owner, (*path, alias), getattr(inline, field),
+                               inline.insecure_allow_http, switch)
+        if inline.client_secret_ref is None:
+            return None
+        return self.secret(owner, (*path, "clientSecretRef"), inline.client_secret_ref)
+

@@ -1,0 +1,221 @@
+"""From parsed documents to typed resources: envelope, apiVersion/kind, and the spec's shape.
+
+pydantic checks the shape; this module turns each of its errors into a problem with our field
+path, rule id and wording. Values are quoted only for enum mismatches (never secret) so that no
+message can echo a secret that was typed into the wrong field.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Sequence
+from functools import cache
+from typing import Any, TypeVar, get_args
+
+from pydantic import BaseModel, ValidationError
+
+from .loading import SourceDocument
+from .models import KIND_MODELS, Envelope, Model, SecretResource
+from .problems import PathPart
+from .report import Report, Resource
+
+__all__ = ["DEFAULT_API_GROUP", "parse_documents"]
+
+DEFAULT_API_GROUP = "toolhive.stacklok.dev"
+API_VERSION = "v1alpha1"
+
+_TYPE_NAMES = {
+    "string_type": "must be a string",
+    "int_type": "must be an integer",
+    "bool_type": "must be true or false",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+    "model_attributes_type": "must be a mapping",
+    "list_type": "must be a list",
+    "tuple_type": "must be a list",
+    "none_required": "must be empty",
+}
+
+
+@cache
+def _field_vocabulary() -> tuple[str, ...]:
+    """Every field name any model knows, for "did you mean" hints."""
+    names: set[str] = set()
+    seen: set[type[BaseModel]] = set()
+
+    def visit(model: type[BaseModel]) -> None:
+        if model in seen:
+            return
+        seen.add(model)
+        for name, info in model.model_fields.items():
+            names.add(info.alias or name)
+            for inner in _models_in(info.annotation):
+                visit(inner)
+
+    roots: list[type[BaseModel]] = [*KIND_MODELS.values(), Envelope, SecretResource]
+    for model in roots:
+        visit(model)
+    return tuple(sorted(names))
+
+
+def _models_in(annotation: Any) -> Iterable[type[BaseModel]]:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+        return
+    for arg in get_args(annotation):
+        yield from _models_in(arg)
+
+
+def _describe(error: Any) -> tuple[str, str]:
+    """(rule, message) for one pydantic error dict."""
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "required", "is required"
+    if kind == "extra_forbidden":
+        field = error["loc"][-1] if error["loc"] else ""
+        hint = ""
+        if isinstance(field, str):
+            close = difflib.get_close_matches(field, _field_vocabulary(), n=1, cutoff=0.75)
+            if close:
+                hint = f" (did you mean {close[0]!r}?)"
+        return "unknown-field", f"is not a known field{hint}"
+    if kind == "literal_error":
+        got = error.get("input")
+        shown = ""
+        if isinstance(got, str) and len(got) <= 64 and got.isprintable():
+            shown = f" (got {got!r})"
+        elif got is None:
+            shown = " (got nothing)"
+        return "enum", f"must be one of {ctx.get('expected', '')}{shown}"
+    if kind in _TYPE_NAMES:
+        return "type", _TYPE_NAMES[kind]
+    if kind == "string_too_short":
+        return "required", "must not be empty"
+    if kind == "string_too_long":
+        return "too-long", f"must be at most {ctx.get('max_length')} characters"
+    if kind == "too_short":
+        return "too-short", f"must have at least {ctx.get('min_length')} item(s)"
+    if kind == "too_long":
+        return "too-long", f"must have at most {ctx.get('max_length')} items"
+    if kind == "string_pattern_mismatch":
+        return "pattern", f"must match {ctx.get('pattern')}"
+    if kind in ("greater_than_equal", "greater_than"):
+        return "range", f"must be at least {ctx.get('ge', ctx.get('gt'))}"
+    if kind in ("less_than_equal", "less_than"):
+        return "range", f"must be at most {ctx.get('le', ctx.get('lt'))}"
+    if kind == "int_from_float" or kind == "int_parsing":
+        return "type", "must be an integer"
+    # Our own PydanticCustomError types are rule ids with a finished message.
+    return kind.replace("_", "-"), str(error["msg"])
+
+
+def _report_validation(report: Report, resource: Resource, prefix: Sequence[PathPart],
+                       exc: ValidationError) -> None:
+    errors = exc.errors(include_url=False)
+    locs = [tuple(e["loc"]) for e in errors]
+    for error in errors:
+        loc = list(error["loc"])
+        # pydantic counts only the valid items of a list against min_length: "must have at
+        # least 1 item" is wrong when the items are there but have errors of their own.
+        if error["type"] == "too_short" and any(
+                len(other) > len(loc) and list(other[:len(loc)]) == loc for other in locs):
+            continue
+        rule, message = _describe(error)
+        if "[key]" in loc:
+            loc.remove("[key]")
+            message = f"key {message}"
+        report.error(resource, (*prefix, *loc), rule, message)
+
+
+def _identity(body: dict[str, Any], namespace: str) -> tuple[str | None, str | None]:
+    meta = body.get("metadata")
+    if not isinstance(meta, dict):
+        return None, None
+    name = meta.get("name") if isinstance(meta.get("name"), str) else None
+    ns = meta.get("namespace", namespace)
+    return name, ns if isinstance(ns, str) else namespace
+
+
+M = TypeVar("M", bound=Model)
+
+
+def _validate(model: type[M], data: Any, report: Report, resource: Resource,
+              prefix: Sequence[PathPart]) -> M | None:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        _report_validation(report, resource, prefix, exc)
+        return None
+
+
+def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
+                   namespace: str) -> Resource | None:
+    """Check one document's envelope and spec shape. None when it is not a resource at all."""
+    body = doc.body
+    if not isinstance(body, dict):
+        report.error(doc, (), "document",
+                     "must be a mapping with apiVersion, kind, metadata and spec")
+        return None
+    kind = body.get("kind")
+    name, ns = _identity(body, namespace)
+    resource = Resource(doc, kind if isinstance(kind, str) else None, ns, name)
+    if not isinstance(kind, str) or not kind:
+        report.error(resource, ("kind",), "required",
+                     "is required: one of Secret, " + ", ".join(KIND_MODELS))
+        return None
+    if kind != "Secret" and kind not in KIND_MODELS:
+        known = ", ".join(("Secret", *KIND_MODELS))
+        report.error(resource, ("kind",), "kind",
+                     f"unknown kind {kind[:64]!r}: expected one of {known}")
+        return None
+
+    expected = "v1" if kind == "Secret" else f"{api_group}/{API_VERSION}"
+    api = body.get("apiVersion")
+    if isinstance(api, str) and api != expected:
+        hint = ""
+        group = api.rpartition("/")[0]
+        if kind != "Secret" and group and group != api_group and api.endswith(f"/{API_VERSION}"):
+            hint = f" (or run with --api-group {group[:100]})"
+        report.error(resource, ("apiVersion",), "api-version",
+                     f"must be {expected} for kind {kind}{hint}")
+
+    if kind == "Secret":
+        secret = _validate(SecretResource, body, report, resource, ())
+        if secret is not None:
+            resource.spec = secret
+            resource.namespace = secret.metadata.namespace or namespace
+        return resource
+
+    envelope = _validate(Envelope, body, report, resource, ())
+    raw_spec = body.get("spec")
+    if raw_spec is None and kind != "MCPGroup":
+        report.error(resource, ("spec",), "required", "is required")
+        return resource
+    spec = _validate(KIND_MODELS[kind], raw_spec or {}, report, resource, ("spec",))
+    if envelope is not None and spec is not None:
+        resource.spec = spec
+        resource.namespace = envelope.metadata.namespace or namespace
+    return resource
+
+
+def parse_documents(docs: Iterable[SourceDocument], report: Report, *,
+                    api_group: str = DEFAULT_API_GROUP,
+                    namespace: str = "default") -> list[Resource]:
+    """Parse every document; report duplicates of (kind, namespace, name)."""
+    resources: list[Resource] = []
+    seen: dict[tuple[str, str, str], Resource] = {}
+    for doc in docs:
+        resource = parse_document(doc, report, api_group=api_group, namespace=namespace)
+        if resource is None:
+            continue
+        if resource.name is not None:
+            first = seen.get(resource.key)
+            if first is not None:
+                report.error(resource, ("metadata", "name"), "duplicate-resource",
+                             f"{resource.ident} is also defined in {first.doc.file}, "
+                             f"document {first.doc.index}")
+                continue
+            seen[resource.key] = resource
+        resources.append(resource)
+    return resources

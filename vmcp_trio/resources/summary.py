@@ -1,0 +1,125 @@
+"""A short human summary of a resolved plan, as ``vmcp validate`` prints it.
+
+Secrets appear only as ``<redacted>``; everything else (URLs, names, audiences) is shown so the
+reader can check that the references went where they meant them to.
+"""
+
+from __future__ import annotations
+
+from .plan import (
+    REDACTED,
+    AnonymousIncoming,
+    AuthServerPlan,
+    BackendPlan,
+    EmbeddedIncoming,
+    GatewayPlan,
+    HttpEndpoint,
+    IncomingPlan,
+    KubernetesIncoming,
+    NoOutgoingAuth,
+    OAuth2Provider,
+    OIDCIncoming,
+    OutgoingPlan,
+    RedisStorage,
+    SecretValue,
+    TokenExchangeAuth,
+    UpstreamInjectAuth,
+)
+
+__all__ = ["describe_plan"]
+
+
+def _secret(value: SecretValue | None) -> str:
+    return REDACTED if value is not None else "none"
+
+
+def _incoming(plan: IncomingPlan) -> str:
+    if isinstance(plan, AnonymousIncoming):
+        return "anonymous (development only: no credentials checked)"
+    if isinstance(plan, OIDCIncoming):
+        text = f"oidc, issuer {plan.issuer}, audience {plan.audience}"
+        if plan.client_secret is not None:
+            text += f", introspection with client {plan.client_id} (secret {REDACTED})"
+        return text
+    if isinstance(plan, KubernetesIncoming):
+        issuer = plan.issuer or "the in-cluster API server"
+        return f"kubernetes service accounts, issuer {issuer}, audience {plan.audience}"
+    assert isinstance(plan, EmbeddedIncoming)
+    return f"embedded authorization server, issuer {plan.issuer}, audience {plan.audience}"
+
+
+def _outgoing(plan: OutgoingPlan, incoming: IncomingPlan) -> str:
+    if isinstance(plan, NoOutgoingAuth):
+        return "none"
+    if isinstance(plan, UpstreamInjectAuth):
+        return f"upstreamInject of provider {plan.provider} ({plan.config})"
+    assert isinstance(plan, TokenExchangeAuth)
+    if plan.subject_provider is not None:
+        subject = f"the stored token of provider {plan.subject_provider}"
+    elif isinstance(incoming, EmbeddedIncoming):
+        subject = "vmcp's own JWT"
+    else:
+        subject = "the caller's validated token"
+    text = (f"tokenExchange at {plan.token_url} for audience {plan.audience}, subject "
+            f"{subject} ({plan.config})")
+    if plan.client_secret is not None:
+        text += f", client {plan.client_id} secret {REDACTED}"
+    return text
+
+
+def _backend(backend: BackendPlan, incoming: IncomingPlan) -> str:
+    endpoint = backend.endpoint
+    if isinstance(endpoint, HttpEndpoint):
+        where = f"{endpoint.transport} {endpoint.url}"
+        if endpoint.in_cluster:
+            where += " (in-cluster)"
+    else:
+        where = "stdio " + " ".join([endpoint.command, *endpoint.args])
+        if endpoint.env:
+            where += f" (env: {', '.join(k for k, _ in endpoint.env)})"
+    outgoing = _outgoing(backend.outgoing, incoming)
+    return f"    {backend.name}: {where}\n      outgoing auth: {outgoing}"
+
+
+def _auth_server(plan: AuthServerPlan) -> list[str]:
+    keys = f"{len(plan.signing_keys)} signing key(s)" if plan.signing_keys else "ephemeral keys"
+    hmacs = (f"{len(plan.hmac_secrets)} HMAC secret(s)" if plan.hmac_secrets
+             else "ephemeral HMAC secret")
+    lines = [
+        f"  authorization server: issuer {plan.issuer}",
+        f"    authorization endpoint: {plan.authorization_endpoint}",
+        f"    tokens: access {plan.access_token_lifespan}, refresh "
+        f"{plan.refresh_token_lifespan}, code {plan.auth_code_lifespan}; {keys}, {hmacs}",
+    ]
+    storage = plan.storage
+    if isinstance(storage, RedisStorage):
+        where = (f"sentinel master {storage.master_name} via {', '.join(storage.sentinel_addrs)}"
+                 if storage.master_name else f"redis {storage.addr}")
+        lines.append(f"    storage: {where}, db {storage.db}, prefix {storage.key_prefix}, "
+                     f"password {_secret(storage.password)}")
+    else:
+        lines.append("    storage: memory (lost on restart)")
+    lines.append("    upstream providers (login order):")
+    for provider in plan.providers:
+        if isinstance(provider, OAuth2Provider):
+            where = f"oauth2 {provider.authorization_endpoint}"
+        else:
+            where = f"oidc {provider.issuer_url}"
+        lines.append(f"      {provider.name}: {where}, client {provider.client_id}, "
+                     f"secret {_secret(provider.client_secret)}")
+    return lines
+
+
+def describe_plan(plan: GatewayPlan) -> str:
+    lines = [
+        f"VirtualMCPServer {plan.namespace}/{plan.name} (group {plan.group})",
+        f"  incoming auth: {_incoming(plan.incoming)}",
+        f"  aggregation: {plan.aggregation.conflict_resolution}"
+        + (f" ({plan.aggregation.prefix_format!r})"
+           if plan.aggregation.conflict_resolution == "prefix" else ""),
+        f"  backends ({len(plan.backends)}):",
+        *(_backend(b, plan.incoming) for b in plan.backends),
+    ]
+    if plan.auth_server is not None:
+        lines.extend(_auth_server(plan.auth_server))
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""Load, check and resolve resource files: the one entry point the rest of vmcp-trio uses.
+
+Order of work: read every document (:mod:`.loading`), check each one's shape (:mod:`.schema`),
+check the kinds a gateway builds on and remember what they resolve to (:mod:`.resolver`), then
+resolve every VirtualMCPServer (:mod:`.gateway_rules`). Problems accumulate throughout; the
+plans are returned only when there is no error at all, so callers never run on a configuration
+that has one.
+
+A document whose shape is wrong gets all its shape errors at once; the rules that relate it to
+other documents run once its shape is right (references to it are not reported as missing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .gateway_rules import resolve_gateway
+from .loading import SourceDocument, load_paths
+from .plan import GatewayPlan
+from .problems import Problem, sort_problems
+from .report import Report
+from .resolver import DEFAULT_BACKEND_URL_TEMPLATE, Resolver
+from .schema import DEFAULT_API_GROUP, parse_documents
+
+__all__ = ["LoadOptions", "ValidationResult", "validate_documents", "validate_paths"]
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    api_group: str = DEFAULT_API_GROUP
+    namespace: str = "default"
+    """Namespace of documents that do not set ``metadata.namespace`` (as kubectl does)."""
+    backend_url_template: str = DEFAULT_BACKEND_URL_TEMPLATE
+
+
+@dataclass(frozen=True)
+class ValidationResult:
+    problems: tuple[Problem, ...]
+    plans: tuple[GatewayPlan, ...]
+    """Every VirtualMCPServer, resolved, in (namespace, name) order; empty if there is an error."""
+    document_count: int
+    unchecked: int = 0
+    """Resources whose field errors kept the cross-document rules from running on them."""
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.is_error)
+
+    @property
+    def warnings(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if not p.is_error)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def validate_documents(docs: Sequence[SourceDocument], options: LoadOptions = LoadOptions(),
+                       load_problems: Iterable[Problem] = ()) -> ValidationResult:
+    report = Report()
+    report.extend(list(load_problems))
+    resources = parse_documents(docs, report, api_group=options.api_group,
+                                namespace=options.namespace)
+    resolver = Resolver(resources, report, backend_url_template=options.backend_url_template)
+    resolver.check_dependencies()
+    plans: list[GatewayPlan] = []
+    for gateway in resolver.of_kind("VirtualMCPServer"):
+        plan = resolve_gateway(resolver, gateway)
+        if plan is not None:
+            plans.append(plan)
+    problems = tuple(sort_problems(dict.fromkeys(report.problems)))
+    ok = not any(p.is_error for p in problems)
+    ordered = sorted(plans, key=lambda p: (p.namespace, p.name)) if ok else []
+    unchecked = sum(1 for r in resources if r.spec is None)
+    return ValidationResult(problems, tuple(ordered), len(docs), unchecked)
+
+
+def validate_paths(paths: Iterable[str | Path],
+                   options: LoadOptions = LoadOptions()) -> ValidationResult:
+    """Load files and folders and validate them. Raises ``ConfigPathError`` for a missing path."""
+    docs, problems = load_paths(paths)
+    return validate_documents(docs, options, problems)
