@@ -1,0 +1,202 @@
+"""The ``vmcp`` (and ``svc``) command line.
+
+Exit codes: 0 success; 1 the configuration has errors (every one is listed); 2 usage error
+(unknown flag, missing argument, a ``--config`` path that does not exist).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from . import __version__
+from .authserver.keygen import generate_hmac_secret, generate_signing_key
+from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
+from .resources.problems import Problem
+from .resources.resolver import DEFAULT_BACKEND_URL_TEMPLATE, check_url_template
+from .resources.schema import DEFAULT_API_GROUP
+from .resources.summary import describe_plan
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+def _add_resource_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", "-c", action="append", required=True, metavar="PATH",
+                        help="YAML or JSON file (one or more documents) or folder; repeatable")
+    parser.add_argument("--name", help="the VirtualMCPServer to use when the files hold several")
+    parser.add_argument("--namespace", default="default",
+                        help="namespace of documents without metadata.namespace "
+                             "(default: %(default)s)")
+    parser.add_argument("--api-group", default=DEFAULT_API_GROUP,
+                        help="API group of the resources' apiVersion (default: %(default)s)")
+    parser.add_argument("--backend-url-template", default=DEFAULT_BACKEND_URL_TEMPLATE,
+                        help="URL of an MCPServer with neither spec.url nor spec.command; "
+                             "placeholders {name}, {namespace}, {port}; /mcp or /sse is "
+                             "appended (default: %(default)s)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="vmcp",
+        description="vmcp-trio: one MCP endpoint over many MCP servers, with OAuth at both "
+                    "boundaries.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    validate = commands.add_parser(
+        "validate",
+        help="check resource files and print the resolved plan",
+        description="Check resource files; list every problem (exit 1) or print a summary of "
+                    "the resolved plan (exit 0).",
+    )
+    _add_resource_options(validate)
+    validate.add_argument("--output", "-o", choices=("text", "json"), default="text",
+                          help="output format (default: %(default)s)")
+    validate.set_defaults(handler=_validate, parser=validate)
+
+    keys = commands.add_parser("keys", help="signing keys and HMAC secrets for authServerConfig")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
+    generate = key_commands.add_parser(
+        "generate",
+        help="write a new signing key and HMAC secret",
+        description="Write a new signing key and HMAC secret: as a Secret document on standard "
+                    "output (default), or as two files with --output-dir.",
+    )
+    generate.add_argument("--key-type", choices=("ec", "rsa", "ed25519"), default="ec",
+                          help="ec (P-256, ES256), rsa (RS256) or ed25519 (EdDSA) "
+                               "(default: %(default)s)")
+    generate.add_argument("--rsa-bits", type=int, choices=(2048, 3072, 4096), default=3072,
+                          help="RSA key size (default: %(default)s)")
+    generate.add_argument("--name", default="vmcp-auth-keys",
+                          help="name of the Secret document (default: %(default)s)")
+    generate.add_argument("--namespace", help="namespace of the Secret document")
+    generate.add_argument("--output-dir", metavar="DIR",
+                          help=f"write {SIGNING_KEY_FILE} and {HMAC_FILE} here (mode 0600) "
+                               "instead of printing a Secret; never overwrites")
+    generate.set_defaults(handler=_keys_generate, parser=generate)
+    return parser
+
+
+def _problem_json(problem: Problem) -> dict[str, Any]:
+    return {
+        "severity": problem.severity.value,
+        "rule": problem.rule,
+        "message": problem.message,
+        "file": problem.file,
+        "document": problem.document,
+        "kind": problem.kind,
+        "namespace": problem.namespace,
+        "name": problem.name,
+        "path": problem.path,
+        "line": problem.line,
+        "column": problem.column,
+    }
+
+
+def _print_result(result: ValidationResult, name: str | None, fmt: str, out: TextIO) -> int:
+    plans = result.plans
+    missing_name = False
+    if name is not None and result.ok:
+        plans = tuple(p for p in plans if p.name == name)
+        missing_name = not plans
+    if fmt == "json":
+        json.dump({
+            "valid": result.ok and not missing_name,
+            "documents": result.document_count,
+            "unchecked": result.unchecked,
+            "problems": [_problem_json(p) for p in result.problems],
+            "virtualMCPServers": [f"{p.namespace}/{p.name}" for p in plans],
+        }, out, indent=2)
+        out.write("\n")
+    else:
+        for problem in result.problems:
+            out.write(f"{problem}\n")
+        errors, warnings = len(result.errors), len(result.warnings)
+        if result.problems:
+            out.write("\n")
+        if not result.ok:
+            out.write(f"invalid: {errors} error(s), {warnings} warning(s) in "
+                      f"{result.document_count} document(s)\n")
+            if result.unchecked:
+                out.write(f"note: {result.unchecked} resource(s) have field errors, so the "
+                          "rules between resources did not run on them yet; fix these and "
+                          "run again\n")
+        elif missing_name:
+            out.write(f"invalid: no VirtualMCPServer named {name!r} in the given files\n")
+        else:
+            out.write(f"valid: {result.document_count} document(s), {warnings} warning(s)\n")
+            if not plans:
+                out.write("(no VirtualMCPServer in the given files)\n")
+            for plan in plans:
+                out.write("\n" + describe_plan(plan) + "\n")
+    return EXIT_OK if result.ok and not missing_name else EXIT_INVALID
+
+
+def _load_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadOptions:
+    problem = check_url_template(args.backend_url_template)
+    if problem is not None:
+        parser.error(f"--backend-url-template {problem}")
+    return LoadOptions(api_group=args.api_group, namespace=args.namespace,
+                       backend_url_template=args.backend_url_template)
+
+
+def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    options = _load_options(args, parser)
+    try:
+        result = validate_paths(args.config, options)
+    except ConfigPathError as exc:
+        parser.error(f"--config {exc}")
+    return _print_result(result, args.name, args.output, sys.stdout)
+
+
+SIGNING_KEY_FILE = "signing-key.pem"
+HMAC_FILE = "hmac-secret"
+
+
+def _keys_generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    pem = generate_signing_key(args.key_type, args.rsa_bits)
+    hmac_secret = generate_hmac_secret()
+    if args.output_dir is not None:
+        folder = Path(args.output_dir)
+        if not folder.is_dir():
+            parser.error(f"--output-dir {folder}: no such folder")
+        for name, data in ((SIGNING_KEY_FILE, pem), (HMAC_FILE, hmac_secret)):
+            target = folder / name
+            try:
+                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                parser.error(f"--output-dir {folder}: {name} exists; not overwriting it")
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            print(f"wrote {target}")
+        return EXIT_OK
+    _check_dns_name(parser, "--name", args.name)
+    lines = ["apiVersion: v1", "kind: Secret", "metadata:", f"  name: {args.name}"]
+    if args.namespace:
+        _check_dns_name(parser, "--namespace", args.namespace)
+        lines.append(f"  namespace: {args.namespace}")
+    lines += ["type: Opaque", "stringData:", f"  {SIGNING_KEY_FILE}: |"]
+    lines += [f"    {line}" for line in pem.decode("ascii").splitlines()]
+    lines.append(f'  {HMAC_FILE}: "{hmac_secret.decode("ascii")}"')
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _check_dns_name(parser: argparse.ArgumentParser, flag: str, value: str) -> None:
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", value):
+        parser.error(f"{flag} must be a DNS name: lowercase letters, digits, '-' and '.'")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # A handler gets its own subparser, so its usage errors print that command's usage.
+    return int(args.handler(args, args.parser))
