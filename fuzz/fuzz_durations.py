@@ -3,8 +3,6 @@ prints canonically and parses back to the same value."""
 
 from __future__ import annotations
 
-import sys
-
 from vmcp_trio.resources.durations import DurationError, parse_duration
 
 
@@ -18,13 +16,7 @@ def TestOneInput(data: bytes) -> None:
         raise AssertionError(f"{text!r} parsed to {value!r}, which does not round-trip")
 
 
-def main() -> None:
-    import atheris
-
-    atheris.instrument_all()
-    atheris.Setup(sys.argv, TestOneInput)
-    atheris.Fuzz()
-
-
 if __name__ == "__main__":
-    main()
+    from harness import fuzz
+
+    fuzz(TestOneInput)

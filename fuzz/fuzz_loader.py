@@ -7,8 +7,6 @@ depth and size limits bound the work). Run through ``make fuzz``, or directly:
 
 from __future__ import annotations
 
-import sys
-
 from vmcp_trio.resources import LoadOptions, validate_documents
 from vmcp_trio.resources.loading import load_text
 from vmcp_trio.resources.problems import Problem
@@ -24,13 +22,7 @@ def TestOneInput(data: bytes) -> None:
                 raise AssertionError("validation returned something other than a problem")
 
 
-def main() -> None:
-    import atheris
-
-    atheris.instrument_all()
-    atheris.Setup(sys.argv, TestOneInput)
-    atheris.Fuzz()
-
-
 if __name__ == "__main__":
-    main()
+    from harness import fuzz
+
+    fuzz(TestOneInput)

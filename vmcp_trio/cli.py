@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, TextIO
 from . import __version__
 from .authserver.keygen import generate_hmac_secret, generate_signing_key
 from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
+from .resources.fields import DNS_NAME_RULE, is_dns_subdomain
 from .resources.problems import Problem
 from .resources.resolver import DEFAULT_BACKEND_URL_TEMPLATE, check_url_template
 from .resources.schema import DEFAULT_API_GROUP
@@ -191,8 +191,8 @@ def _keys_generate(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 
 def _check_dns_name(parser: argparse.ArgumentParser, flag: str, value: str) -> None:
-    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?", value):
-        parser.error(f"{flag} must be a DNS name: lowercase letters, digits, '-' and '.'")
+    if not is_dns_subdomain(value):
+        parser.error(f"{flag} {DNS_NAME_RULE}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ lifespans within sane ranges, upstream providers (unique DNS-label names, the bl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -96,26 +96,43 @@ def _check_base_url(resolver: Resolver, owner: Resource, path: Sequence[PathPart
         resolver.report.error(owner, path, "issuer", "must not end with '/'")
 
 
-def _signing_keys(resolver: Resolver, owner: Resource,
-                  refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
+def _secret_list(resolver: Resolver, owner: Resource, field: str,
+                 refs: Sequence[m.SecretKeyRef], when_empty: str, rule: str,
+                 problem: Callable[[bytes], str | None]) -> tuple[SecretValue, ...]:
+    """Resolve a list of Secret refs, each checked by ``problem``; warn when there is none."""
     if not refs:
-        resolver.report.warn(owner, (*SPEC, "signingKeySecretRefs"), "ephemeral-keys",
-                             "is empty: an ephemeral signing key is generated at startup, so "
-                             "after a restart issued tokens no longer verify and every user "
-                             "must log in again (set it for production)")
-    keys: list[SecretValue] = []
+        resolver.report.warn(owner, (*SPEC, field), "ephemeral-keys", when_empty)
+    values: list[SecretValue] = []
     for index, ref in enumerate(refs):
-        path = (*SPEC, "signingKeySecretRefs", index)
+        path = (*SPEC, field, index)
         value = resolver.secret(owner, path, ref)
         if value is None:
             continue
-        reason = signing_key_problem(value.value)
+        reason = problem(value.value)
         if reason is not None:
-            resolver.report.error(owner, (*path, "key"), "signing-key",
-                                  f"Secret {value.source}: {reason}")
+            resolver.report.error(owner, (*path, "key"), rule, f"Secret {value.source}: {reason}")
             continue
-        keys.append(value)
-    return tuple(keys)
+        values.append(value)
+    return tuple(values)
+
+
+def _signing_keys(resolver: Resolver, owner: Resource,
+                  refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
+    return _secret_list(
+        resolver, owner, "signingKeySecretRefs", refs,
+        "is empty: an ephemeral signing key is generated at startup, so after a restart issued "
+        "tokens no longer verify and every user must log in again (set it for production)",
+        "signing-key", signing_key_problem)
+
+
+def _hmac_secrets(resolver: Resolver, owner: Resource,
+                  refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
+    return _secret_list(
+        resolver, owner, "hmacSecretRefs", refs,
+        "is empty: an ephemeral HMAC secret is generated at startup, so after a restart "
+        "authorization codes and refresh tokens no longer decode and every user must log in "
+        "again (set it for production)",
+        "hmac-secret", hmac_secret_problem)
 
 
 def signing_key_problem(pem: bytes) -> str | None:
@@ -140,26 +157,10 @@ def signing_key_problem(pem: bytes) -> str | None:
     return "unsupported key type; use RSA (>= 2048 bits), EC P-256/P-384/P-521 or Ed25519"
 
 
-def _hmac_secrets(resolver: Resolver, owner: Resource,
-                  refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
-    if not refs:
-        resolver.report.warn(owner, (*SPEC, "hmacSecretRefs"), "ephemeral-keys",
-                             "is empty: an ephemeral HMAC secret is generated at startup, so "
-                             "after a restart authorization codes and refresh tokens no longer "
-                             "decode and every user must log in again (set it for production)")
-    secrets: list[SecretValue] = []
-    for index, ref in enumerate(refs):
-        path = (*SPEC, "hmacSecretRefs", index)
-        value = resolver.secret(owner, path, ref)
-        if value is None:
-            continue
-        if len(value.value) < MIN_HMAC_BYTES:
-            resolver.report.error(owner, (*path, "key"), "hmac-secret",
-                                  f"Secret {value.source}: an HMAC secret must be at least "
-                                  f"{MIN_HMAC_BYTES} bytes long")
-            continue
-        secrets.append(value)
-    return tuple(secrets)
+def hmac_secret_problem(secret: bytes) -> str | None:
+    if len(secret) < MIN_HMAC_BYTES:
+        return f"an HMAC secret must be at least {MIN_HMAC_BYTES} bytes long"
+    return None
 
 
 def _lifespans(resolver: Resolver, owner: Resource,

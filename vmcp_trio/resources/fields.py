@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 from .durations import Duration, DurationError, parse_duration
 
 __all__ = [
+    "DNS_NAME_RULE",
     "Bool",
     "DnsLabel",
     "DnsSubdomain",
@@ -29,6 +30,7 @@ __all__ = [
     "Port",
     "Str",
     "UrlText",
+    "is_dns_subdomain",
 ]
 
 Str = Annotated[str, Strict()]
@@ -50,13 +52,18 @@ def _dns_label(value: str) -> str:
     return value
 
 
+DNS_NAME_RULE = ("must be a DNS subdomain name: at most 253 characters of lowercase letters, "
+                 "digits, '-' and '.', each part starting and ending with a letter or digit")
+
+
+def is_dns_subdomain(value: str) -> bool:
+    """Kubernetes' rule for object names (RFC 1123 subdomain)."""
+    return len(value) <= 253 and all(_DNS_LABEL.match(part) for part in value.split("."))
+
+
 def _dns_subdomain(value: str) -> str:
-    if len(value) > 253 or not all(_DNS_LABEL.match(part) for part in value.split(".")):
-        raise PydanticCustomError(
-            "dns-name",
-            "must be a DNS subdomain name: at most 253 characters of lowercase letters, "
-            "digits, '-' and '.', each part starting and ending with a letter or digit",
-        )
+    if not is_dns_subdomain(value):
+        raise PydanticCustomError("dns-name", DNS_NAME_RULE)
     return value
 
 
