@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FUZZ_SECONDS ?= 60
 
-.PHONY: test pytest lint fuzz clean
+.PHONY: test pytest lint fuzz clean run
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
@@ -23,7 +23,7 @@ pytest: $(STAMP)
 
 ## lint: ruff and mypy on the package, hadolint on the Dockerfile
 lint: $(STAMP)
-	$(BIN)/ruff check vmcp_trio tests fuzz
+	$(BIN)/ruff check vmcp_trio tests fuzz examples scripts
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
 
@@ -40,3 +40,7 @@ fuzz: $(STAMP)
 
 clean:
 	rm -rf $(VENV) fuzz/work .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## run: the gateway on examples/quickstart.yaml at http://127.0.0.1:4483/mcp (Ctrl-C stops it)
+run: $(STAMP)
+	@$(BIN)/python scripts/foreground.py $(BIN)/vmcp serve --config examples/quickstart.yaml

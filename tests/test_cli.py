@@ -90,8 +90,8 @@ def test_json_output() -> None:
     report = json.loads(run.stdout)
     assert report["valid"] is True
     assert set(report["virtualMCPServers"]) == {
-        "ci/automation-gateway", "default/dev-gateway", "default/support-gateway",
-        "platform/engineering-gateway", "tools/tools-gateway"}
+        "ci/automation-gateway", "dev/dev-gateway", "default/quickstart",
+        "default/support-gateway", "platform/engineering-gateway", "tools/tools-gateway"}
     assert {p["rule"] for p in report["problems"]} == {"anonymous"}
 
 

@@ -510,7 +510,7 @@ def test_sse_server_in_cluster(anonymous: Docs) -> None:
     set_field(notes, "spec.proxyPort", 9090)
     result = validate(anonymous, backend_url_template="http://{name}.{namespace}:{port}")
     endpoint = next(b for b in result.plans[0].backends if b.name == "notes").endpoint
-    assert endpoint.url == "http://notes.default:9090/sse"  # type: ignore[union-attr]
+    assert endpoint.url == "http://notes.dev:9090/sse"  # type: ignore[union-attr]
     assert endpoint.transport == "sse"  # type: ignore[union-attr]
 
 

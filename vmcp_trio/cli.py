@@ -11,17 +11,23 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TextIO
 
+import trio
+
 from . import __version__
 from .authserver.keygen import generate_hmac_secret, generate_signing_key
+from .gateway.core import GatewaySettings
 from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
 from .resources.fields import DNS_NAME_RULE, is_dns_subdomain
 from .resources.problems import Problem
 from .resources.resolver import DEFAULT_BACKEND_URL_TEMPLATE, check_url_template
 from .resources.schema import DEFAULT_API_GROUP
 from .resources.summary import describe_plan
+from .runtime.logs import configure_logging
+from .runtime.serve import run_gateway
 
 __all__ = ["main"]
 
@@ -61,6 +67,31 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--output", "-o", choices=("text", "json"), default="text",
                           help="output format (default: %(default)s)")
     validate.set_defaults(handler=_validate, parser=validate)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the Virtual MCP Server",
+        description="Serve one VirtualMCPServer at http://HOST:PORT/mcp until SIGINT or SIGTERM.",
+    )
+    _add_resource_options(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=4483, help="listen port (default: %(default)s)")
+    serve.add_argument("--tls-cert", metavar="PEM", help="certificate chain for HTTPS")
+    serve.add_argument("--tls-key", metavar="PEM", help="private key for HTTPS")
+    serve.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log format (default: %(default)s)")
+    serve.add_argument("--debug", action="store_true", help="debug logging")
+    serve.add_argument("--session-ttl", type=float, default=1800.0, metavar="SECONDS",
+                       help="end sessions idle this long (default: %(default)s)")
+    serve.add_argument("--max-sessions", type=int, default=10_000,
+                       help="most concurrent client sessions (default: %(default)s)")
+    serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
+                       help="largest request body (default: %(default)s)")
+    serve.add_argument("--backend-timeout", type=float, default=60.0, metavar="SECONDS",
+                       help="how long a backend may take to answer (default: %(default)s)")
+    serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                       help="a browser Origin allowed besides same-origin; repeatable")
+    serve.set_defaults(handler=_serve, parser=serve)
 
     keys = commands.add_parser("keys", help="signing keys and HMAC secrets for authServerConfig")
     key_commands = keys.add_subparsers(dest="keys_command", required=True, metavar="COMMAND")
@@ -157,6 +188,50 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return _print_result(result, args.name, args.output, sys.stdout)
 
 
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if not 0 <= args.port <= 65535:
+        parser.error("--port must be between 0 and 65535")
+    options = _load_options(args, parser)
+    try:
+        result = validate_paths(args.config, options)
+    except ConfigPathError as exc:
+        parser.error(f"--config {exc}")
+    for problem in result.problems:
+        print(problem, file=sys.stderr)
+    if not result.ok:
+        print(f"vmcp: the configuration has {len(result.errors)} error(s); not starting",
+              file=sys.stderr)
+        return EXIT_INVALID
+    plans = [p for p in result.plans if args.name is None or p.name == args.name]
+    if len(plans) != 1:
+        found = ", ".join(f"{p.namespace}/{p.name}" for p in result.plans) or "none"
+        why = (f"no VirtualMCPServer named {args.name!r}" if args.name
+               else "several VirtualMCPServers; choose one with --name")
+        print(f"vmcp: {why} (found: {found})", file=sys.stderr)
+        return EXIT_INVALID
+    plan = plans[0]
+    configure_logging(args.log_format, debug=args.debug)
+    settings = GatewaySettings(
+        host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
+        max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
+        backend_timeout=args.backend_timeout, allowed_origins=tuple(args.allowed_origin))
+
+    def ready(urls: list[str]) -> None:
+        print(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "
+              f"{len(plan.backends)} backend(s) ({', '.join(b.name for b in plan.backends)})\n"
+              f"  MCP endpoint: {urls[0]}  (Streamable HTTP)\n"
+              "  Connect an MCP client to that URL, for example:\n"
+              f"    npx @modelcontextprotocol/inspector --cli {urls[0]} --transport http "
+              "--method tools/list\n"
+              "  Press Ctrl-C to stop.", flush=True)
+
+    trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
+                     tls_key=args.tls_key, on_ready=ready))
+    return EXIT_OK
+
+
 SIGNING_KEY_FILE = "signing-key.pem"
 HMAC_FILE = "hmac-secret"
 
@@ -199,4 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     # A handler gets its own subparser, so its usage errors print that command's usage.
-    return int(args.handler(args, args.parser))
+    try:
+        return int(args.handler(args, args.parser))
+    except BrokenPipeError:  # the reader left (`vmcp validate ... | head`): not our error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK

@@ -1,0 +1,160 @@
+"""Running a real gateway in the test's nursery, and a raw Streamable HTTP client for it.
+
+The raw client speaks the wire protocol directly (status codes, headers, SSE bytes) so tests can
+assert exactly what a client sees; the official SDK client is used in the interoperability
+tests.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import orjson
+import trio
+
+from vmcp_trio.gateway.core import Gateway, GatewaySettings
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.protocol.sse import Event, SSEParser
+from vmcp_trio.resources import validate_documents
+from vmcp_trio.resources.loading import SourceDocument
+from vmcp_trio.runtime.serve import serve_gateway
+
+from .helpers import EXAMPLES, example_docs
+
+SERVERS = EXAMPLES / "servers"
+ACCEPT = "application/json, text/event-stream"
+
+
+def quickstart_docs() -> list[dict[str, Any]]:
+    """The quickstart with absolute paths and this interpreter, so cwd does not matter."""
+    docs = copy.deepcopy(example_docs("quickstart.yaml"))
+    for doc in docs:
+        if doc["kind"] == "MCPServer":
+            doc["spec"]["command"] = sys.executable
+            doc["spec"]["args"] = [str(SERVERS / doc["spec"]["args"][0].split("/")[-1])]
+    return docs
+
+
+@asynccontextmanager
+async def running_gateway(docs: list[dict[str, Any]] | None = None,
+                          **settings: Any) -> AsyncIterator[tuple[str, Gateway]]:
+    result = validate_documents([SourceDocument("t.yaml", i + 1, d)
+                                 for i, d in enumerate(docs or quickstart_docs())])
+    assert result.ok, result.problems
+    gateway = Gateway(result.plans[0], GatewaySettings(port=0, **settings))
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(partial(serve_gateway, gateway, shutdown_trigger=stop.wait))
+        for process in gateway.stdio.values():
+            with trio.fail_after(20):
+                await process.ready.wait()
+        yield urls[0], gateway
+        stop.set()
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: Any = None
+    """The JSON body (for application/json)."""
+    events: list[Event] = field(default_factory=list)
+    """The SSE events (for text/event-stream)."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        if self.events:
+            return [orjson.loads(e.data) for e in self.events if e.data]
+        return [self.body] if isinstance(self.body, dict) else list(self.body or [])
+
+    @property
+    def result(self) -> dict[str, Any]:
+        final = self.messages[-1]
+        assert "result" in final, final
+        return final["result"]
+
+
+class RawClient:
+    def __init__(self, url: str, version: str = "2025-11-25") -> None:
+        self.url = url
+        self.version = version
+        self.http = HttpClient()
+        self.session_id: str | None = None
+        self._ids = itertools.count(1)
+
+    def headers(self, **extra: str) -> list[tuple[str, str]]:
+        out = [("accept", ACCEPT), ("content-type", "application/json")]
+        if self.session_id:
+            out.append(("mcp-session-id", self.session_id))
+        if self.version >= "2025-06-18" and self.session_id:
+            out.append(("mcp-protocol-version", self.version))
+        out += [(k.replace("_", "-"), v) for k, v in extra.items()]
+        return out
+
+    async def post(self, payload: Any, *, headers: list[tuple[str, str]] | None = None,
+                   raw: bytes | None = None, stop_after: int | None = None,
+                   timeout: float = 15) -> Reply:
+        body = raw if raw is not None else orjson.dumps(payload)
+        with trio.fail_after(timeout):
+            async with self.http.stream("POST", self.url, headers=headers or self.headers(),
+                                        body=body) as response:
+                return await self._read(response, stop_after)
+
+    async def _read(self, response: Any, stop_after: int | None = None) -> Reply:
+        headers = {k.decode(): v.decode() for k, v in response.headers}
+        reply = Reply(response.status, headers)
+        if headers.get("content-type", "").startswith("text/event-stream"):
+            parser = SSEParser()
+            async for chunk in response.iter_bytes():
+                reply.events += parser.feed(chunk)
+                if stop_after is not None and len(reply.events) >= stop_after:
+                    break
+        else:
+            data = await response.read(1 << 24)
+            reply.body = orjson.loads(data) if data else None
+        return reply
+
+    async def initialize(self, capabilities: dict[str, Any] | None = None) -> Reply:
+        reply = await self.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": self.version, "capabilities": capabilities or {},
+            "clientInfo": {"name": "raw-test-client", "version": "1"}}})
+        self.session_id = reply.headers.get("mcp-session-id")
+        await self.notify("notifications/initialized")
+        return reply
+
+    async def request(self, method: str, params: dict[str, Any] | None = None,
+                      **kwargs: Any) -> Reply:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+        if params is not None:
+            message["params"] = params
+        return await self.post(message, **kwargs)
+
+    async def notify(self, method: str, params: dict[str, Any] | None = None) -> Reply:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        return await self.post(message)
+
+    async def get(self, *, last_event_id: str | None = None, stop_after: int | None = None,
+                  timeout: float = 10) -> Reply:
+        headers = [("accept", "text/event-stream")] + [
+            h for h in self.headers() if h[0] in ("mcp-session-id", "mcp-protocol-version")]
+        if last_event_id:
+            headers.append(("last-event-id", last_event_id))
+        with trio.fail_after(timeout):
+            async with self.http.stream("GET", self.url, headers=headers) as response:
+                return await self._read(response, stop_after)
+
+    async def delete(self) -> int:
+        status, _, _ = await self.http.request("DELETE", self.url, headers=self.headers())
+        return status
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

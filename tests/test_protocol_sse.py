@@ -1,0 +1,76 @@
+"""SSE: the encoder's output parses back, and the parser follows the WHATWG rules however the
+bytes are split."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from vmcp_trio.protocol.sse import Event, SSEError, SSEParser, encode_comment, encode_event
+
+
+def parse_all(data: bytes, cuts: list[int] | None = None) -> list[Event]:
+    parser = SSEParser()
+    events: list[Event] = []
+    points = sorted(set(cuts or []))
+    start = 0
+    for point in [*points, len(data)]:
+        events += parser.feed(data[start:point])
+        start = point
+    return events
+
+
+def test_round_trip_with_multiline_data_id_and_retry() -> None:
+    raw = encode_event('{"a":\n1}', id="s1-5", event="message", retry=3000)
+    assert parse_all(raw) == [Event('{"a":\n1}', "message", "s1-5", 3000)]
+
+
+def test_line_endings_bom_comments_and_empty_events() -> None:
+    raw = b"\xef\xbb\xbf: hello\r\ndata: a\r\rid: 7\ndata:b\n\nevent: x\n\n"
+    assert parse_all(raw) == [Event("a", "message", None), Event("b", "message", "7")]
+
+
+def test_priming_event_has_empty_data_and_sets_the_id() -> None:
+    parser = SSEParser()
+    assert parser.feed(b"id: s1-0\ndata:\n\n") == [Event("", "message", "s1-0")]
+    assert parser.last_event_id == "s1-0"
+
+
+def test_id_with_nul_is_ignored_and_retry_needs_digits() -> None:
+    parser = SSEParser()
+    parser.feed(b"id: a\x00b\nretry: 1x\ndata: d\n\n")
+    assert parser.last_event_id is None and parser.retry is None
+
+
+def test_limits() -> None:
+    parser = SSEParser(max_event_bytes=10)
+    with pytest.raises(SSEError, match="larger than 10 bytes"):
+        parser.feed(b"data: 123456\ndata: 123456\n")
+    with pytest.raises(SSEError, match="longer than 10 bytes"):
+        SSEParser(max_event_bytes=10).feed(b"data: " + b"x" * 20)
+
+
+def test_comment_encoding() -> None:
+    assert encode_comment() == b":\n\n"
+    assert parse_all(encode_comment("keep-alive") + encode_event("x")) == [Event("x")]
+    with pytest.raises(ValueError):
+        encode_event("x", id="a\nb")
+
+
+TEXT = st.characters(blacklist_categories=("Cs",))  # no lone surrogates: not encodable
+ID = st.characters(blacklist_categories=("Cs",), blacklist_characters="\r\n\x00")
+
+
+@given(st.lists(st.tuples(st.text(TEXT, max_size=30), st.none() | st.text(ID, max_size=8)),
+                max_size=5),
+       st.lists(st.integers(0, 400), max_size=8), st.booleans())
+def test_any_split_gives_the_same_events(items: list[tuple[str, str | None]],
+                                         cuts: list[int], crlf: bool) -> None:
+    raw = b"".join(encode_event(data, id=ident) for data, ident in items)
+    if crlf:
+        raw = raw.replace(b"\n", b"\r\n")
+    whole = parse_all(raw)
+    assert parse_all(raw, [c for c in cuts if c <= len(raw)]) == whole
+    expected = [d.replace("\r\n", "\n").replace("\r", "\n") for d, _ in items]
+    assert [e.data for e in whole] == expected

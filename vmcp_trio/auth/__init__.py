@@ -1,0 +1,2 @@
+"""Authentication at both boundaries: who the caller is (incoming) and what each backend gets
+(outgoing)."""

@@ -1,0 +1,174 @@
+"""One catalog from many backends: tools, prompts, resources, templates, and their routes.
+
+Sans-IO: :func:`build_catalog` takes each backend's lists (as the backend sent them) and the
+plan's aggregation settings, and returns what the client sees plus where each name goes.
+
+Order of work for tools and prompts, per backend: the workload's ``filter`` keeps the listed
+original names; ``overrides`` rename and redescribe; then conflict resolution across backends:
+
+* ``prefix``: every name becomes ``prefixFormat.format(workload=backend) + name``; distinct
+  backends cannot collide.
+* ``priority``: on a collision the backend earliest in ``priorityOrder`` keeps the name (backends
+  not in the list come after it, in name order); the others' items are dropped.
+* ``manual``: names are kept as they are after overrides; a collision the overrides did not
+  resolve drops every item involved and is reported in ``conflicts`` (a gateway must not guess
+  which backend a call meant). With a single backend there is never a collision, which is how to
+  run without prefixes.
+
+Resources keep their URIs (they are addresses, not names): a URI offered by two backends goes to
+the first in the same order. Resource templates are matched in that order too.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..resources.plan import AggregationPlan
+
+__all__ = ["BackendListing", "Catalog", "Route", "build_catalog", "template_pattern"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    backend: str
+    name: str
+    """The name (or URI) the backend knows the item by."""
+
+
+@dataclass
+class BackendListing:
+    backend: str
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    resources: list[dict[str, Any]] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    tools: tuple[dict[str, Any], ...] = ()
+    prompts: tuple[dict[str, Any], ...] = ()
+    resources: tuple[dict[str, Any], ...] = ()
+    templates: tuple[dict[str, Any], ...] = ()
+    tool_routes: Mapping[str, Route] = field(default_factory=dict)
+    prompt_routes: Mapping[str, Route] = field(default_factory=dict)
+    resource_routes: Mapping[str, str] = field(default_factory=dict)
+    template_routes: tuple[tuple[re.Pattern[str], str], ...] = ()
+    template_owners: Mapping[str, str] = field(default_factory=dict)
+    """``uriTemplate`` -> backend, for completions that name a template."""
+    conflicts: tuple[str, ...] = ()
+
+    def resource_backend(self, uri: str) -> str | None:
+        """The backend serving ``uri``: a listed resource, else the first matching template."""
+        backend = self.resource_routes.get(uri)
+        if backend is not None:
+            return backend
+        for pattern, candidate in self.template_routes:
+            if pattern.fullmatch(uri):
+                return candidate
+        return None
+
+
+_EXPRESSION = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
+
+
+def template_pattern(template: str) -> re.Pattern[str]:
+    """An RFC 6570 URI template as a regular expression matching the URIs it can expand to."""
+    out = ""
+    position = 0
+    for match in _EXPRESSION.finditer(template):
+        out += re.escape(template[position:match.start()])
+        operator = match.group(1)
+        if operator in ("?", "&"):
+            out += r"(?:[?&][^#]*)?"
+        elif operator in ("+", "#"):
+            out += r".*"
+        else:
+            out += r"[^/?#]*"
+        position = match.end()
+    return re.compile(out + re.escape(template[position:]))
+
+
+def _ordered(listings: Sequence[BackendListing], plan: AggregationPlan) -> list[BackendListing]:
+    rank = {name: i for i, name in enumerate(plan.priority_order)}
+    return sorted(listings, key=lambda lst: (rank.get(lst.backend, len(rank)), lst.backend))
+
+
+def _shaped(listing: BackendListing, items: list[dict[str, Any]], plan: AggregationPlan,
+            apply_workload_rules: bool) -> list[tuple[str, dict[str, Any]]]:
+    """``(original name, item as the client will see it before prefixing)`` after filter and
+    overrides (which apply to tools only, as in ToolHive)."""
+    rules = next((t for t in plan.tools if t.workload == listing.backend), None)
+    out: list[tuple[str, dict[str, Any]]] = []
+    for item in items:
+        name = item.get("name")
+        if not isinstance(name, str):
+            continue
+        shown = dict(item)
+        if apply_workload_rules and rules is not None:
+            if rules.filter is not None and name not in rules.filter:
+                continue
+            override = next((o for o in rules.overrides if o.tool == name), None)
+            if override is not None:
+                if override.name:
+                    shown["name"] = override.name
+                if override.description is not None:
+                    shown["description"] = override.description
+        out.append((name, shown))
+    return out
+
+
+def _merge_named(listings: Sequence[BackendListing], plan: AggregationPlan, kind: str,
+                 conflicts: list[str]) -> tuple[list[dict[str, Any]], dict[str, Route]]:
+    entries: list[tuple[str, str, dict[str, Any]]] = []  # (backend, original, shown)
+    for listing in listings:
+        items = listing.tools if kind == "tool" else listing.prompts
+        for original, shown in _shaped(listing, items, plan, kind == "tool"):
+            if plan.conflict_resolution == "prefix":
+                shown["name"] = plan.prefix_format.format(workload=listing.backend) + shown["name"]
+            entries.append((listing.backend, original, shown))
+    by_name: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
+    for entry in entries:
+        by_name.setdefault(entry[2]["name"], []).append(entry)
+    visible: list[dict[str, Any]] = []
+    routes: dict[str, Route] = {}
+    for name, group in by_name.items():
+        if len(group) > 1 and plan.conflict_resolution == "manual":
+            owners = ", ".join(backend for backend, _, _ in group)
+            conflicts.append(f"{kind} {name!r} is offered by {owners}; add overrides to rename "
+                             "all but one (manual conflict resolution)")
+            continue
+        backend, original, shown = group[0]  # prefix: unique; priority: the highest wins
+        visible.append(shown)
+        routes[name] = Route(backend, original)
+    return visible, routes
+
+
+def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan) -> Catalog:
+    ordered = _ordered(listings, plan)
+    conflicts: list[str] = []
+    tools, tool_routes = _merge_named(ordered, plan, "tool", conflicts)
+    prompts, prompt_routes = _merge_named(ordered, plan, "prompt", conflicts)
+    resources: list[dict[str, Any]] = []
+    resource_routes: dict[str, str] = {}
+    templates: list[dict[str, Any]] = []
+    template_routes: list[tuple[re.Pattern[str], str]] = []
+    template_owners: dict[str, str] = {}
+    for listing in ordered:
+        for resource in listing.resources:
+            uri = resource.get("uri")
+            if isinstance(uri, str) and uri not in resource_routes:
+                resource_routes[uri] = listing.backend
+                resources.append(resource)
+        for template in listing.templates:
+            uri_template = template.get("uriTemplate")
+            if isinstance(uri_template, str):
+                templates.append(template)
+                template_routes.append((template_pattern(uri_template), listing.backend))
+                template_owners.setdefault(uri_template, listing.backend)
+    return Catalog(tuple(tools), tuple(prompts), tuple(resources), tuple(templates), tool_routes,
+                   prompt_routes, resource_routes, tuple(template_routes), template_owners,
+                   tuple(conflicts))

@@ -1,0 +1,88 @@
+"""What the gateway needs from a backend, whatever its transport.
+
+A :class:`BackendLink` is one client session's view of one backend: it has been initialized
+(so it knows the backend's revision, capabilities and identity), forwards requests and
+notifications, and hands every message the backend sends back to a *sink*:
+
+* messages related to a forwarded request (progress, logging, sampling requests during a
+  ``tools/call``) go to the sink given to :meth:`BackendLink.call`;
+* unrelated messages (list changes, resource updates, logging outside any call) go to the
+  session sink given when the link was made.
+
+Server-to-client requests arrive at a sink as :class:`~vmcp_trio.protocol.jsonrpc.Request` with
+the backend's own id; the client's answer comes back through :meth:`BackendLink.answer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from ...protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    ErrorObject,
+    ErrorResponse,
+    Message,
+    RequestId,
+    Response,
+)
+from ...protocol.revisions import Revision
+
+__all__ = ["BackendError", "BackendLink", "CredentialHook", "Sink", "backend_error"]
+
+Sink = Callable[[Message], Awaitable[None]]
+
+
+class CredentialHook(Protocol):
+    """Outgoing authentication (boundary 2): headers to add to each request to one backend."""
+
+    async def headers(self) -> list[tuple[str, str]]: ...
+
+
+class NoCredentials:
+    async def headers(self) -> list[tuple[str, str]]:
+        return []
+
+
+class BackendError(Exception):
+    """The backend failed at the transport level (down, reset, timed out, protocol error)."""
+
+    def __init__(self, backend: str, detail: str) -> None:
+        super().__init__(f"backend {backend!r} {detail}")
+        self.backend = backend
+        self.detail = detail
+
+
+def backend_error(request_id: RequestId | None, backend: str, detail: str) -> ErrorResponse:
+    """The JSON-RPC error a client gets when ``backend`` failed its request."""
+    return ErrorResponse(request_id, ErrorObject(INTERNAL_ERROR, f"backend {backend!r} {detail}",
+                                                 {"backend": backend}))
+
+
+class BackendLink(Protocol):
+    name: str
+
+    @property
+    def revision(self) -> Revision: ...
+
+    @property
+    def server_capabilities(self) -> dict[str, Any]: ...
+
+    @property
+    def server_info(self) -> dict[str, Any]: ...
+
+    @property
+    def instructions(self) -> str | None: ...
+
+    async def call(self, method: str, params: dict[str, Any] | None,
+                   sink: Sink) -> Response | ErrorResponse:
+        """Forward a request; related messages go to ``sink``. Raises :class:`BackendError`."""
+        ...
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None: ...
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None:
+        """The client's answer to the backend's request ``request_id``."""
+        ...
+
+    async def aclose(self) -> None: ...

@@ -1,0 +1,315 @@
+"""A backend reached over Streamable HTTP (handshake revisions), as one client session's link.
+
+What it does, in order: ``initialize`` (proposing the newest handshake revision; the backend's
+answer decides), ``notifications/initialized``, then a supervised GET stream for the backend's
+unrelated messages. Each forwarded request is a POST whose answer is JSON or an SSE stream; on
+SSE, messages before the response go to the call's sink.
+
+Failure rules:
+
+* 404 on a request carrying our session id: the backend forgot the session (it restarted). The
+  link initializes again and retries that request once: a 404 means it was never processed.
+* A response stream that ends before the response is resumed with ``Last-Event-ID`` when the
+  backend gave event ids (bounded attempts, honouring ``retry:``), else the call fails.
+* Transport errors and timeouts raise :class:`BackendError` naming the backend; a timed-out or
+  cancelled call sends ``notifications/cancelled`` to the backend so it can stop work.
+* The GET stream reconnects with backoff (and ``Last-Event-ID``); 405 means the backend has none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import random
+from typing import Any
+
+import orjson
+import trio
+
+from ...http.client import HttpClient, HttpError, HttpResponse
+from ...protocol.jsonrpc import (
+    ErrorResponse,
+    JsonRpcError,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode,
+    parse_message,
+)
+from ...protocol.revisions import LATEST_HANDSHAKE, Revision, revision
+from ...protocol.sse import SSEError, SSEParser
+from .base import BackendError, CredentialHook, NoCredentials, Sink
+
+__all__ = ["HttpBackendLink"]
+
+log = logging.getLogger("vmcp.backend.http")
+
+ACCEPT_BOTH = "application/json, text/event-stream"
+MAX_RESUME_ATTEMPTS = 3
+CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
+
+
+class _SessionLost(Exception):
+    """The backend answered 404 to our session id."""
+
+
+class HttpBackendLink:
+    def __init__(self, name: str, url: str, client: HttpClient, *,
+                 session_sink: Sink, credentials: CredentialHook | None = None,
+                 timeout: float = 60.0, max_body: int = 16 * 1024 * 1024,
+                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
+        self.name = name
+        self.url = url
+        self.client = client
+        self.session_sink = session_sink
+        self.credentials = credentials or NoCredentials()
+        self.timeout = timeout
+        self.max_body = max_body
+        self.max_event_bytes = max_event_bytes
+        self.revision: Revision = LATEST_HANDSHAKE
+        self.server_capabilities: dict[str, Any] = {}
+        self.server_info: dict[str, Any] = {}
+        self.instructions: str | None = None
+        self.session_id: str | None = None
+        self._ids = itertools.count(1)
+        self._client_capabilities: dict[str, Any] = {}
+        self._reinit_lock = trio.Lock()
+        self._generation = 0
+        self._closed = False
+
+    # --- setup --------------------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any]) -> None:
+        """Initialize the backend session and start listening on its GET stream."""
+        self._client_capabilities = client_capabilities
+        with trio.fail_after(self.timeout):
+            await self._initialize()
+        nursery.start_soon(self._listen, name=f"backend {self.name} GET stream")
+
+    async def _initialize(self) -> None:
+        self.session_id = None
+        params = {"protocolVersion": LATEST_HANDSHAKE.version,
+                  "capabilities": self._client_capabilities, "clientInfo": CLIENT_INFO}
+        request_id = next(self._ids)
+        reply = await self._exchange(Request(request_id, "initialize", params).to_dict(),
+                                     request_id, None, initializing=True)
+        if isinstance(reply, ErrorResponse):
+            raise BackendError(self.name, f"refused initialize: {reply.error.message[:200]}")
+        assert isinstance(reply, Response)
+        result = reply.result
+        negotiated = revision(str(result.get("protocolVersion")))
+        if negotiated is None or negotiated.stateless:
+            raise BackendError(self.name, "answered initialize with an unsupported protocol "
+                                          f"version {str(result.get('protocolVersion'))[:40]!r}")
+        self.revision = negotiated
+        capabilities = result.get("capabilities")
+        self.server_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        info = result.get("serverInfo")
+        self.server_info = info if isinstance(info, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        self._generation += 1
+        await self._exchange(Notification("notifications/initialized").to_dict(), None, None)
+
+    async def _reinitialize(self, seen_generation: int) -> None:
+        async with self._reinit_lock:
+            if self._generation == seen_generation:  # nobody else did it meanwhile
+                log.warning("backend %s lost our session; initializing again", self.name)
+                await self._initialize()
+
+    # --- HTTP exchange -----------------------------------------------------------------------
+
+    async def _headers(self, *, accept: str = ACCEPT_BOTH,
+                       initializing: bool = False) -> list[tuple[str, str]]:
+        headers = [("accept", accept), ("content-type", "application/json")]
+        if not initializing:
+            if self.session_id is not None:
+                headers.append(("mcp-session-id", self.session_id))
+            if self.revision.has_version_header:
+                headers.append(("mcp-protocol-version", self.revision.version))
+        headers.extend(await self.credentials.headers())
+        return headers
+
+    async def _exchange(self, message: dict[str, Any], request_id: RequestId | None,
+                        sink: Sink | None, *, initializing: bool = False
+                        ) -> Response | ErrorResponse | None:
+        """POST one message; the response for ``request_id`` (None for notifications)."""
+        headers = await self._headers(initializing=initializing)
+        try:
+            async with self.client.stream("POST", self.url, headers=headers,
+                                          body=encode(message)) as response:
+                if initializing:
+                    session_id = response.header("mcp-session-id")
+                    if session_id is not None:
+                        self.session_id = session_id
+                return await self._read_reply(response, request_id, sink)
+        except HttpError as exc:
+            raise BackendError(self.name, f"is unreachable: {exc}") from None
+
+    async def _read_reply(self, response: HttpResponse, request_id: RequestId | None,
+                          sink: Sink | None) -> Response | ErrorResponse | None:
+        if response.status == 404 and self.session_id is not None:
+            raise _SessionLost
+        if response.status == 202 or (request_id is None and response.status < 300):
+            return None
+        content_type = (response.header("content-type") or "").split(";")[0].strip().lower()
+        if response.status >= 400 and content_type != "application/json":
+            raise BackendError(self.name, f"answered HTTP {response.status}")
+        if content_type == "application/json":
+            try:
+                body = await response.read(self.max_body)
+                message = parse_message(orjson.loads(body))
+            except (orjson.JSONDecodeError, JsonRpcError, HttpError) as exc:
+                raise BackendError(self.name, f"sent an invalid JSON reply: {exc}") from None
+            if isinstance(message, Response | ErrorResponse):
+                return message
+            raise BackendError(self.name, "answered a request with something other than a "
+                                          "response")
+        if content_type == "text/event-stream":
+            return await self._read_stream(response, request_id, sink or self.session_sink)
+        raise BackendError(self.name, f"answered with unexpected content type "
+                                      f"{content_type[:60]!r} (HTTP {response.status})")
+
+    async def _read_stream(self, response: HttpResponse, request_id: RequestId | None,
+                           sink: Sink) -> Response | ErrorResponse | None:
+        parser = SSEParser(self.max_event_bytes)
+        attempts = 0
+        while True:
+            reply = await self._consume(response, parser, request_id, sink)
+            if reply is not None or request_id is None:
+                return reply
+            # The stream ended without our response: resume it if the backend gave event ids.
+            if parser.last_event_id is None or attempts >= MAX_RESUME_ATTEMPTS:
+                raise BackendError(self.name, "closed the response stream before answering")
+            attempts += 1
+            if parser.retry:
+                await trio.sleep(min(parser.retry, 30_000) / 1000)
+            headers = await self._headers(accept="text/event-stream")
+            headers.append(("last-event-id", parser.last_event_id))
+            try:
+                async with self.client.stream("GET", self.url, headers=headers) as resumed:
+                    if resumed.status != 200:
+                        raise BackendError(self.name, f"refused to resume a response stream "
+                                                      f"(HTTP {resumed.status})")
+                    reply = await self._consume(resumed, parser, request_id, sink)
+                    if reply is not None:
+                        return reply
+            except HttpError as exc:
+                raise BackendError(self.name, f"is unreachable: {exc}") from None
+
+    async def _consume(self, response: HttpResponse, parser: SSEParser,
+                       request_id: RequestId | None, sink: Sink) -> Response | ErrorResponse | None:
+        try:
+            async for chunk in response.iter_bytes():
+                for event in parser.feed(chunk):
+                    if not event.data:
+                        continue  # priming event
+                    message = self._parse_event(event.data)
+                    if message is None:
+                        continue
+                    if (isinstance(message, Response | ErrorResponse)
+                            and message.id == request_id):
+                        return message
+                    await sink(message)
+        except (HttpError, SSEError) as exc:
+            log.info("backend %s stream broke: %s", self.name, exc)
+        return None
+
+    def _parse_event(self, data: str) -> Message | None:
+        try:
+            return parse_message(orjson.loads(data))
+        except (orjson.JSONDecodeError, JsonRpcError) as exc:
+            log.warning("backend %s sent an invalid message on SSE: %s", self.name, exc)
+            return None
+
+    # --- the link's operations -----------------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any] | None,
+                   sink: Sink) -> Response | ErrorResponse:
+        request_id: RequestId = next(self._ids)
+        message = Request(request_id, method, params).to_dict()
+        try:
+            with trio.fail_after(self.timeout):
+                for attempt in (1, 2):
+                    generation = self._generation
+                    try:
+                        reply = await self._exchange(message, request_id, sink)
+                    except _SessionLost:
+                        if attempt == 2:
+                            raise BackendError(self.name, "lost the session again after "
+                                                          "initializing") from None
+                        await self._reinitialize(generation)
+                        continue
+                    assert reply is not None
+                    return reply
+        except trio.TooSlowError:
+            await self._cancel_remote(request_id, "timed out")
+            raise BackendError(self.name, f"did not answer {method} within "
+                                          f"{self.timeout:g}s") from None
+        except trio.Cancelled:
+            await self._cancel_remote(request_id, "cancelled by the client")
+            raise
+        raise AssertionError("unreachable")
+
+    async def _cancel_remote(self, request_id: RequestId, reason: str) -> None:
+        with trio.move_on_after(2) as scope:
+            scope.shield = True
+            with contextlib.suppress(BackendError):
+                await self.notify("notifications/cancelled",
+                                  {"requestId": request_id, "reason": reason})
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        try:
+            await self._exchange(Notification(method, params).to_dict(), None, None)
+        except _SessionLost:
+            raise BackendError(self.name, "lost the session") from None
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None:
+        reply: Response | ErrorResponse
+        if isinstance(message, Response):
+            reply = Response(request_id, message.result)
+        else:
+            reply = ErrorResponse(request_id, message.error)
+        try:
+            await self._exchange(reply.to_dict(), None, None)
+        except _SessionLost:
+            raise BackendError(self.name, "lost the session") from None
+
+    async def _listen(self) -> None:
+        """The GET stream, kept open (reconnecting with backoff) until the session ends."""
+        parser = SSEParser(self.max_event_bytes)
+        delay = 0.5
+        while not self._closed:
+            headers = await self._headers(accept="text/event-stream")
+            if parser.last_event_id is not None:
+                headers.append(("last-event-id", parser.last_event_id))
+            try:
+                async with self.client.stream("GET", self.url, headers=headers) as response:
+                    if response.status == 405:
+                        return  # the backend offers no standalone stream
+                    if response.status == 200:
+                        delay = 0.5
+                        await self._consume(response, parser, None, self.session_sink)
+                    else:
+                        log.info("backend %s GET stream: HTTP %s", self.name, response.status)
+            except HttpError as exc:
+                log.info("backend %s GET stream failed: %s", self.name, exc)
+            pause = (parser.retry / 1000) if parser.retry else delay
+            await trio.sleep(min(pause, 30.0) * (0.8 + 0.4 * random.random()))  # noqa: S311
+            delay = min(delay * 2, 30.0)
+
+    async def aclose(self) -> None:
+        """End the backend session (DELETE; a 405 or an unreachable backend is fine)."""
+        self._closed = True
+        if self.session_id is None:
+            return
+        with trio.move_on_after(2) as scope:
+            scope.shield = True
+            try:
+                headers = await self._headers(accept="application/json")
+                await self.client.request("DELETE", self.url, headers=headers, limit=65536)
+            except HttpError:
+                pass

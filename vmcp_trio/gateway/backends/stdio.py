@@ -1,0 +1,428 @@
+"""A backend that vmcp starts as a stdio process, supervised and shared by all client sessions.
+
+One process per backend, not per client session: a stdio server is a program, often heavy (a
+Node runtime), and ToolHive too runs one per server. vmcp initializes it once and multiplexes
+every session's requests over it with ids of its own. What this costs, and how it is handled:
+
+* Progress tokens are rewritten per call (``p<id>``) so two sessions' tokens cannot collide, and
+  restored on the way back.
+* A stdio server's messages carry no link to the request they concern except progress tokens.
+  Logging and server-to-client requests (sampling, elicitation, roots) are sent to the one
+  session with calls in flight when there is exactly one; with several, a request is refused
+  with an error and a log line is dropped (never guessed: that could leak one user's data to
+  another). With no call in flight, log lines go to every session.
+* ``list_changed`` notifications go to every session; ``resources/updated`` to the sessions that
+  subscribed to that URI. The backend sees one subscription per URI, however many sessions hold
+  it.
+
+Supervision: the process is started, initialized and watched by :meth:`StdioProcess.run`, a
+long-lived task. When it exits, every pending call fails with an error naming the backend, and
+it is started again after an exponential backoff with jitter (reset after a minute of uptime).
+Its stderr goes to the log, line by line. It gets a minimal environment (``PATH``, ``HOME``,
+locale, temp dir) plus ``spec.env``: the gateway's own environment may hold secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import random
+import subprocess
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import trio
+
+from ...protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    ErrorObject,
+    ErrorResponse,
+    JsonRpcError,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode,
+    parse_message,
+)
+from ...protocol.revisions import LATEST_HANDSHAKE, Revision, revision
+from ...resources.plan import StdioEndpoint
+from .base import BackendError, Sink
+
+__all__ = ["StdioBackendLink", "StdioProcess"]
+
+log = logging.getLogger("vmcp.backend.stdio")
+
+MAX_LINE = 4 * 1024 * 1024
+_BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SYSTEMROOT")
+# What vmcp tells a shared stdio server it can relay on a client's behalf.
+RELAY_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": True}, "sampling": {},
+                                      "elicitation": {}}
+CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
+
+
+@dataclass
+class _Pending:
+    owner: str
+    sink: Sink
+    reply: Response | ErrorResponse | None = None
+    done: trio.Event = field(default_factory=trio.Event)
+    progress_token: Any = None
+
+
+SessionRouter = Callable[[str, str | None, Message], Awaitable[None]]
+"""``(backend, session id, message)``: delivers a message of ``backend`` that no call is waiting
+for to one session, or to every session when the id is None."""
+
+
+class StdioProcess:
+    def __init__(self, name: str, endpoint: StdioEndpoint, *, router: SessionRouter,
+                 init_timeout: float = 30.0) -> None:
+        self.name = name
+        self.endpoint = endpoint
+        self.router = router
+        self.init_timeout = init_timeout
+        self.revision: Revision = LATEST_HANDSHAKE
+        self.server_capabilities: dict[str, Any] = {}
+        self.server_info: dict[str, Any] = {}
+        self.instructions: str | None = None
+        self.state = "starting"
+        self.restarts = 0
+        self.last_error: str | None = None
+        self.ready = trio.Event()
+        self._process: trio.Process | None = None
+        self._send_lock = trio.Lock()
+        self._ids = itertools.count(1)
+        self._pending: dict[RequestId, _Pending] = {}
+        self._tokens: dict[str, _Pending] = {}
+        """Rewritten progress token -> the call it belongs to."""
+        self._subscriptions: dict[str, set[str]] = {}
+
+    # --- supervision ---------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the process running until cancelled. Reports started at once: the gateway does
+        not wait for a slow backend to serve the others."""
+        task_status.started()
+        delay = 0.5
+        while True:
+            started = trio.current_time()
+            try:
+                await self._run_once()
+                self.last_error = "exited"
+            except BackendError as exc:
+                self.last_error = exc.detail
+            except OSError as exc:
+                self.last_error = f"cannot start: {exc.strerror or exc}"
+            self.state = "backoff"
+            self.ready = trio.Event()
+            self._fail_pending(self.last_error or "stopped")
+            if trio.current_time() - started > 60:
+                delay = 0.5
+            log.warning("backend %s %s; restarting in %.1fs", self.name, self.last_error, delay)
+            await trio.sleep(delay * (0.8 + 0.4 * random.random()))  # noqa: S311 - jitter
+            delay = min(delay * 2, 30.0)
+            self.restarts += 1
+
+    def _environment(self) -> dict[str, str]:
+        env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
+        env.update(dict(self.endpoint.env))
+        return env
+
+    async def _run_once(self) -> None:
+        self.state = "starting"
+        command = [self.endpoint.command, *self.endpoint.args]
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=self.endpoint.working_dir, env=self._environment(),
+            start_new_session=True)  # a Ctrl-C in the terminal is for vmcp, which stops it
+        self._process = process
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._read_stdout, process, nursery.cancel_scope)
+                nursery.start_soon(self._read_stderr, process)
+                with trio.fail_after(self.init_timeout):
+                    await self._initialize()
+                self.state = "running"
+                self.ready.set()
+                log.info("backend %s running (pid %s, protocol %s)", self.name, process.pid,
+                         self.revision)
+                await process.wait()
+                nursery.cancel_scope.cancel()
+            raise BackendError(self.name, f"exited with status {process.returncode}")
+        except trio.TooSlowError:
+            raise BackendError(self.name, "did not answer initialize in time") from None
+        finally:
+            self._process = None
+            with trio.CancelScope(shield=True):
+                await _stop(process)
+
+    async def _initialize(self) -> None:
+        reply = await self._request_raw("initialize", {
+            "protocolVersion": LATEST_HANDSHAKE.version, "capabilities": RELAY_CAPABILITIES,
+            "clientInfo": CLIENT_INFO}, owner="", sink=self._drop)
+        if isinstance(reply, ErrorResponse):
+            raise BackendError(self.name, f"refused initialize: {reply.error.message[:200]}")
+        result = reply.result
+        negotiated = revision(str(result.get("protocolVersion")))
+        if negotiated is None or negotiated.stateless:
+            raise BackendError(self.name, "answered initialize with an unsupported protocol "
+                                          "version")
+        self.revision = negotiated
+        caps, info = result.get("capabilities"), result.get("serverInfo")
+        self.server_capabilities = caps if isinstance(caps, dict) else {}
+        self.server_info = info if isinstance(info, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        await self._send(Notification("notifications/initialized"))
+
+    async def _drop(self, message: Message) -> None:
+        log.debug("backend %s: ignored %s during initialize", self.name, type(message).__name__)
+
+    # --- I/O ---------------------------------------------------------------------------------
+
+    async def _send(self, message: Message) -> None:
+        process = self._process
+        if process is None or process.stdin is None:
+            raise BackendError(self.name, f"is not running ({self.last_error or 'starting'})")
+        async with self._send_lock:
+            try:
+                await process.stdin.send_all(encode(message) + b"\n")
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise BackendError(self.name, "closed its input") from None
+
+    async def _read_stdout(self, process: trio.Process, scope: trio.CancelScope) -> None:
+        assert process.stdout is not None
+        buffer = b""
+        while True:
+            chunk = await process.stdout.receive_some(65536)
+            if not chunk:
+                break
+            buffer += chunk
+            while (newline := buffer.find(b"\n")) != -1:
+                line, buffer = buffer[:newline], buffer[newline + 1:]
+                if line.strip():
+                    await self._dispatch(line)
+            if len(buffer) > MAX_LINE:
+                log.error("backend %s wrote a line over %d bytes; restarting it", self.name,
+                          MAX_LINE)
+                break
+        with trio.CancelScope(shield=True):
+            await _stop(process)
+        scope.cancel()
+
+    async def _read_stderr(self, process: trio.Process) -> None:
+        assert process.stderr is not None
+        buffer = b""
+        while chunk := await process.stderr.receive_some(65536):
+            buffer += chunk
+            lines = buffer.split(b"\n")
+            buffer = lines.pop()[-MAX_LINE:]
+            for line in lines:
+                if line.strip():
+                    log.info("backend %s stderr: %s", self.name,
+                             line[:2000].decode("utf-8", errors="replace"))
+
+    async def _dispatch(self, line: bytes) -> None:
+        try:
+            message = parse_message(orjson.loads(line))
+        except (orjson.JSONDecodeError, JsonRpcError) as exc:
+            log.warning("backend %s wrote something that is not a JSON-RPC message: %s",
+                        self.name, exc)
+            return
+        if isinstance(message, Response | ErrorResponse):
+            pending = self._pending.get(message.id) if message.id is not None else None
+            if pending is not None:
+                pending.reply = message
+                pending.done.set()
+            return
+        if isinstance(message, Request):
+            await self._server_request(message)
+            return
+        await self._server_notification(message)
+
+    async def _server_notification(self, message: Notification) -> None:
+        params = message.params or {}
+        method = message.method
+        if method == "notifications/progress":
+            pending = self._tokens.get(str(params.get("progressToken")))
+            if pending is not None:
+                restored = {**params, "progressToken": pending.progress_token}
+                await pending.sink(Notification(method, restored))
+            return
+        if method == "notifications/resources/updated":
+            for owner in sorted(self._subscriptions.get(str(params.get("uri")), ())):
+                await self.router(self.name, owner, message)
+            return
+        if method.endswith("/list_changed"):
+            await self.router(self.name, None, message)
+            return
+        owners = self._owners()
+        if len(owners) == 1:
+            owner = next(iter(owners))
+            await self._latest_sink(owner)(message)
+        elif not owners:
+            await self.router(self.name, None, message)
+        else:
+            log.debug("backend %s: %s dropped, %d sessions have calls in flight", self.name,
+                      method, len(owners))
+
+    async def _server_request(self, message: Request) -> None:
+        if message.method == "ping":
+            await self._send(Response(message.id, {}))
+            return
+        owners = self._owners()
+        if len(owners) != 1:
+            why = ("no client session has a call in flight" if not owners else
+                   "several client sessions have calls in flight")
+            await self._send(ErrorResponse(message.id, ErrorObject(
+                INTERNAL_ERROR, f"vmcp cannot route {message.method} from a shared stdio "
+                                f"backend: {why}")))
+            return
+        await self._latest_sink(next(iter(owners)))(message)
+
+    def _owners(self) -> set[str]:
+        return {p.owner for p in self._pending.values() if p.owner}
+
+    def _latest_sink(self, owner: str) -> Sink:
+        for pending in reversed(list(self._pending.values())):
+            if pending.owner == owner:
+                return pending.sink
+        raise AssertionError("owner has no pending call")
+
+    def _fail_pending(self, reason: str) -> None:
+        for request_id, pending in list(self._pending.items()):
+            pending.reply = ErrorResponse(request_id, ErrorObject(
+                INTERNAL_ERROR, f"backend {self.name!r} {reason}", {"backend": self.name}))
+            pending.done.set()
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def _request_raw(self, method: str, params: dict[str, Any] | None, *, owner: str,
+                           sink: Sink) -> Response | ErrorResponse:
+        request_id = next(self._ids)
+        pending = _Pending(owner, sink)
+        meta = (params or {}).get("_meta")
+        token = f"p{request_id}"
+        if isinstance(meta, dict) and "progressToken" in meta:
+            pending.progress_token = meta["progressToken"]
+            params = {**(params or {}), "_meta": {**meta, "progressToken": token}}
+            self._tokens[token] = pending
+        self._pending[request_id] = pending
+        try:
+            await self._send(Request(request_id, method, params))
+            await pending.done.wait()
+        except trio.Cancelled:
+            with trio.move_on_after(2) as scope:
+                scope.shield = True
+                with contextlib.suppress(BackendError):
+                    await self._send(Notification("notifications/cancelled", {
+                        "requestId": request_id, "reason": "cancelled by the client"}))
+            raise
+        finally:
+            del self._pending[request_id]
+            self._tokens.pop(token, None)
+        assert pending.reply is not None
+        return pending.reply
+
+    async def request(self, method: str, params: dict[str, Any] | None, *, owner: str,
+                      sink: Sink) -> Response | ErrorResponse:
+        if not self.ready.is_set():
+            raise BackendError(self.name, f"is not running ({self.last_error or 'starting'})")
+        return await self._request_raw(method, params, owner=owner, sink=sink)
+
+    async def send(self, message: Message) -> None:
+        await self._send(message)
+
+    async def subscribe(self, owner: str, uri: str, sink: Sink) -> Response | ErrorResponse:
+        holders = self._subscriptions.setdefault(uri, set())
+        if holders:
+            holders.add(owner)
+            return Response(0, {})
+        reply = await self.request("resources/subscribe", {"uri": uri}, owner=owner, sink=sink)
+        if isinstance(reply, Response):
+            holders.add(owner)
+        elif not holders:
+            del self._subscriptions[uri]
+        return reply
+
+    async def unsubscribe(self, owner: str, uri: str, sink: Sink) -> Response | ErrorResponse:
+        holders = self._subscriptions.get(uri, set())
+        holders.discard(owner)
+        if holders:
+            return Response(0, {})
+        self._subscriptions.pop(uri, None)
+        return await self.request("resources/unsubscribe", {"uri": uri}, owner=owner, sink=sink)
+
+    def forget(self, owner: str) -> None:
+        """A session ended: drop its subscriptions (the backend keeps one if others hold it)."""
+        for holders in self._subscriptions.values():
+            holders.discard(owner)
+
+
+async def _stop(process: trio.Process) -> None:
+    """Close stdin, then SIGTERM, then SIGKILL (the spec's stdio shutdown order)."""
+    if process.returncode is not None:
+        return
+    if process.stdin is not None:
+        await trio.aclose_forcefully(process.stdin)
+    with trio.move_on_after(2):
+        await process.wait()
+        return
+    process.terminate()
+    with trio.move_on_after(2):
+        await process.wait()
+        return
+    process.kill()
+    await process.wait()
+
+
+class StdioBackendLink:
+    """One client session's view of a shared :class:`StdioProcess`."""
+
+    def __init__(self, process: StdioProcess, owner: str) -> None:
+        self.process = process
+        self.owner = owner
+        self.name = process.name
+
+    @property
+    def revision(self) -> Revision:
+        return self.process.revision
+
+    @property
+    def server_capabilities(self) -> dict[str, Any]:
+        return self.process.server_capabilities
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        return self.process.server_info
+
+    @property
+    def instructions(self) -> str | None:
+        return self.process.instructions
+
+    async def call(self, method: str, params: dict[str, Any] | None,
+                   sink: Sink) -> Response | ErrorResponse:
+        uri = (params or {}).get("uri")
+        if method == "resources/subscribe" and isinstance(uri, str):
+            return await self.process.subscribe(self.owner, uri, sink)
+        if method == "resources/unsubscribe" and isinstance(uri, str):
+            return await self.process.unsubscribe(self.owner, uri, sink)
+        return await self.process.request(method, params, owner=self.owner, sink=sink)
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        await self.process.send(Notification(method, params))
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None:
+        if isinstance(message, Response):
+            await self.process.send(Response(request_id, message.result))
+        else:
+            await self.process.send(ErrorResponse(request_id, message.error))
+
+    async def aclose(self) -> None:
+        self.process.forget(self.owner)

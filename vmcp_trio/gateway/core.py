@@ -1,0 +1,151 @@
+"""The gateway process: its settings, its backends and its client sessions.
+
+:class:`Gateway` owns what lives as long as the process: the shared upstream HTTP client, one
+supervised :class:`~.backends.stdio.StdioProcess` per stdio backend, and the table of client
+sessions (each running in the sessions nursery, see :meth:`Gateway.run`). A reaper ends sessions
+idle for longer than the TTL; a client holding a stream open is not idle.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ..auth.identity import Identity
+from ..http.client import HttpClient
+from ..protocol.jsonrpc import Message
+from ..protocol.revisions import Revision
+from ..resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
+from .backends.base import BackendError, BackendLink
+from .backends.http import HttpBackendLink
+from .backends.stdio import StdioBackendLink, StdioProcess
+from .session import ClientSession
+
+__all__ = ["Gateway", "GatewaySettings", "TooManySessions"]
+
+log = logging.getLogger("vmcp.gateway")
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    host: str = "127.0.0.1"
+    port: int = 4483
+    session_idle_ttl: float = 30 * 60.0
+    max_sessions: int = 10_000
+    max_body_bytes: int = 4 * 1024 * 1024
+    max_header_bytes: int = 16 * 1024
+    stream_buffer_events: int = 256
+    sse_retry_ms: int = 2000
+    keepalive_seconds: float = 15.0
+    json_window_seconds: float = 1.0
+    """How long a request may wait for its backend before the reply switches to SSE."""
+    backend_timeout: float = 60.0
+    allowed_origins: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class TooManySessions(Exception):
+    pass
+
+
+class Gateway:
+    def __init__(self, plan: GatewayPlan, settings: GatewaySettings) -> None:
+        self.plan = plan
+        self.settings = settings
+        self.http = HttpClient()
+        self.sessions: dict[str, ClientSession] = {}
+        self.stdio: dict[str, StdioProcess] = {}
+        for backend in plan.backends:
+            if isinstance(backend.endpoint, StdioEndpoint):
+                self.stdio[backend.name] = StdioProcess(backend.name, backend.endpoint,
+                                                        router=self._route_from_stdio)
+        self._sessions_nursery: trio.Nursery | None = None
+        self.shutting_down = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Supervise the stdio backends and hold the sessions until cancelled."""
+        try:
+            async with trio.open_nursery() as nursery:
+                for process in self.stdio.values():
+                    await nursery.start(process.run)
+                nursery.start_soon(self._reap_idle_sessions)
+                self._sessions_nursery = nursery
+                task_status.started()
+                await trio.sleep_forever()
+        finally:
+            self.shutting_down.set()
+            with trio.CancelScope(shield=True):
+                await self.http.aclose()
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    async def create_session(self, revision: Revision, client_capabilities: dict[str, Any],
+                             client_info: dict[str, Any], identity: Identity) -> ClientSession:
+        if len(self.sessions) >= self.settings.max_sessions:
+            raise TooManySessions
+        assert self._sessions_nursery is not None
+        session = ClientSession(self, secrets.token_urlsafe(24), revision, client_capabilities,
+                                client_info, identity)
+        self.sessions[session.id] = session
+        await self._sessions_nursery.start(session.run)
+        return session
+
+    def find_session(self, session_id: str, identity: Identity) -> ClientSession | None:
+        """The live session with this id owned by this identity (else None: 404 for both)."""
+        session = self.sessions.get(session_id)
+        if session is None or session.closed.is_set() or session.identity.key != identity.key:
+            return None
+        return session
+
+    def forget_session(self, session: ClientSession) -> None:
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+        for process in self.stdio.values():
+            process.forget(session.id)
+
+    async def _reap_idle_sessions(self) -> None:
+        ttl = self.settings.session_idle_ttl
+        while True:
+            await trio.sleep(min(10.0, ttl / 4))
+            now = trio.current_time()
+            for session in list(self.sessions.values()):
+                if session.open_connections == 0 and now - session.last_active > ttl:
+                    log.info("session %s expired after %.0fs idle", session.id[:8], ttl)
+                    session.close()
+
+    # --- backends ------------------------------------------------------------------------------
+
+    async def open_link(self, name: str, session: ClientSession,
+                        nursery: trio.Nursery) -> BackendLink:
+        backend = next(b for b in self.plan.backends if b.name == name)
+        endpoint = backend.endpoint
+        if isinstance(endpoint, HttpEndpoint):
+            if endpoint.transport == "sse":
+                raise BackendError(name, "uses the legacy HTTP+SSE transport, which is not "
+                                         "supported yet")
+            link = HttpBackendLink(name, endpoint.url, self.http,
+                                   session_sink=session.unrelated_sink(name),
+                                   timeout=self.settings.backend_timeout)
+            await link.start(nursery, session.client_capabilities)
+            return link
+        process = self.stdio[name]
+        with trio.move_on_after(self.settings.backend_timeout):
+            await process.ready.wait()
+        if not process.ready.is_set():
+            raise BackendError(name, f"is not running ({process.last_error or 'starting'})")
+        return StdioBackendLink(process, session.id)
+
+    async def _route_from_stdio(self, backend: str, owner: str | None,
+                                message: Message) -> None:
+        if owner is None:
+            targets = list(self.sessions.values())
+        else:
+            session = self.sessions.get(owner)
+            targets = [session] if session is not None else []
+        for session in targets:
+            if backend in session.links:
+                await session.unrelated_sink(backend)(message)

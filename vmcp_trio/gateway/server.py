@@ -1,0 +1,376 @@
+"""The HTTP face of the gateway: ``/mcp`` (Streamable HTTP) and the operational endpoints.
+
+``/mcp`` for the handshake revisions (2025-03-26, 2025-06-18, 2025-11-25):
+
+* POST ``initialize`` (alone) creates a session; its id comes back in ``Mcp-Session-Id``. Every
+  other POST needs that header: missing -> 400, unknown, ended or another identity's -> 404.
+  ``MCP-Protocol-Version``, when sent, must name a revision we speak (else 400). Batches are
+  accepted only in 2025-03-26.
+* Notifications and responses -> 202. A request is answered as JSON when its backend answers
+  without sending anything first and within ``json_window_seconds``; otherwise as SSE, where
+  the related messages precede the reply. The work belongs to the session, not the connection:
+  a client that disconnects can resume the stream by GET with ``Last-Event-ID``.
+* GET opens the session's standalone stream (or resumes a stream); DELETE ends the session.
+* ``Origin`` must be absent, same-origin or allowed (403); on a loopback bind the ``Host`` header
+  must name a loopback host (DNS rebinding, 403). Bodies are bounded (413).
+
+Errors are JSON-RPC error objects (id null when the request could not be read) with the HTTP
+status that says what failed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import trio
+
+from .. import __version__
+from ..auth.identity import ANONYMOUS, Identity
+from ..http.asgi import (
+    BodyTooLarge,
+    HttpRequest,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    open_stream,
+    send_empty,
+    send_json,
+)
+from ..protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    ErrorObject,
+    ErrorResponse,
+    JsonRpcError,
+    Message,
+    Request,
+    Response,
+    decode_body,
+    encode,
+)
+from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
+from ..protocol.sse import encode_comment
+from ..resources.plan import HttpEndpoint
+from .core import Gateway, TooManySessions
+from .session import ClientSession, SessionClosed
+from .streams import EventStream, StreamGap, parse_event_id
+
+__all__ = ["GatewayApp"]
+
+log = logging.getLogger("vmcp.http")
+
+MCP_PATH = "/mcp"
+_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
+
+
+def _error_body(code: int, message: str, request_id: Any = None) -> bytes:
+    return encode(ErrorResponse(request_id, ErrorObject(code, message)))
+
+
+def _accepts(header: str | None, *types: str) -> bool:
+    if header is None:
+        return False
+    offered = {part.split(";")[0].strip().lower() for part in header.split(",")}
+    return "*/*" in offered or all(t in offered for t in types)
+
+
+def _host_name(host: str) -> str:
+    if host.startswith("["):
+        return host[: host.find("]") + 1]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+class GatewayApp:
+    """The ASGI application of ``vmcp serve``."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.settings = gateway.settings
+        self.loopback_bind = self.settings.host in ("127.0.0.1", "localhost", "::1")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        request = HttpRequest(scope, receive)
+        path = request.path
+        if path == MCP_PATH:
+            await self.mcp(request, send)
+        elif path == "/health":
+            await send_json(send, 200, {"status": "ok"})
+        elif path == "/readyz":
+            await self.readyz(send)
+        elif path == "/api/backends/health":
+            await send_json(send, 200, self.backends_health())
+        else:
+            await send_json(send, 404, {"error": f"no such endpoint: {path[:200]}"})
+
+    # --- /mcp ----------------------------------------------------------------------------------
+
+    def _forbidden_reason(self, request: HttpRequest) -> str | None:
+        origin = request.header("origin")
+        host = request.header("host") or ""
+        if origin is not None and origin not in self.settings.allowed_origins and origin not in (
+                f"http://{host}", f"https://{host}"):
+            return "Origin is not allowed"
+        if self.loopback_bind and _host_name(host).lower() not in _LOOPBACK_HOSTS:
+            return "Host must name a loopback address when the gateway listens on loopback"
+        return None
+
+    async def mcp(self, request: HttpRequest, send: Send) -> None:
+        reason = self._forbidden_reason(request)
+        if reason is not None:
+            await send_json(send, 403, _error_body(INVALID_REQUEST, f"Forbidden: {reason}"))
+            return
+        identity = ANONYMOUS
+        if request.method == "POST":
+            await self.post(request, send, identity)
+        elif request.method == "GET":
+            await self.get(request, send, identity)
+        elif request.method == "DELETE":
+            await self.delete(request, send, identity)
+        else:
+            await send_json(send, 405, _error_body(INVALID_REQUEST, "Method not allowed: use "
+                                                   "POST, GET or DELETE"),
+                            [("allow", "GET, POST, DELETE")])
+
+    async def _session(self, request: HttpRequest, send: Send,
+                       identity: Identity) -> ClientSession | None:
+        session_id = request.header("mcp-session-id")
+        if session_id is None:
+            await send_json(send, 400, _error_body(
+                INVALID_REQUEST, "Bad Request: the Mcp-Session-Id header is required"))
+            return None
+        session = self.gateway.find_session(session_id, identity)
+        if session is None:
+            await send_json(send, 404, _error_body(
+                INVALID_REQUEST, "Session not found: it ended or never existed; initialize a "
+                                 "new one"))
+            return None
+        version = request.header("mcp-protocol-version")
+        if version is not None and revision(version) not in HANDSHAKE_REVISIONS:
+            await send_json(send, 400, _error_body(
+                INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version "
+                                 f"{version[:40]!r}"))
+            return None
+        session.touch()
+        return session
+
+    async def post(self, request: HttpRequest, send: Send, identity: Identity) -> None:
+        if not (request.header("content-type") or "").lower().startswith("application/json"):
+            await send_json(send, 415, _error_body(
+                INVALID_REQUEST, "Unsupported Media Type: Content-Type must be "
+                                 "application/json"))
+            return
+        if not _accepts(request.header("accept"), "application/json", "text/event-stream"):
+            await send_json(send, 406, _error_body(
+                INVALID_REQUEST, "Not Acceptable: the Accept header must list application/json "
+                                 "and text/event-stream"))
+            return
+        try:
+            body = await request.body(self.settings.max_body_bytes)
+        except BodyTooLarge as exc:
+            await send_json(send, 413, _error_body(INVALID_REQUEST, str(exc)))
+            return
+        try:
+            messages, batch = decode_body(body)
+        except JsonRpcError as exc:
+            await send_json(send, 400, encode(exc.response()))
+            return
+        first = messages[0]
+        if isinstance(first, Request) and first.method == "initialize":
+            if batch:
+                await send_json(send, 400, _error_body(
+                    INVALID_REQUEST, "initialize must be sent alone, not in a batch"))
+                return
+            await self.initialize(first, send, identity)
+            return
+        session = await self._session(request, send, identity)
+        if session is None:
+            return
+        if batch and not session.revision.allows_batches:
+            await send_json(send, 400, _error_body(
+                INVALID_REQUEST, f"JSON-RPC batches are not allowed in protocol revision "
+                                 f"{session.revision}"))
+            return
+        requests: list[Request] = []
+        errors: list[ErrorResponse] = []
+        for message in messages:
+            if isinstance(message, JsonRpcError):
+                errors.append(message.response())
+            elif isinstance(message, Request):
+                requests.append(message)
+            else:
+                await session.receive(message)
+        if not requests and not errors:
+            await send_empty(send, 202)
+            return
+        if not batch and errors:
+            await send_json(send, 400, encode(errors[0]), self._session_headers(session))
+            return
+        if not batch and requests:
+            await self.answer(request, send, session, requests[0])
+            return
+        replies: list[Message] = [*errors]
+        async with trio.open_nursery() as nursery:
+            for item in requests:
+                nursery.start_soon(self._batch_member, session, item, replies)
+        await send_json(send, 200, orjson.dumps([m.to_dict() for m in replies]),
+                        self._session_headers(session))
+
+    async def _batch_member(self, session: ClientSession, request: Request,
+                            replies: list[Message]) -> None:
+        stream = session.streams.open()
+        reply = await session.handle(request, stream)
+        if reply is not None:
+            replies.append(reply)
+        stream.finish()
+
+    def _session_headers(self, session: ClientSession) -> list[tuple[str, str]]:
+        return [("mcp-session-id", session.id)]
+
+    async def initialize(self, request: Request, send: Send, identity: Identity) -> None:
+        params = request.params or {}
+        negotiated = negotiate(params.get("protocolVersion"))
+        capabilities = params.get("capabilities")
+        client_info = params.get("clientInfo")
+        try:
+            session = await self.gateway.create_session(
+                negotiated, capabilities if isinstance(capabilities, dict) else {},
+                client_info if isinstance(client_info, dict) else {}, identity)
+        except TooManySessions:
+            await send_json(send, 503, _error_body(
+                INTERNAL_ERROR, "Service Unavailable: too many sessions; try again later",
+                request.id), [("retry-after", "5")])
+            return
+        result: dict[str, Any] = {
+            "protocolVersion": negotiated.version,
+            "capabilities": {
+                "tools": {"listChanged": True},
+                "prompts": {"listChanged": True},
+                "resources": {"subscribe": True, "listChanged": True},
+                "logging": {},
+                "completions": {},
+            },
+            "serverInfo": {"name": f"vmcp-trio/{self.gateway.plan.name}",
+                           "version": __version__},
+        }
+        instructions = [f"{name}: {link.instructions}" for name, link in session.links.items()
+                        if link.instructions]
+        if instructions:
+            result["instructions"] = "\n\n".join(instructions)
+        log.info("session %s initialized (protocol %s, %d backends%s)", session.id[:8],
+                 negotiated, len(session.links),
+                 f", unavailable: {', '.join(session.failed_backends)}"
+                 if session.failed_backends else "")
+        await send_json(send, 200, encode(Response(request.id, result)),
+                        self._session_headers(session))
+
+    async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
+                     request: Request) -> None:
+        """Reply to one request: JSON if it is quick and alone, SSE otherwise."""
+        stream = session.streams.open()
+
+        async def work() -> None:
+            reply = await session.handle(request, stream)
+            if reply is not None:  # None: the client cancelled it, and gets no reply
+                stream.push(encode(reply))
+            stream.finish()
+
+        try:
+            session.spawn(work)
+        except SessionClosed:
+            await send_json(send, 404, _error_body(INVALID_REQUEST, "Session not found"))
+            return
+        with trio.move_on_after(self.settings.json_window_seconds):
+            await stream.wait_event()
+        payload = stream.only_reply()
+        if payload is not None:
+            await send_json(send, 200, payload, self._session_headers(session))
+            return
+        if stream.last_seq < 0 and session.revision.primes_streams:
+            stream.prime()
+        await self.pump(http, send, session, stream, -1)
+
+    async def pump(self, http: HttpRequest, send: Send, session: ClientSession,
+                   stream: EventStream, after: int) -> None:
+        """Write ``stream``'s events after ``after`` until it ends or the client leaves."""
+        session.open_connections += 1
+        try:
+            async with open_stream(http, send, self._session_headers(session)) as (writer,
+                                                                                   nursery):
+                async def keepalive() -> None:
+                    interval = self.settings.keepalive_seconds
+                    while True:
+                        await trio.sleep(interval)
+                        if trio.current_time() - writer.last_write >= interval:
+                            await writer.write(encode_comment())
+
+                async def end_with_session() -> None:
+                    await session.closed.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(keepalive)
+                nursery.start_soon(end_with_session)
+                try:
+                    async for event in stream.follow(after):
+                        await writer.write(event)
+                except StreamGap as exc:
+                    log.info("session %s: %s", session.id[:8], exc)
+        finally:
+            session.open_connections -= 1
+            session.touch()
+
+    async def get(self, request: HttpRequest, send: Send, identity: Identity) -> None:
+        if not _accepts(request.header("accept"), "text/event-stream"):
+            await send_json(send, 406, _error_body(
+                INVALID_REQUEST, "Not Acceptable: the Accept header must list "
+                                 "text/event-stream"))
+            return
+        session = await self._session(request, send, identity)
+        if session is None:
+            return
+        stream, after = session.streams.standalone, session.streams.standalone.delivered
+        last_event_id = request.header("last-event-id")
+        if last_event_id is not None:
+            parsed = parse_event_id(last_event_id)
+            resumed = session.streams.get(parsed[0]) if parsed else None
+            if resumed is not None and parsed is not None:
+                stream, after = resumed, parsed[1]
+        await self.pump(request, send, session, stream, after)
+
+    async def delete(self, request: HttpRequest, send: Send, identity: Identity) -> None:
+        session = await self._session(request, send, identity)
+        if session is None:
+            return
+        session.close()
+        await send_empty(send, 204)
+
+    # --- operational endpoints -------------------------------------------------------------------
+
+    def backends_health(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for backend in self.gateway.plan.backends:
+            entry: dict[str, Any] = {"name": backend.name}
+            if isinstance(backend.endpoint, HttpEndpoint):
+                entry.update(transport=backend.endpoint.transport, url=backend.endpoint.url,
+                             status="unknown")
+            else:
+                process = self.gateway.stdio[backend.name]
+                entry.update(transport="stdio", status=process.state,
+                             restarts=process.restarts, lastError=process.last_error)
+            out.append(entry)
+        return out
+
+    async def readyz(self, send: Send) -> None:
+        waiting = [name for name, process in self.gateway.stdio.items()
+                   if not process.ready.is_set()]
+        if waiting:
+            await send_json(send, 503, {"status": "not ready", "starting": waiting})
+        else:
+            await send_json(send, 200, {"status": "ready"})

@@ -1,0 +1,390 @@
+"""One client session of the virtual server: its backend links, catalog, streams and requests.
+
+A :class:`ClientSession` is created by ``initialize`` and lives in its own nursery (see
+:meth:`ClientSession.run`): the backend links' GET streams, the requests it is working on and
+their relays all run there, so ending the session (DELETE, idle expiry, shutdown) cancels
+everything it opened, and nothing outlives it.
+
+What the client sees is one server. Requests are answered from the aggregated catalog or routed
+to one backend under the backend's own names; ``logging/setLevel`` and ``notifications/roots/
+list_changed`` go to every backend. Messages a backend sends during a call go on that call's
+response stream; others go on the session's standalone stream. Server-to-client requests get a
+session-unique id (``vmcp-<n>``) on the way out, and the client's answer goes back to the backend
+that asked under the backend's id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from ..auth.identity import Identity
+from ..protocol.jsonrpc import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ErrorObject,
+    ErrorResponse,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode,
+)
+from ..protocol.revisions import Revision
+from .aggregation import BackendListing, Catalog, build_catalog
+from .backends.base import BackendError, BackendLink, Sink, backend_error
+from .streams import EventStream, StreamRegistry
+
+if TYPE_CHECKING:
+    from .core import Gateway
+
+__all__ = ["ClientSession", "SessionClosed"]
+
+log = logging.getLogger("vmcp.session")
+
+MAX_PAGES = 50
+MAX_PENDING_CLIENT_REQUESTS = 1024
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_LIST_CHANGED = {
+    "notifications/tools/list_changed",
+    "notifications/prompts/list_changed",
+    "notifications/resources/list_changed",
+}
+# What each capability-gated relay needs the client to have declared.
+_CLIENT_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
+                      "roots/list": "roots"}
+
+
+class SessionClosed(Exception):
+    """The session ended while a request was using it."""
+
+
+def _error(request_id: RequestId | None, code: int, message: str) -> ErrorResponse:
+    return ErrorResponse(request_id, ErrorObject(code, message))
+
+
+class ClientSession:
+    def __init__(self, gateway: Gateway, session_id: str, revision: Revision,
+                 client_capabilities: dict[str, Any], client_info: dict[str, Any],
+                 identity: Identity) -> None:
+        self.gateway = gateway
+        self.id = session_id
+        self.revision = revision
+        self.client_capabilities = client_capabilities
+        self.client_info = client_info
+        self.identity = identity
+        self.links: dict[str, BackendLink] = {}
+        self.failed_backends: dict[str, str] = {}
+        self.streams = StreamRegistry(
+            max_events=gateway.settings.stream_buffer_events,
+            retry_ms=gateway.settings.sse_retry_ms if revision.primes_streams else None)
+        self.last_active = trio.current_time()
+        self.open_connections = 0
+        self.closed = trio.Event()
+        self._nursery: trio.Nursery | None = None
+        self._catalog: Catalog | None = None
+        self._catalog_generation = 0
+        self._catalog_lock = trio.Lock()
+        self._relay_ids = itertools.count(1)
+        self._relayed: dict[str, tuple[BackendLink, RequestId]] = {}
+        self._in_flight: dict[RequestId, trio.CancelScope] = {}
+
+    # --- lifetime ------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect the backends, report started, and hold the session's nursery until closed."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await self._connect_backends(nursery)
+                task_status.started()
+                await self.closed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.closed.set()
+            with trio.CancelScope(shield=True):
+                for link in self.links.values():
+                    await link.aclose()
+            self.gateway.forget_session(self)
+
+    async def _connect_backends(self, nursery: trio.Nursery) -> None:
+        async def connect(name: str) -> None:
+            try:
+                self.links[name] = await self.gateway.open_link(name, self, nursery)
+            except BackendError as exc:
+                self.failed_backends[name] = exc.detail
+                log.warning("session %s: %s", self.id[:8], exc)
+
+        async with trio.open_nursery() as connecting:
+            for backend in self.gateway.plan.backends:
+                connecting.start_soon(connect, backend.name)
+
+    def close(self) -> None:
+        self.closed.set()
+
+    def touch(self) -> None:
+        self.last_active = trio.current_time()
+
+    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn`` in the session's nursery (it ends with the session)."""
+        if self._nursery is None or self.closed.is_set():
+            raise SessionClosed
+        self._nursery.start_soon(fn, *args)
+
+    # --- the client's requests -------------------------------------------------------------------
+
+    async def handle(self, request: Request,
+                     stream: EventStream) -> Response | ErrorResponse | None:
+        """Answer one request; messages related to it go on ``stream``. None when the client
+        cancelled it (a cancelled request gets no response)."""
+        scope = trio.CancelScope()
+        self._in_flight[request.id] = scope
+        try:
+            with scope:
+                return await self._dispatch(request, stream)
+            return None
+        except BackendError as exc:
+            return backend_error(request.id, exc.backend, exc.detail)
+        finally:
+            self._in_flight.pop(request.id, None)
+
+    async def _dispatch(self, request: Request, stream: EventStream) -> Response | ErrorResponse:
+        method = request.method
+        params = request.params or {}
+        if method == "ping":
+            return Response(request.id, {})
+        if method == "initialize":
+            return _error(request.id, INVALID_REQUEST, "the session is already initialized")
+        if method in _LISTS:
+            key, result_key = _LISTS[method]
+            catalog = await self.catalog()
+            return Response(request.id, {result_key: list(getattr(catalog, key))})
+        if method in ("tools/call", "prompts/get"):
+            return await self._call_named(request, params, stream)
+        if method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
+            return await self._call_resource(request, params, stream)
+        if method == "completion/complete":
+            return await self._complete(request, params, stream)
+        if method == "logging/setLevel":
+            return await self._set_level(request, params, stream)
+        return _error(request.id, METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
+
+    async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
+                       stream: EventStream) -> Response | ErrorResponse:
+        reply = await link.call(request.method, params, self._call_sink(link, stream))
+        if isinstance(reply, Response):
+            return Response(request.id, reply.result)
+        return ErrorResponse(request.id, reply.error)
+
+    def _link(self, backend: str) -> BackendLink:
+        link = self.links.get(backend)
+        if link is None:
+            reason = self.failed_backends.get(backend, "is not connected")
+            raise BackendError(backend, reason)
+        return link
+
+    async def _call_named(self, request: Request, params: dict[str, Any],
+                          stream: EventStream) -> Response | ErrorResponse:
+        name = params.get("name")
+        kind = "tool" if request.method == "tools/call" else "prompt"
+        if not isinstance(name, str):
+            return _error(request.id, INVALID_PARAMS, 'params.name must be a string')
+        catalog = await self.catalog()
+        routes = catalog.tool_routes if kind == "tool" else catalog.prompt_routes
+        route = routes.get(name)
+        if route is None:
+            return _error(request.id, INVALID_PARAMS, f"Unknown {kind}: {name[:200]}")
+        return await self._forward(self._link(route.backend), request,
+                                   {**params, "name": route.name}, stream)
+
+    async def _call_resource(self, request: Request, params: dict[str, Any],
+                             stream: EventStream) -> Response | ErrorResponse:
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            return _error(request.id, INVALID_PARAMS, "params.uri must be a string")
+        backend = (await self.catalog()).resource_backend(uri)
+        if backend is None:
+            return _error(request.id, self.revision.resource_not_found_code,
+                          f"Resource not found: {uri[:500]}")
+        return await self._forward(self._link(backend), request, params, stream)
+
+    async def _complete(self, request: Request, params: dict[str, Any],
+                        stream: EventStream) -> Response | ErrorResponse:
+        ref = params.get("ref")
+        if not isinstance(ref, dict):
+            return _error(request.id, INVALID_PARAMS, "params.ref must be an object")
+        catalog = await self.catalog()
+        if ref.get("type") == "ref/prompt":
+            route = catalog.prompt_routes.get(str(ref.get("name")))
+            if route is None:
+                return _error(request.id, INVALID_PARAMS, "Unknown prompt in params.ref.name")
+            params = {**params, "ref": {**ref, "name": route.name}}
+            backend = route.backend
+        elif ref.get("type") == "ref/resource":
+            uri = str(ref.get("uri"))
+            backend = catalog.template_owners.get(uri) or catalog.resource_backend(uri) or ""
+            if not backend:
+                return _error(request.id, INVALID_PARAMS, "Unknown resource in params.ref.uri")
+        else:
+            return _error(request.id, INVALID_PARAMS,
+                          "params.ref.type must be ref/prompt or ref/resource")
+        return await self._forward(self._link(backend), request, params, stream)
+
+    async def _set_level(self, request: Request, params: dict[str, Any],
+                         stream: EventStream) -> Response | ErrorResponse:
+        if params.get("level") not in LOG_LEVELS:
+            return _error(request.id, INVALID_PARAMS,
+                          f"params.level must be one of {', '.join(LOG_LEVELS)}")
+        async with trio.open_nursery() as nursery:
+            for link in self.links.values():
+                if "logging" in link.server_capabilities:
+                    nursery.start_soon(self._quietly, link, request, params, stream)
+        return Response(request.id, {})
+
+    async def _quietly(self, link: BackendLink, request: Request, params: dict[str, Any],
+                       stream: EventStream) -> None:
+        try:
+            await self._forward(link, request, params, stream)
+        except BackendError as exc:
+            log.info("session %s: %s", self.id[:8], exc)
+
+    # --- the client's notifications and answers --------------------------------------------------
+
+    async def receive(self, message: Message) -> None:
+        """A notification or response POSTed by the client."""
+        if isinstance(message, Response | ErrorResponse):
+            target = self._relayed.pop(str(message.id), None)
+            if target is None:
+                log.info("session %s: answer to unknown request %r ignored", self.id[:8],
+                         message.id)
+                return
+            link, backend_id = target
+            try:
+                await link.answer(backend_id, message)
+            except BackendError as exc:
+                log.info("session %s: %s", self.id[:8], exc)
+            return
+        if not isinstance(message, Notification):
+            return
+        if message.method == "notifications/cancelled":
+            request_id = (message.params or {}).get("requestId")
+            scope = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
+            if scope is not None:
+                scope.cancel()
+        elif message.method == "notifications/roots/list_changed":
+            for link in list(self.links.values()):
+                try:
+                    await link.notify(message.method, message.params)
+                except BackendError as exc:
+                    log.info("session %s: %s", self.id[:8], exc)
+
+    # --- messages from backends -------------------------------------------------------------------
+
+    def _call_sink(self, link: BackendLink, stream: EventStream) -> Sink:
+        async def sink(message: Message) -> None:
+            await self._relay(link, message, stream)
+        return sink
+
+    def unrelated_sink(self, link_name: str) -> Sink:
+        async def sink(message: Message) -> None:
+            link = self.links.get(link_name)
+            if isinstance(message, Notification) and message.method in _LIST_CHANGED:
+                self.invalidate_catalog()
+            if link is not None or not isinstance(message, Request):
+                await self._relay(link, message, self.streams.standalone)
+        return sink
+
+    async def _relay(self, link: BackendLink | None, message: Message,
+                     stream: EventStream) -> None:
+        if self.closed.is_set():
+            return
+        if isinstance(message, Request):
+            if link is None:
+                return
+            needed = _CLIENT_CAPABILITY.get(message.method)
+            if needed is not None and needed not in self.client_capabilities:
+                await link.answer(message.id, _error(
+                    message.id, METHOD_NOT_FOUND,
+                    f"the client did not declare the {needed} capability"))
+                return
+            if len(self._relayed) >= MAX_PENDING_CLIENT_REQUESTS:
+                await link.answer(message.id, _error(
+                    message.id, INVALID_REQUEST, "too many requests are waiting for the client"))
+                return
+            relay_id = f"vmcp-{next(self._relay_ids)}"
+            self._relayed[relay_id] = (link, message.id)
+            message = Request(relay_id, message.method, message.params)
+        stream.push(encode(message))
+
+    # --- the catalog -----------------------------------------------------------------------------
+
+    def invalidate_catalog(self) -> None:
+        self._catalog_generation += 1
+        self._catalog = None
+
+    async def catalog(self) -> Catalog:
+        async with self._catalog_lock:
+            if self._catalog is not None:
+                return self._catalog
+            generation = self._catalog_generation
+            listings: list[BackendListing] = []
+            async with trio.open_nursery() as nursery:
+                for link in self.links.values():
+                    listing = BackendListing(link.name)
+                    listings.append(listing)
+                    nursery.start_soon(self._fill_listing, link, listing)
+            catalog = build_catalog(listings, self.gateway.plan.aggregation)
+            for conflict in catalog.conflicts:
+                log.warning("session %s: %s", self.id[:8], conflict)
+            if generation == self._catalog_generation:
+                self._catalog = catalog
+            return catalog
+
+    async def _fill_listing(self, link: BackendLink, listing: BackendListing) -> None:
+        capabilities = link.server_capabilities
+        wanted = [(method, key, target) for method, key, target, capability in _LISTINGS
+                  if capability in capabilities]
+        try:
+            for method, key, target in wanted:
+                getattr(listing, target).extend(await self._list_all(link, method, key))
+        except BackendError as exc:
+            log.warning("session %s: listing %s failed: %s", self.id[:8], link.name, exc)
+
+    async def _list_all(self, link: BackendLink, method: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = {"cursor": cursor} if cursor else None
+            reply = await link.call(method, params, self.unrelated_sink(link.name))
+            if isinstance(reply, ErrorResponse):
+                log.info("session %s: %s %s failed: %s", self.id[:8], link.name, method,
+                         reply.error.message[:200])
+                return items
+            page = reply.result.get(key)
+            if isinstance(page, list):
+                items.extend(item for item in page if isinstance(item, dict))
+            next_cursor = reply.result.get("nextCursor")
+            if not isinstance(next_cursor, str) or not next_cursor:
+                return items
+            cursor = next_cursor
+        return items
+
+
+_LISTS = {
+    "tools/list": ("tools", "tools"),
+    "prompts/list": ("prompts", "prompts"),
+    "resources/list": ("resources", "resources"),
+    "resources/templates/list": ("templates", "resourceTemplates"),
+}
+_LISTINGS = (
+    ("tools/list", "tools", "tools", "tools"),
+    ("prompts/list", "prompts", "prompts", "prompts"),
+    ("resources/list", "resources", "resources", "resources"),
+    ("resources/templates/list", "resourceTemplates", "templates", "resources"),
+)

@@ -1,0 +1,164 @@
+"""The server-to-client SSE streams of one client session, with resumption.
+
+Rules kept here (Streamable HTTP, handshake revisions):
+
+* Every message goes on exactly one stream: the response stream of the request it relates to,
+  or the session's standalone stream (the GET stream) when it relates to none.
+* Event ids are ``<stream key>.<sequence>``, unique within the session, and name their stream, so a
+  ``Last-Event-ID`` says which stream to resume and from where; resumption replays only that
+  stream's later events.
+* A stream keeps its last ``max_events`` events for replay. A writer that falls further behind
+  than that lost events: it is told so (:class:`StreamGap`) and ends its connection rather than
+  deliver a stream with a hole in it.
+* A response stream is *finished* once its final response is pushed; it is forgotten when that has
+  been delivered, or when the session ends. The standalone stream lives as long as the session.
+
+No HTTP here: :meth:`EventStream.follow` yields encoded SSE events; the server writes them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncIterator
+
+import trio
+
+from ..protocol.sse import encode_event
+
+__all__ = ["EventStream", "StreamGap", "StreamRegistry", "parse_event_id"]
+
+STANDALONE = "g"
+
+
+class StreamGap(Exception):
+    """The reader asked for events that were dropped from the replay buffer."""
+
+
+def parse_event_id(event_id: str) -> tuple[str, int] | None:
+    key, sep, seq = event_id.rpartition(".")
+    if not sep or not key or not seq.isdigit() or len(seq) > 18:
+        return None
+    return key, int(seq)
+
+
+class EventStream:
+    def __init__(self, key: str, *, max_events: int = 256, retry_ms: int | None = None) -> None:
+        self.key = key
+        self.max_events = max_events
+        self.retry_ms = retry_ms
+        self._events: deque[tuple[int, bytes, int | None]] = deque()
+        """(sequence, JSON-RPC payload or b"" for a priming event, retry)"""
+        self._next = 0
+        self._changed = trio.Event()
+        self.finished = False
+        self.delivered = -1
+        """Highest sequence number a writer has handed to the transport."""
+        self._follower = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self._next - 1
+
+    def push(self, payload: bytes) -> None:
+        """Queue one JSON-RPC message (already encoded)."""
+        self._append(payload, None)
+
+    def prime(self) -> None:
+        """The priming event (id, empty data): the client can resume from it at once."""
+        self._append(b"", self.retry_ms)
+
+    def finish(self) -> None:
+        self.finished = True
+        self._wake()
+
+    def _append(self, payload: bytes, retry: int | None) -> None:
+        if self.finished:
+            raise RuntimeError(f"stream {self.key} is finished")
+        self._events.append((self._next, payload, retry))
+        self._next += 1
+        if len(self._events) > self.max_events:
+            self._events.popleft()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    @property
+    def drained(self) -> bool:
+        return self.finished and self.delivered >= self.last_seq
+
+    def only_reply(self) -> bytes | None:
+        """When the stream finished with exactly one event (its reply), that payload: it can go
+        as plain JSON instead of SSE. Marks it delivered."""
+        if not (self.finished and self.last_seq == 0 and self._events):
+            return None
+        self.delivered = 0
+        return self._events[0][1]
+
+    async def wait_event(self) -> None:
+        """Return once the stream has an event or is finished."""
+        while self._next == 0 and not self.finished:
+            await self._changed.wait()
+
+    async def follow(self, after: int = -1) -> AsyncIterator[bytes]:
+        """Encoded events with sequence > ``after``, waiting for new ones until finished.
+
+        One follower at a time: a new one (a client reconnecting) ends the previous one, so no
+        event is sent on two connections."""
+        self._follower += 1
+        me = self._follower
+        self._wake()
+        position = after
+        while me == self._follower:
+            changed = self._changed  # taken before scanning: an append during a yield wakes us
+            if self._events and self._events[0][0] > position + 1 and position < self.last_seq:
+                raise StreamGap(f"events of stream {self.key} after {position} were dropped")
+            for seq, payload, retry in list(self._events):
+                if seq > position:
+                    if me != self._follower:
+                        return
+                    position = seq
+                    yield encode_event(payload, id=f"{self.key}.{seq}", retry=retry)
+                    self.delivered = max(self.delivered, seq)
+            if self.finished and position >= self.last_seq:
+                return
+            await changed.wait()
+
+
+class StreamRegistry:
+    """The streams of one session, by key; bounded in number."""
+
+    def __init__(self, *, max_streams: int = 1024, max_events: int = 256,
+                 retry_ms: int | None = None) -> None:
+        self.max_streams = max_streams
+        self.max_events = max_events
+        self.retry_ms = retry_ms
+        self._streams: dict[str, EventStream] = {}
+        self._counter = 0
+        self.standalone = self._add(STANDALONE)
+
+    def _add(self, key: str) -> EventStream:
+        stream = EventStream(key, max_events=self.max_events, retry_ms=self.retry_ms)
+        self._streams[key] = stream
+        return stream
+
+    def open(self) -> EventStream:
+        """A new response stream. The oldest delivered streams make room; if every stream is
+        still undelivered the oldest one is dropped (its client can no longer resume it)."""
+        self._forget_drained()
+        if len(self._streams) >= self.max_streams:
+            oldest = next(k for k in self._streams if k != STANDALONE)
+            del self._streams[oldest]
+        self._counter += 1
+        return self._add(f"r{self._counter}")
+
+    def _forget_drained(self) -> None:
+        for key in [k for k, s in self._streams.items() if k != STANDALONE and s.drained]:
+            del self._streams[key]
+
+    def get(self, key: str) -> EventStream | None:
+        return self._streams.get(key)
+
+    def __len__(self) -> int:
+        return len(self._streams)

@@ -1,0 +1,175 @@
+"""The thin ASGI layer under every endpoint: a request view, bounded body reading, replies.
+
+Hypercorn's trio worker calls the app once per request. What this layer adds:
+
+* :class:`HttpRequest`: method, path, lower-cased headers, query, client address;
+  :meth:`HttpRequest.body` reads at most ``limit`` bytes and raises :class:`BodyTooLarge` past it
+  (a declared ``Content-Length`` over the limit fails before reading anything).
+* Replies: :func:`send_json`, :func:`send_empty`, :func:`send_text`, and
+  :func:`open_stream` for SSE, which gives a :class:`StreamWriter` and watches ``receive()`` for
+  ``http.disconnect`` (hypercorn's ``send`` never raises after the client left, so this is the
+  only way to notice, and it cancels the writer's scope).
+* The lifespan protocol (an app that returns on lifespan crashes hypercorn's ``serve``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+import trio
+
+__all__ = [
+    "ASGIApp",
+    "BodyTooLarge",
+    "HttpRequest",
+    "StreamWriter",
+    "lifespan",
+    "open_stream",
+    "send_empty",
+    "send_json",
+    "send_text",
+]
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+Headers = Sequence[tuple[str, str]]
+
+
+class BodyTooLarge(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the request body is larger than {limit} bytes")
+        self.limit = limit
+
+
+class HttpRequest:
+    __slots__ = ("_receive", "client", "headers", "method", "path", "query_string", "scheme",
+                 "scope")
+
+    def __init__(self, scope: Scope, receive: Receive) -> None:
+        self.scope = scope
+        self._receive = receive
+        self.method: str = scope["method"]
+        self.path: str = scope["path"]
+        self.scheme: str = scope.get("scheme", "http")
+        self.query_string: bytes = scope.get("query_string", b"")
+        client = scope.get("client")
+        self.client: str = client[0] if client else ""
+        headers: dict[str, str] = {}
+        for key, value in scope["headers"]:
+            name = key.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            headers[name] = f"{headers[name]}, {text}" if name in headers else text
+        self.headers = headers
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name)
+
+    @property
+    def query(self) -> dict[str, list[str]]:
+        return parse_qs(self.query_string.decode("latin-1"), keep_blank_values=True)
+
+    async def body(self, limit: int) -> bytes:
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise BodyTooLarge(limit)
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise trio.BrokenResourceError("the client went away")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLarge(limit)
+            parts.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(parts)
+
+    async def wait_disconnect(self) -> None:
+        while (await self._receive())["type"] != "http.disconnect":
+            pass
+
+
+def _wire(headers: Headers) -> list[tuple[bytes, bytes]]:
+    return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
+
+
+async def send_json(send: Send, status: int, body: Any, headers: Headers = ()) -> None:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    await send({"type": "http.response.start", "status": status,
+                "headers": _wire([("content-type", "application/json"),
+                                  ("content-length", str(len(data))), *headers])})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def send_text(send: Send, status: int, text: str, *, content_type: str = "text/plain",
+                    headers: Headers = ()) -> None:
+    data = text.encode("utf-8")
+    await send({"type": "http.response.start", "status": status,
+                "headers": _wire([("content-type", f"{content_type}; charset=utf-8"),
+                                  ("content-length", str(len(data))), *headers])})
+    await send({"type": "http.response.body", "body": data})
+
+
+async def send_empty(send: Send, status: int, headers: Headers = ()) -> None:
+    await send({"type": "http.response.start", "status": status,
+                "headers": _wire([("content-length", "0"), *headers])})
+    await send({"type": "http.response.body", "body": b""})
+
+
+class StreamWriter:
+    """Writes SSE bytes to one response; serialises writers (events and keep-alives)."""
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._lock = trio.Lock()
+        self.last_write = trio.current_time()
+
+    async def write(self, data: bytes) -> None:
+        async with self._lock:
+            await self._send({"type": "http.response.body", "body": data, "more_body": True})
+            self.last_write = trio.current_time()
+
+
+@asynccontextmanager
+async def open_stream(request: HttpRequest, send: Send,
+                      headers: Headers = ()) -> AsyncIterator[tuple[StreamWriter, trio.Nursery]]:
+    """Start an SSE response. The block runs in a nursery that is cancelled when the client
+    disconnects; when it exits the response is ended."""
+    await send({"type": "http.response.start", "status": 200,
+                "headers": _wire([("content-type", "text/event-stream"),
+                                  ("cache-control", "no-cache, no-transform"),
+                                  ("x-accel-buffering", "no"), *headers])})
+    writer = StreamWriter(send)
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await request.wait_disconnect()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            yield writer, nursery
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.move_on_after(1) as scope:
+            scope.shield = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def lifespan(receive: Receive, send: Send) -> None:
+    """Answer the lifespan protocol for as long as the server runs."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return

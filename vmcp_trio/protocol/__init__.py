@@ -1,0 +1,1 @@
+"""Sans-IO protocol cores: JSON-RPC messages, SSE, and the Streamable HTTP rules of MCP."""
