@@ -1,0 +1,1 @@
+"""vMCP: one MCP server in front of the members of an MCPGroup."""

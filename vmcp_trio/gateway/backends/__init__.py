@@ -1,0 +1,1 @@
+"""Backend links: how the gateway talks to one backend, by transport."""
