@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FUZZ_SECONDS ?= 60
 
-.PHONY: test pytest lint fuzz clean run
+.PHONY: test pytest lint fuzz clean run peers mcp1
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
@@ -18,8 +18,16 @@ $(STAMP): pyproject.toml
 ## test: lint, then the whole test suite (what .ci/run runs)
 test: lint pytest
 
-pytest: $(STAMP)
+pytest: $(STAMP) peers mcp1
 	$(BIN)/pytest
+
+## peers: npm test peers (conformance suite, server-everything, inspector) with `npm ci`
+peers: $(STAMP)
+	$(BIN)/python scripts/peers.py
+
+## mcp1: a separate venv with the 1.x MCP SDK, for interoperability tests with 1.x servers
+mcp1: $(STAMP)
+	$(BIN)/python scripts/mcp1_venv.py
 
 ## lint: ruff and mypy on the package, hadolint on the Dockerfile
 lint: $(STAMP)
@@ -39,7 +47,8 @@ fuzz: $(STAMP)
 	done
 
 clean:
-	rm -rf $(VENV) fuzz/work .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-mcp1 tests/peers/node_modules fuzz/work .pytest_cache .mypy_cache \
+		.ruff_cache .hypothesis
 
 ## run: the gateway on examples/quickstart.yaml at http://127.0.0.1:4483/mcp (Ctrl-C stops it)
 run: $(STAMP)
