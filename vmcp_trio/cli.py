@@ -87,8 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="most concurrent client sessions (default: %(default)s)")
     serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                        help="largest request body (default: %(default)s)")
-    serve.add_argument("--backend-timeout", type=float, default=60.0, metavar="SECONDS",
-                       help="how long a backend may take to answer (default: %(default)s)")
     serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                        help="a browser Origin allowed besides same-origin; repeatable")
     serve.set_defaults(handler=_serve, parser=serve)
@@ -216,7 +214,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
-        backend_timeout=args.backend_timeout, allowed_origins=tuple(args.allowed_origin))
+        allowed_origins=tuple(args.allowed_origin))
 
     def ready(urls: list[str]) -> None:
         print(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "

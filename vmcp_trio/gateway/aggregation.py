@@ -60,6 +60,8 @@ class Catalog:
     template_owners: Mapping[str, str] = field(default_factory=dict)
     """``uriTemplate`` -> backend, for completions that name a template."""
     conflicts: tuple[str, ...] = ()
+    failures: Mapping[str, str] = field(default_factory=dict)
+    """Backends left out because they are unavailable, with why."""
 
     def resource_backend(self, uri: str) -> str | None:
         """The backend serving ``uri``: a listed resource, else the first matching template."""
@@ -147,7 +149,8 @@ def _merge_named(listings: Sequence[BackendListing], plan: AggregationPlan, kind
     return visible, routes
 
 
-def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan) -> Catalog:
+def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan,
+                  failures: Mapping[str, str] | None = None) -> Catalog:
     ordered = _ordered(listings, plan)
     conflicts: list[str] = []
     tools, tool_routes = _merge_named(ordered, plan, "tool", conflicts)
@@ -171,4 +174,4 @@ def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan) -> 
                 template_owners.setdefault(uri_template, listing.backend)
     return Catalog(tuple(tools), tuple(prompts), tuple(resources), tuple(templates), tool_routes,
                    prompt_routes, resource_routes, tuple(template_routes), template_owners,
-                   tuple(conflicts))
+                   tuple(conflicts), dict(failures or {}))

@@ -20,9 +20,11 @@ from ..http.client import HttpClient
 from ..protocol.jsonrpc import Message
 from ..protocol.revisions import Revision
 from ..resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
+from ..runtime.metrics import Metrics
 from .backends.base import BackendError, BackendLink
 from .backends.http import HttpBackendLink
 from .backends.stdio import StdioBackendLink, StdioProcess
+from .health import HealthMonitor
 from .session import ClientSession
 
 __all__ = ["Gateway", "GatewaySettings", "TooManySessions"]
@@ -43,7 +45,6 @@ class GatewaySettings:
     keepalive_seconds: float = 15.0
     json_window_seconds: float = 1.0
     """How long a request may wait for its backend before the reply switches to SSE."""
-    backend_timeout: float = 60.0
     allowed_origins: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -65,6 +66,17 @@ class Gateway:
                                                         router=self._route_from_stdio)
         self._sessions_nursery: trio.Nursery | None = None
         self.shutting_down = trio.Event()
+        self.health = HealthMonitor(self, self._health_changed)
+        self.metrics = Metrics()
+        self.open_streams = 0
+        self.metrics.watch(self.metrics.sessions, lambda: len(self.sessions))
+        self.metrics.watch(self.metrics.open_streams, lambda: self.open_streams)
+        for name, health in self.health.backends.items():
+            self.metrics.watch(self.metrics.backend_healthy,
+                               lambda h=health: 1.0 if h.usable else 0.0, name)  # type: ignore[misc]
+        for name, process in self.stdio.items():
+            self.metrics.watch(self.metrics.backend_restarts,
+                               lambda p=process: p.restarts, name)  # type: ignore[misc]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Supervise the stdio backends and hold the sessions until cancelled."""
@@ -72,6 +84,7 @@ class Gateway:
             async with trio.open_nursery() as nursery:
                 for process in self.stdio.values():
                     await nursery.start(process.run)
+                await nursery.start(self.health.run)
                 nursery.start_soon(self._reap_idle_sessions)
                 self._sessions_nursery = nursery
                 task_status.started()
@@ -123,21 +136,27 @@ class Gateway:
                         nursery: trio.Nursery) -> BackendLink:
         backend = next(b for b in self.plan.backends if b.name == name)
         endpoint = backend.endpoint
+        timeout = self.plan.operational.timeout_for(name).total_seconds()
+        if not self.health.usable(name):
+            raise BackendError(name, f"is unhealthy ({self.health.backends[name].last_error})")
         if isinstance(endpoint, HttpEndpoint):
             if endpoint.transport == "sse":
                 raise BackendError(name, "uses the legacy HTTP+SSE transport, which is not "
                                          "supported yet")
             link = HttpBackendLink(name, endpoint.url, self.http,
-                                   session_sink=session.unrelated_sink(name),
-                                   timeout=self.settings.backend_timeout)
+                                   session_sink=session.unrelated_sink(name), timeout=timeout)
             await link.start(nursery, session.client_capabilities)
             return link
         process = self.stdio[name]
-        with trio.move_on_after(self.settings.backend_timeout):
+        with trio.move_on_after(timeout):
             await process.ready.wait()
         if not process.ready.is_set():
             raise BackendError(name, f"is not running ({process.last_error or 'starting'})")
-        return StdioBackendLink(process, session.id)
+        return StdioBackendLink(process, session.id, timeout=timeout)
+
+    async def _health_changed(self, backend: str, usable: bool) -> None:
+        for session in list(self.sessions.values()):
+            await session.backend_health_changed(backend, usable)
 
     async def _route_from_stdio(self, backend: str, owner: str | None,
                                 message: Message) -> None:

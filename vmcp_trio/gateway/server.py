@@ -54,6 +54,7 @@ from ..protocol.jsonrpc import (
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
 from ..protocol.sse import encode_comment
 from ..resources.plan import HttpEndpoint
+from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway, TooManySessions
 from .session import ClientSession, SessionClosed
 from .streams import EventStream, StreamGap, parse_event_id
@@ -107,6 +108,12 @@ class GatewayApp:
             await self.readyz(send)
         elif path == "/api/backends/health":
             await send_json(send, 200, self.backends_health())
+        elif path == "/metrics":
+            body = self.gateway.metrics.render()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", CONTENT_TYPE.encode()),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
         else:
             await send_json(send, 404, {"error": f"no such endpoint: {path[:200]}"})
 
@@ -248,6 +255,15 @@ class GatewayApp:
                 INTERNAL_ERROR, "Service Unavailable: too many sessions; try again later",
                 request.id), [("retry-after", "5")])
             return
+        if (session.failed_backends
+                and self.gateway.plan.operational.partial_failure_mode == "fail"):
+            session.close()
+            failed = "; ".join(f"{name} {detail}" for name, detail in
+                               sorted(session.failed_backends.items()))
+            await send_json(send, 200, encode(ErrorResponse(request.id, ErrorObject(
+                INTERNAL_ERROR, f"backends unavailable (partialFailureMode: fail): {failed}",
+                {"backends": sorted(session.failed_backends)}))))
+            return
         result: dict[str, Any] = {
             "protocolVersion": negotiated.version,
             "capabilities": {
@@ -301,6 +317,7 @@ class GatewayApp:
                    stream: EventStream, after: int) -> None:
         """Write ``stream``'s events after ``after`` until it ends or the client leaves."""
         session.open_connections += 1
+        self.gateway.open_streams += 1
         try:
             async with open_stream(http, send, self._session_headers(session)) as (writer,
                                                                                    nursery):
@@ -324,6 +341,7 @@ class GatewayApp:
                     log.info("session %s: %s", session.id[:8], exc)
         finally:
             session.open_connections -= 1
+            self.gateway.open_streams -= 1
             session.touch()
 
     async def get(self, request: HttpRequest, send: Send, identity: Identity) -> None:
@@ -356,21 +374,30 @@ class GatewayApp:
     def backends_health(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for backend in self.gateway.plan.backends:
-            entry: dict[str, Any] = {"name": backend.name}
+            health = self.gateway.health.backends[backend.name]
+            entry: dict[str, Any] = {
+                "name": backend.name, "status": health.state,
+                "consecutiveFailures": health.consecutive_failures,
+                "lastError": health.last_error, "lastCheck": health.last_check,
+                "latencyMs": health.latency_ms,
+            }
             if isinstance(backend.endpoint, HttpEndpoint):
-                entry.update(transport=backend.endpoint.transport, url=backend.endpoint.url,
-                             status="unknown")
+                entry.update(transport=backend.endpoint.transport, url=backend.endpoint.url)
             else:
                 process = self.gateway.stdio[backend.name]
-                entry.update(transport="stdio", status=process.state,
-                             restarts=process.restarts, lastError=process.last_error)
+                entry.update(transport="stdio", process=process.state,
+                             restarts=process.restarts)
             out.append(entry)
         return out
 
     async def readyz(self, send: Send) -> None:
-        waiting = [name for name, process in self.gateway.stdio.items()
-                   if not process.ready.is_set()]
-        if waiting:
-            await send_json(send, 503, {"status": "not ready", "starting": waiting})
+        """Ready when the backends can serve: all of them under partialFailureMode fail, at
+        least one under best_effort (a gateway with no backends is ready)."""
+        states = {name: h.state for name, h in self.gateway.health.backends.items()}
+        healthy = [name for name, state in states.items() if state == "healthy"]
+        if self.gateway.plan.operational.partial_failure_mode == "fail":
+            ready = len(healthy) == len(states)
         else:
-            await send_json(send, 200, {"status": "ready"})
+            ready = bool(healthy) or not states
+        body = {"status": "ready" if ready else "not ready", "backends": states}
+        await send_json(send, 200 if ready else 503, body)

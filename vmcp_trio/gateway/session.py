@@ -15,6 +15,7 @@ that asked under the backend's id.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 from collections.abc import Callable
@@ -59,6 +60,15 @@ _LIST_CHANGED = {
 # What each capability-gated relay needs the client to have declared.
 _CLIENT_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
                       "roots/list": "roots"}
+
+
+_BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("backend", default="vmcp")
+"""The backend the current request went to, for its metrics labels."""
+_KNOWN_METHODS = frozenset({
+    "ping", "initialize", "tools/list", "tools/call", "prompts/list", "prompts/get",
+    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
+    "resources/unsubscribe", "completion/complete", "logging/setLevel"})
+"""Methods that get their own metrics label (others are "other": bounded cardinality)."""
 
 
 class SessionClosed(Exception):
@@ -113,17 +123,29 @@ class ClientSession:
                     await link.aclose()
             self.gateway.forget_session(self)
 
-    async def _connect_backends(self, nursery: trio.Nursery) -> None:
-        async def connect(name: str) -> None:
-            try:
-                self.links[name] = await self.gateway.open_link(name, self, nursery)
-            except BackendError as exc:
-                self.failed_backends[name] = exc.detail
-                log.warning("session %s: %s", self.id[:8], exc)
+    async def _connect(self, name: str, nursery: trio.Nursery) -> None:
+        try:
+            self.links[name] = await self.gateway.open_link(name, self, nursery)
+            self.failed_backends.pop(name, None)
+        except BackendError as exc:
+            self.failed_backends[name] = exc.detail
+            log.warning("session %s: %s", self.id[:8], exc)
 
+    async def _connect_backends(self, nursery: trio.Nursery) -> None:
         async with trio.open_nursery() as connecting:
             for backend in self.gateway.plan.backends:
-                connecting.start_soon(connect, backend.name)
+                connecting.start_soon(self._connect, backend.name, nursery)
+
+    async def backend_health_changed(self, backend: str, usable: bool) -> None:
+        """A backend became unhealthy or healthy again: rebuild the catalog (connecting to it if
+        this session never could) and tell the client its lists changed."""
+        if self.closed.is_set() or self._nursery is None:
+            return
+        if usable and backend not in self.links:
+            await self._connect(backend, self._nursery)
+        self.invalidate_catalog()
+        for method in sorted(_LIST_CHANGED):
+            self.streams.standalone.push(encode(Notification(method)))
 
     def close(self) -> None:
         self.closed.set()
@@ -145,14 +167,25 @@ class ClientSession:
         cancelled it (a cancelled request gets no response)."""
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
+        token = _BACKEND.set("vmcp")
+        started = trio.current_time()
+        outcome = "cancelled"
+        reply: Response | ErrorResponse | None = None
         try:
             with scope:
-                return await self._dispatch(request, stream)
-            return None
+                reply = await self._dispatch(request, stream)
         except BackendError as exc:
-            return backend_error(request.id, exc.backend, exc.detail)
+            _BACKEND.set(exc.backend)
+            reply = backend_error(request.id, exc.backend, exc.detail)
         finally:
             self._in_flight.pop(request.id, None)
+            if reply is not None:
+                outcome = "ok" if isinstance(reply, Response) else "error"
+            method = request.method if request.method in _KNOWN_METHODS else "other"
+            self.gateway.metrics.observe(method, _BACKEND.get(), outcome,
+                                         trio.current_time() - started)
+            _BACKEND.reset(token)
+        return reply
 
     async def _dispatch(self, request: Request, stream: EventStream) -> Response | ErrorResponse:
         method = request.method
@@ -164,6 +197,10 @@ class ClientSession:
         if method in _LISTS:
             key, result_key = _LISTS[method]
             catalog = await self.catalog()
+            if catalog.failures and self.gateway.plan.operational.partial_failure_mode == "fail":
+                name, detail = sorted(catalog.failures.items())[0]
+                raise BackendError(name, f"{detail} (partialFailureMode: fail lists nothing "
+                                         "while a backend is unavailable)")
             return Response(request.id, {result_key: list(getattr(catalog, key))})
         if method in ("tools/call", "prompts/get"):
             return await self._call_named(request, params, stream)
@@ -177,6 +214,7 @@ class ClientSession:
 
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
                        stream: EventStream) -> Response | ErrorResponse:
+        _BACKEND.set(link.name)
         reply = await link.call(request.method, params, self._call_sink(link, stream))
         if isinstance(reply, Response):
             return Response(request.id, reply.result)
@@ -334,19 +372,25 @@ class ClientSession:
                 return self._catalog
             generation = self._catalog_generation
             listings: list[BackendListing] = []
+            failures: dict[str, str] = {}
             async with trio.open_nursery() as nursery:
                 for link in self.links.values():
+                    if not self.gateway.health.usable(link.name):
+                        failures[link.name] = "is unhealthy"
+                        continue
                     listing = BackendListing(link.name)
                     listings.append(listing)
-                    nursery.start_soon(self._fill_listing, link, listing)
-            catalog = build_catalog(listings, self.gateway.plan.aggregation)
+                    nursery.start_soon(self._fill_listing, link, listing, failures)
+            failures.update(self.failed_backends)
+            catalog = build_catalog(listings, self.gateway.plan.aggregation, failures)
             for conflict in catalog.conflicts:
                 log.warning("session %s: %s", self.id[:8], conflict)
             if generation == self._catalog_generation:
                 self._catalog = catalog
             return catalog
 
-    async def _fill_listing(self, link: BackendLink, listing: BackendListing) -> None:
+    async def _fill_listing(self, link: BackendLink, listing: BackendListing,
+                            failures: dict[str, str]) -> None:
         capabilities = link.server_capabilities
         wanted = [(method, key, target) for method, key, target, capability in _LISTINGS
                   if capability in capabilities]
@@ -354,6 +398,7 @@ class ClientSession:
             for method, key, target in wanted:
                 getattr(listing, target).extend(await self._list_all(link, method, key))
         except BackendError as exc:
+            failures[link.name] = exc.detail
             log.warning("session %s: listing %s failed: %s", self.id[:8], link.name, exc)
 
     async def _list_all(self, link: BackendLink, method: str, key: str) -> list[dict[str, Any]]:

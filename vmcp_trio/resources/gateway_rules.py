@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from . import models as m
 from .authserver_rules import resolve_auth_server
+from .durations import Duration
 from .plan import (
     DEFAULT_SERVICE_ACCOUNT_AUDIENCE,
     AggregationPlan,
@@ -34,6 +35,7 @@ from .plan import (
     KubernetesIncoming,
     NoOutgoingAuth,
     OIDCIncoming,
+    OperationalPlan,
     OutgoingPlan,
     SecretValue,
     TokenExchangeAuth,
@@ -88,9 +90,10 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         if outgoing is not None and endpoint is not None:
             backends.append(BackendPlan(member.name or "", endpoint, outgoing))
     aggregation = _aggregation(resolver, gateway, spec.aggregation, group, member_names)
+    operational = _operational(resolver, gateway, spec.operational, group, member_names)
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
-            or len(backends) != len(members)
+            or operational is None or len(backends) != len(members)
             or (spec.auth_server_config is not None and auth_server is None)):
         return None
     return GatewayPlan(
@@ -101,6 +104,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         backends=tuple(backends),
         aggregation=aggregation,
         auth_server=auth_server,
+        operational=operational,
     )
 
 
@@ -415,3 +419,57 @@ def prefix_format_problem(prefix_format: str) -> str | None:
         return ("must contain {workload} and no other placeholder (for example '{workload}_' "
                 "or '{workload}.')")
     return None
+
+
+# --- operational ---------------------------------------------------------------------------------
+
+TIMEOUT_RANGE = (Duration.of(seconds=1), Duration.of(hours=1))
+HEALTH_TIMEOUT_RANGE = (Duration.of(ms=100), Duration.of(minutes=5))
+
+
+def _operational(resolver: Resolver, gateway: Resource, operational: m.Operational, group: str,
+                 member_names: Sequence[str]) -> OperationalPlan | None:
+    report = resolver.report
+    errors_before = report.error_count
+    path = ("spec", "operational")
+    defaults = OperationalPlan()
+
+    def ranged(where: tuple[PathPart, ...], value: Duration | None, default: Duration,
+               bounds: tuple[Duration, Duration]) -> Duration:
+        if value is None:
+            return default
+        low, high = bounds
+        if not low <= value <= high:
+            report.error(gateway, where, "duration-range",
+                         f"must be between {low} and {high} (got {value})")
+        return value
+
+    timeouts = operational.timeouts
+    default_timeout = ranged((*path, "timeouts", "default"), timeouts.default,
+                             defaults.default_timeout, TIMEOUT_RANGE)
+    per_workload = []
+    _unique_members(resolver, gateway,
+                    [((*path, "timeouts", "perWorkload", name), name)
+                     for name in timeouts.per_workload], group, member_names)
+    for name, value in sorted(timeouts.per_workload.items()):
+        per_workload.append((name, ranged((*path, "timeouts", "perWorkload", name), value,
+                                          value, TIMEOUT_RANGE)))
+    failure = operational.failure_handling
+    here = (*path, "failureHandling")
+    interval = ranged((*here, "healthCheckInterval"), failure.health_check_interval,
+                      defaults.health_check_interval, TIMEOUT_RANGE)
+    health_timeout = ranged((*here, "healthCheckTimeout"), failure.health_check_timeout,
+                            defaults.health_check_timeout, HEALTH_TIMEOUT_RANGE)
+    if health_timeout > interval:
+        report.error(gateway, (*here, "healthCheckTimeout"), "duration-range",
+                     f"must not be longer than healthCheckInterval ({interval})")
+    if report.error_count != errors_before:
+        return None
+    return OperationalPlan(
+        default_timeout=default_timeout,
+        per_workload_timeouts=tuple(per_workload),
+        health_check_interval=interval,
+        health_check_timeout=health_timeout,
+        unhealthy_threshold=failure.unhealthy_threshold or defaults.unhealthy_threshold,
+        partial_failure_mode=failure.partial_failure_mode,
+    )

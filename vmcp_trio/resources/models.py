@@ -351,6 +351,26 @@ class Aggregation(Model):
     tools: tuple[WorkloadTools, ...] = ()
 
 
+# --- operational settings (extension, ToolHive's names) ------------------------------------------
+
+
+class Timeouts(Model):
+    default: DurationText | None = None
+    per_workload: dict[DnsSubdomain, DurationText] = Field(default_factory=dict)
+
+
+class FailureHandling(Model):
+    health_check_interval: DurationText | None = None
+    health_check_timeout: DurationText | None = None
+    unhealthy_threshold: Annotated[int, Field(ge=1, le=100, strict=True)] | None = None
+    partial_failure_mode: Literal["fail", "best_effort"] = "fail"
+
+
+class Operational(Model):
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    failure_handling: FailureHandling = Field(default_factory=FailureHandling)
+
+
 # --- kinds -------------------------------------------------------------------------------------
 
 
@@ -360,6 +380,7 @@ class VirtualMCPServerSpec(Model):
     outgoing_auth: OutgoingAuth = Field(default_factory=OutgoingAuth)
     auth_server_config: AuthServerConfig | None = None
     aggregation: Aggregation = Field(default_factory=Aggregation)
+    operational: Operational = Field(default_factory=Operational)
 
 
 def _env_list_or_map(value: object) -> object:

@@ -33,6 +33,7 @@ __all__ = [
     "OAuth2Provider",
     "OIDCIncoming",
     "OIDCProvider",
+    "OperationalPlan",
     "OutgoingPlan",
     "ProviderPlan",
     "RedisStorage",
@@ -317,6 +318,22 @@ class AggregationPlan:
     tools: tuple[WorkloadToolsPlan, ...] = ()
 
 
+# --- operational -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperationalPlan:
+    default_timeout: Duration = Duration.of(seconds=30)
+    per_workload_timeouts: tuple[tuple[str, Duration], ...] = ()
+    health_check_interval: Duration = Duration.of(seconds=30)
+    health_check_timeout: Duration = Duration.of(seconds=10)
+    unhealthy_threshold: int = 3
+    partial_failure_mode: Literal["fail", "best_effort"] = "fail"
+
+    def timeout_for(self, backend: str) -> Duration:
+        return dict(self.per_workload_timeouts).get(backend, self.default_timeout)
+
+
 # --- the whole -------------------------------------------------------------------------------
 
 
@@ -331,4 +348,5 @@ class GatewayPlan:
     backends: tuple[BackendPlan, ...]
     aggregation: AggregationPlan = AggregationPlan()
     auth_server: AuthServerPlan | None = None
+    operational: OperationalPlan = OperationalPlan()
 

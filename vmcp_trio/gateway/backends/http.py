@@ -82,12 +82,19 @@ class HttpBackendLink:
 
     # --- setup --------------------------------------------------------------------------------
 
-    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any]) -> None:
-        """Initialize the backend session and start listening on its GET stream."""
+    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any], *,
+                    listen: bool = True) -> None:
+        """Initialize the backend session and (unless ``listen`` is false) start listening on
+        its GET stream."""
         self._client_capabilities = client_capabilities
-        with trio.fail_after(self.timeout):
-            await self._initialize()
-        nursery.start_soon(self._listen, name=f"backend {self.name} GET stream")
+        try:
+            with trio.fail_after(self.timeout):
+                await self._initialize()
+        except trio.TooSlowError:
+            raise BackendError(self.name, f"did not answer initialize within "
+                                          f"{self.timeout:g}s") from None
+        if listen:
+            nursery.start_soon(self._listen, name=f"backend {self.name} GET stream")
 
     async def _initialize(self) -> None:
         self.session_id = None

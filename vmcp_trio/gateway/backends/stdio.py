@@ -385,10 +385,11 @@ async def _stop(process: trio.Process) -> None:
 class StdioBackendLink:
     """One client session's view of a shared :class:`StdioProcess`."""
 
-    def __init__(self, process: StdioProcess, owner: str) -> None:
+    def __init__(self, process: StdioProcess, owner: str, *, timeout: float = 60.0) -> None:
         self.process = process
         self.owner = owner
         self.name = process.name
+        self.timeout = timeout
 
     @property
     def revision(self) -> Revision:
@@ -409,11 +410,16 @@ class StdioBackendLink:
     async def call(self, method: str, params: dict[str, Any] | None,
                    sink: Sink) -> Response | ErrorResponse:
         uri = (params or {}).get("uri")
-        if method == "resources/subscribe" and isinstance(uri, str):
-            return await self.process.subscribe(self.owner, uri, sink)
-        if method == "resources/unsubscribe" and isinstance(uri, str):
-            return await self.process.unsubscribe(self.owner, uri, sink)
-        return await self.process.request(method, params, owner=self.owner, sink=sink)
+        try:
+            with trio.fail_after(self.timeout):
+                if method == "resources/subscribe" and isinstance(uri, str):
+                    return await self.process.subscribe(self.owner, uri, sink)
+                if method == "resources/unsubscribe" and isinstance(uri, str):
+                    return await self.process.unsubscribe(self.owner, uri, sink)
+                return await self.process.request(method, params, owner=self.owner, sink=sink)
+        except trio.TooSlowError:
+            raise BackendError(self.name, f"did not answer {method} within "
+                                          f"{self.timeout:g}s") from None
 
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:
         await self.process.send(Notification(method, params))

@@ -1,0 +1,178 @@
+"""Backend health, partial failure and the operational endpoints, with a real SDK backend that
+the test stops and starts again."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import orjson
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from mcp.server.mcpserver import MCPServer
+
+from vmcp_trio.http.client import HttpClient
+
+from .gateway_helpers import RawClient, quickstart_docs, running_gateway
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@asynccontextmanager
+async def weather_server(port: int) -> AsyncIterator[None]:
+    """An SDK 2.x backend on a fixed port (a fresh app each time: an app serves only once)."""
+    server = MCPServer("weather", log_level="WARNING")
+
+    @server.tool()
+    def forecast(city: str) -> str:
+        return f"sunny in {city}"
+
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.loglevel = "WARNING"
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve, server.streamable_http_app(), config,
+                                    shutdown_trigger=stop.wait))
+        yield
+        stop.set()
+
+
+def gateway_docs(port: int, mode: str) -> list[dict[str, Any]]:
+    docs = quickstart_docs()
+    docs.insert(1, {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+                    "metadata": {"name": "weather"},
+                    "spec": {"groupRef": {"name": "quickstart"},
+                             "url": f"http://127.0.0.1:{port}/mcp"}})
+    gateway = docs[-1]
+    gateway["spec"]["operational"] = {"failureHandling": {
+        "healthCheckInterval": "1s", "healthCheckTimeout": "500ms", "unhealthyThreshold": 1,
+        "partialFailureMode": mode}}
+    return docs
+
+
+async def get_json(http: HttpClient, url: str) -> tuple[int, Any]:
+    status, _, body = await http.request("GET", url)
+    return status, orjson.loads(body)
+
+
+async def wait_for(predicate: Any, timeout: float = 15) -> None:
+    with trio.fail_after(timeout):
+        while not await predicate():
+            await trio.sleep(0.1)
+
+
+async def test_best_effort_drops_and_restores_a_backend_and_tells_the_client() -> None:
+    port = free_port()
+    http = HttpClient()
+    async with running_gateway(gateway_docs(port, "best_effort")) as (url, _):
+        base = url.removesuffix("/mcp")
+        client = RawClient(url)
+        async with weather_server(port):
+            await client.initialize()
+
+            async def healthy() -> bool:
+                _, body = await get_json(http, base + "/api/backends/health")
+                return all(entry["status"] == "healthy" for entry in body)
+
+            await wait_for(healthy)
+
+            async def listed() -> bool:
+                tools = (await client.request("tools/list")).result["tools"]
+                return "weather_forecast" in {t["name"] for t in tools}
+
+            await wait_for(listed)  # the session connects to it once it is healthy
+            called = await client.request("tools/call", {"name": "weather_forecast",
+                                                         "arguments": {"city": "Oslo"}})
+            assert called.result["content"][0]["text"] == "sunny in Oslo"
+        # The backend is gone: within a check or two it is unhealthy, its tools leave the list,
+        # and the client is told on its standalone stream.
+
+        async def dropped() -> bool:
+            return not await listed()
+
+        await wait_for(dropped)
+        names = {t["name"] for t in (await client.request("tools/list")).result["tools"]}
+        assert "clock_add" in names
+        changes = await client.get(stop_after=3, timeout=15)
+        assert {m["method"] for m in changes.messages} == {
+            "notifications/tools/list_changed", "notifications/prompts/list_changed",
+            "notifications/resources/list_changed"}
+        status, body = await get_json(http, base + "/api/backends/health")
+        weather = next(entry for entry in body if entry["name"] == "weather")
+        assert weather["status"] == "unhealthy" and weather["lastError"]
+        status, ready = await get_json(http, base + "/readyz")
+        assert status == 200 and ready["backends"]["weather"] == "unhealthy"
+        _, _, metrics = await http.request("GET", base + "/metrics")
+        assert b'vmcp_backend_healthy{backend="weather"} 0.0' in metrics
+        assert b'vmcp_requests_total{backend="weather",method="tools/call",outcome="ok"}' in (
+            metrics)
+        # It comes back: healthy again, listed again, for the same session.
+        async with weather_server(port):
+            await wait_for(listed)
+            back = await client.get(stop_after=3, timeout=15)
+            assert {m["method"] for m in back.messages} == {
+                "notifications/tools/list_changed", "notifications/prompts/list_changed",
+                "notifications/resources/list_changed"}
+            called = await client.request("tools/call", {"name": "weather_forecast",
+                                                         "arguments": {"city": "Rome"}})
+            assert called.result["content"][0]["text"] == "sunny in Rome"
+        await client.aclose()
+    await http.aclose()
+
+
+async def test_fail_mode_refuses_sessions_while_a_backend_is_down() -> None:
+    port = free_port()  # nothing listens there
+    http = HttpClient()
+    async with running_gateway(gateway_docs(port, "fail")) as (url, _):
+        base = url.removesuffix("/mcp")
+        client = RawClient(url)
+        reply = await client.initialize()
+        error = reply.body["error"]
+        assert "backends unavailable" in error["message"] and "weather" in error["message"]
+        assert error["data"] == {"backends": ["weather"]}
+
+        async def not_ready() -> bool:
+            status, _ = await get_json(http, base + "/readyz")
+            return status == 503
+
+        await wait_for(not_ready)
+        status, health = await get_json(http, base + "/health")
+        assert status == 200 and health == {"status": "ok"}
+        await client.aclose()
+    await http.aclose()
+
+
+async def test_metrics_count_requests_and_sessions() -> None:
+    http = HttpClient()
+    async with running_gateway() as (url, _):
+        base = url.removesuffix("/mcp")
+        client = RawClient(url)
+        await client.initialize()
+        await client.request("tools/call", {"name": "clock_echo", "arguments": {"message": "m"}})
+        await client.request("tools/list")
+        status, headers, body = await http.request("GET", base + "/metrics")
+        assert status == 200 and (b"content-type", b"text/plain; version=0.0.4") in headers
+        text = body.decode()
+        assert 'vmcp_requests_total{backend="clock",method="tools/call",outcome="ok"} 1.0' in text
+        assert 'vmcp_requests_total{backend="vmcp",method="tools/list",outcome="ok"} 1.0' in text
+        assert "vmcp_sessions 1.0" in text
+        count = 'vmcp_request_duration_seconds_count{backend="clock",method="tools/call"} 1.0'
+        assert count in text
+        assert await client.delete() == 204
+        with trio.fail_after(5):
+            while True:
+                _, _, body = await http.request("GET", base + "/metrics")
+                if b"vmcp_sessions 0.0" in body and b"vmcp_open_streams 0.0" in body:
+                    break
+                await trio.sleep(0.05)
+        await client.aclose()
+    await http.aclose()

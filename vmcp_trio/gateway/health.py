@@ -1,0 +1,154 @@
+"""Backend health: one supervised checker per backend, and what a change of state sets off.
+
+Each checker probes its backend every ``healthCheckInterval`` with an MCP ``ping`` bounded by
+``healthCheckTimeout``: over a health session of its own for an HTTP backend (initialized once,
+again after a failure), through the shared process for a stdio backend. A backend is
+*unhealthy* after ``unhealthyThreshold`` consecutive failures and *healthy* again after one
+success; until its first probe it is *unknown* (and used).
+
+When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` calls the
+gateway's ``on_change``: sessions drop it from (or add it back to) their catalog and receive
+``list_changed`` notifications, which is how a client learns its tool list changed.
+
+A checker that crashes is logged and restarted after a pause; it never takes serving down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import trio
+
+from ..protocol.jsonrpc import ErrorResponse, Message
+from ..resources.plan import HttpEndpoint
+from .backends.base import BackendError
+from .backends.http import HttpBackendLink
+
+if TYPE_CHECKING:
+    from .core import Gateway
+
+__all__ = ["BackendHealth", "HealthMonitor"]
+
+log = logging.getLogger("vmcp.health")
+
+State = Literal["unknown", "healthy", "unhealthy"]
+
+
+@dataclass
+class BackendHealth:
+    name: str
+    state: State = "unknown"
+    consecutive_failures: int = 0
+    last_error: str | None = None
+    last_check: float | None = None
+    """Wall-clock time (``time.time()``) of the last probe."""
+    latency_ms: float | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.state != "unhealthy"
+
+
+async def _drop(message: Message) -> None:
+    """Health sessions ignore what backends send them unasked."""
+
+
+class HealthMonitor:
+    def __init__(self, gateway: Gateway,
+                 on_change: Callable[[str, bool], Awaitable[None]]) -> None:
+        self.gateway = gateway
+        self.on_change = on_change
+        self.backends = {b.name: BackendHealth(b.name) for b in gateway.plan.backends}
+        self._links: dict[str, HttpBackendLink] = {}
+
+    def usable(self, backend: str) -> bool:
+        health = self.backends.get(backend)
+        return health is None or health.usable
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for name in self.backends:
+                nursery.start_soon(self._supervise, name, name=f"health {name}")
+            task_status.started()
+
+    async def _supervise(self, name: str) -> None:
+        while True:
+            try:
+                await self._check_forever(name)
+            except Exception:
+                log.exception("health checker of %s crashed; restarting it in 5s", name)
+                await trio.sleep(5)
+
+    async def _check_forever(self, name: str) -> None:
+        operational = self.gateway.plan.operational
+        interval = operational.health_check_interval.total_seconds()
+        timeout = operational.health_check_timeout.total_seconds()
+        threshold = operational.unhealthy_threshold
+        health = self.backends[name]
+        async with trio.open_nursery() as nursery:
+            while True:
+                started = trio.current_time()
+                error: str | None = None
+                try:
+                    with trio.fail_after(timeout):
+                        await self._probe(name, nursery)
+                except trio.TooSlowError:
+                    process = self.gateway.stdio.get(name)
+                    if process is not None and not process.ready.is_set():
+                        error = f"is not running ({process.last_error or 'starting'})"
+                    else:
+                        error = f"no answer to ping within {timeout:g}s"
+                except BackendError as exc:
+                    error = exc.detail
+                await self._record(health, error, trio.current_time() - started, threshold)
+                await trio.sleep(interval)
+
+    async def _record(self, health: BackendHealth, error: str | None, elapsed: float,
+                      threshold: int) -> None:
+        health.last_check = time.time()
+        before = health.state
+        if error is None:
+            health.consecutive_failures = 0
+            health.last_error = None
+            health.latency_ms = round(elapsed * 1000, 3)
+            health.state = "healthy"
+        else:
+            health.consecutive_failures += 1
+            health.last_error = error
+            self._forget_link(health.name)
+            if health.consecutive_failures >= threshold:
+                health.state = "unhealthy"
+        if before != health.state:
+            log.log(logging.WARNING if health.state == "unhealthy" else logging.INFO,
+                    "backend %s is %s%s", health.name, health.state,
+                    f" ({health.last_error})" if health.last_error else "")
+            if before != "unknown" or health.state == "unhealthy":
+                await self.on_change(health.name, health.usable)
+
+    def _forget_link(self, name: str) -> None:
+        link = self._links.pop(name, None)
+        if link is not None:
+            link.session_id = None  # abandon it; the backend expires the session on its own
+
+    async def _probe(self, name: str, nursery: trio.Nursery) -> None:
+        backend = next(b for b in self.gateway.plan.backends if b.name == name)
+        if isinstance(backend.endpoint, HttpEndpoint):
+            link = self._links.get(name)
+            if link is None:
+                link = HttpBackendLink(name, backend.endpoint.url, self.gateway.http,
+                                       session_sink=_drop,
+                                       timeout=self.gateway.plan.operational
+                                       .health_check_timeout.total_seconds())
+                await link.start(nursery, {}, listen=False)
+                self._links[name] = link
+            reply = await link.call("ping", None, _drop)
+        else:
+            process = self.gateway.stdio[name]
+            await process.ready.wait()  # bounded by the probe's timeout
+            reply = await process.request("ping", None, owner="", sink=_drop)
+        if isinstance(reply, ErrorResponse):
+            raise BackendError(name, f"answered ping with an error: {reply.error.message[:200]}")

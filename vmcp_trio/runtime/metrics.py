@@ -1,0 +1,48 @@
+"""Prometheus metrics of one gateway process, in a registry of its own.
+
+Kept small on purpose: per request one counter increment and one histogram observation
+(labels: method, backend, outcome), gauges read on scrape for sessions, open streams and backend
+health, and a counter of stdio restarts. ``/metrics`` renders the text format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4"
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            60.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("vmcp_requests", "MCP requests answered, by method, backend "
+                                "(vmcp: answered by the gateway) and outcome",
+                                ["method", "backend", "outcome"], registry=self.registry)
+        self.latency = Histogram("vmcp_request_duration_seconds", "Time to answer MCP requests",
+                                 ["method", "backend"], buckets=_BUCKETS,
+                                 registry=self.registry)
+        self.sessions = Gauge("vmcp_sessions", "Live client sessions", registry=self.registry)
+        self.open_streams = Gauge("vmcp_open_streams", "Open SSE connections to clients",
+                                  registry=self.registry)
+        self.backend_healthy = Gauge("vmcp_backend_healthy",
+                                     "1 when the backend is usable (healthy or not yet checked)",
+                                     ["backend"], registry=self.registry)
+        self.backend_restarts = Gauge("vmcp_backend_restarts",
+                                      "Times a stdio backend process was restarted",
+                                      ["backend"], registry=self.registry)
+
+    def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
+        self.requests.labels(method, backend, outcome).inc()
+        self.latency.labels(method, backend).observe(seconds)
+
+    def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:
+        (gauge.labels(*labels) if labels else gauge).set_function(read)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
