@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FUZZ_SECONDS ?= 60
 
-.PHONY: test pytest lint fuzz clean run peers mcp1
+.PHONY: test pytest lint fuzz clean run peers mcp1 bench
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
@@ -31,9 +31,13 @@ mcp1: $(STAMP)
 
 ## lint: ruff and mypy on the package, hadolint on the Dockerfile
 lint: $(STAMP)
-	$(BIN)/ruff check vmcp_trio tests fuzz examples scripts
+	$(BIN)/ruff check vmcp_trio tests fuzz examples scripts bench
 	$(BIN)/mypy
 	$(BIN)/hadolint Dockerfile
+
+## bench: every benchmark in bench/; results in bench/results/latest.json
+bench: $(STAMP)
+	$(BIN)/python bench/run.py
 
 ## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60)
 fuzz: $(STAMP)

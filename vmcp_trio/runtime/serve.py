@@ -36,6 +36,9 @@ def hypercorn_config(settings: GatewaySettings, *, tls_cert: str | None = None,
     config.h11_max_incomplete_size = settings.max_header_bytes
     config.h2_max_header_list_size = settings.max_header_bytes
     config.keep_alive_timeout = 75
+    # hypercorn closes a connection after 1000 requests by default (and sends GOAWAY on
+    # HTTP/2); an MCP client keeps one busy for its whole session, so allow far more.
+    config.keep_alive_max_requests = 100_000
     config.graceful_timeout = 5
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")

@@ -1,0 +1,221 @@
+"""Shared pieces of the benchmarks: processes pinned to CPUs, their CPU time, a load generator
+of concurrent MCP sessions, and the one-JSON-line result format of CONTRACT.md."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+ACCEPT = "application/json, text/event-stream"
+
+
+def cpus() -> list[int]:
+    return sorted(os.sched_getaffinity(0))
+
+
+def pin_self(cpu: int) -> None:
+    os.sched_setaffinity(0, {cpu})
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def started(cmd: Sequence[str], *, cpu: int | None, ready_line: str | None = None,
+            env: dict[str, str] | None = None) -> Any:
+    """A subprocess pinned to ``cpu``; waits for ``ready_line`` on its stdout."""
+    prefix = ["taskset", "-c", str(cpu)] if cpu is not None else []
+    process = subprocess.Popen([*prefix, *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                               text=True, env=env, cwd=ROOT)
+    try:
+        first = ""
+        if ready_line is not None:
+            assert process.stdout is not None
+            deadline = time.time() + 60
+            while ready_line not in first and time.time() < deadline:
+                first = process.stdout.readline()
+                if not first and process.poll() is not None:
+                    raise RuntimeError(f"{cmd[0]} exited: {process.returncode}")
+        yield process, first.strip()
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def gateway_config(backend_url: str) -> Path:
+    """One VirtualMCPServer in front of one URL backend, names unprefixed."""
+    text = f"""
+apiVersion: toolhive.stacklok.dev/v1alpha1
+kind: MCPGroup
+metadata: {{name: bench}}
+---
+apiVersion: toolhive.stacklok.dev/v1alpha1
+kind: MCPServer
+metadata: {{name: floor}}
+spec: {{groupRef: {{name: bench}}, url: "{backend_url}"}}
+---
+apiVersion: toolhive.stacklok.dev/v1alpha1
+kind: VirtualMCPServer
+metadata: {{name: bench}}
+spec:
+  groupRef: {{name: bench}}
+  incomingAuth: {{type: anonymous}}
+  aggregation: {{conflictResolution: manual}}
+  operational: {{failureHandling: {{healthCheckInterval: 1h, healthCheckTimeout: 10s}}}}
+"""
+    handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
+    handle.write(text)
+    handle.close()
+    return Path(handle.name)
+
+
+@dataclass
+class LoadResult:
+    calls: int = 0
+    errors: int = 0
+    seconds: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds if self.seconds else 0.0
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies)
+        if not ordered:
+            return 0.0
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def _open(url: str) -> tuple[trio.SocketStream, bytes, bytes]:
+    """A connection and an initialized session: (stream, host header, session headers)."""
+    parts = urlsplit(url)
+    stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
+    host = f"{parts.hostname}:{parts.port}".encode()
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "1"}}})
+    _, headers, _ = await _exchange(stream, _request(parts.path, host, b"", body))
+    session = headers.get(b"mcp-session-id")
+    extra = (b"mcp-session-id: " + session + b"\r\nmcp-protocol-version: 2025-11-25\r\n"
+             if session else b"")
+    await _exchange(stream, _request(parts.path, host, extra,
+                                     b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
+    return stream, host, extra
+
+
+def _request(path: str, host: bytes, extra: bytes, body: bytes) -> bytes:
+    return (b"POST " + path.encode() + b" HTTP/1.1\r\nhost: " + host
+            + b"\r\naccept: application/json, text/event-stream\r\n"
+            b"content-type: application/json\r\ncontent-length: " + str(len(body)).encode()
+            + b"\r\n" + extra + b"\r\n" + body)
+
+
+async def _exchange(stream: trio.SocketStream,
+                    request: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
+    """One request/response on a keep-alive connection (Content-Length bodies only: the
+    servers measured here answer JSON). Deliberately minimal, so the load generator costs
+    little and the servers, not it, are what saturates."""
+    await stream.send_all(request)
+    buffer = b""
+    while b"\r\n\r\n" not in buffer:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        buffer += chunk
+    head, _, rest = buffer.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get(b"content-length", b"0"))
+    while len(rest) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("closed")
+        rest += chunk
+    return status, headers, rest
+
+
+async def generate_load(url: str, *, sessions: int, warmup: float, duration: float,
+                        text: str = "hello") -> LoadResult:
+    """``sessions`` concurrent MCP sessions (one connection each) calling tools/call back to
+    back."""
+    result = LoadResult()
+    ids = itertools.count(1)
+    state = {"measuring": False, "stop": False}
+    path = urlsplit(url).path
+
+    async def worker() -> None:
+        stream, host, extra = await _open(url)
+        while not state["stop"]:
+            body = orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
+                                 "params": {"name": "echo", "arguments": {"text": text}}})
+            started_at = time.perf_counter()
+            try:
+                status, _, data = await _exchange(stream, _request(path, host, extra, body))
+            except (ConnectionError, trio.BrokenResourceError):
+                # The server recycled the connection (keep-alive limit): reconnect, same session.
+                await stream.aclose()
+                parts = urlsplit(url)
+                stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1",
+                                                    parts.port or 80)
+                continue
+            elapsed = time.perf_counter() - started_at
+            if state["measuring"]:
+                if status == 200 and b'"result"' in data:
+                    result.calls += 1
+                    result.latencies.append(elapsed)
+                else:
+                    result.errors += 1
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(sessions):
+            nursery.start_soon(worker)
+        await trio.sleep(warmup)
+        state["measuring"] = True
+        began = time.perf_counter()
+        await trio.sleep(duration)
+        state["measuring"] = False
+        result.seconds = time.perf_counter() - began
+        state["stop"] = True
+    return result
+
+
+def emit(name: str, metrics: dict[str, Any], ratios: dict[str, float]) -> None:
+    """The last line of every benchmark (CONTRACT.md)."""
+    print(json.dumps({"bench": name, "metrics": metrics, "ratios": ratios}))

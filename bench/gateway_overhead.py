@@ -1,0 +1,81 @@
+"""tools/call through vmcp vs directly to the same backend, in one run.
+
+The backend is the raw trio + h11 floor (bench/floor_backend.py). The process under test and
+the backend share CPU 0; the load generator (32 concurrent MCP sessions, this process) runs on
+CPU 1, so it does not steal cycles from what is measured. For each phase: requests per second,
+p50/p99 latency, and CPU microseconds per call of each process (from /proc/PID/stat).
+
+The figure that matters is ``vmcp_cpu_per_call / floor_cpu_per_call``: what the gateway costs
+per call in units of the cheapest possible Python HTTP exchange (target: <= 6).
+
+Run: ``python bench/gateway_overhead.py [--sessions 32] [--duration 8]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import trio
+from common import (  # type: ignore[import-not-found]
+    cpu_seconds,
+    cpus,
+    emit,
+    free_port,
+    gateway_config,
+    generate_load,
+    pin_self,
+    started,
+)
+
+
+def phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> dict[str, float]:
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    result = trio.run(lambda: generate_load(url, sessions=args.sessions, warmup=args.warmup,
+                                            duration=args.duration))
+    # CPU spent during warm-up is included; divide by all calls made while it was counted.
+    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    total_calls = result.calls * (args.warmup + args.duration) / args.duration
+    out = {"rps": round(result.rate, 1), "p50_ms": round(result.percentile(0.5) * 1e3, 3),
+           "p99_ms": round(result.percentile(0.99) * 1e3, 3), "errors": result.errors}
+    for name in pids:
+        out[f"{name}_cpu_us_per_call"] = round(
+            (after[name] - before[name]) / max(total_calls, 1) * 1e6, 1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--duration", type=float, default=8.0)
+    args = parser.parse_args()
+    available = cpus()
+    server_cpu, load_cpu = available[0], available[-1]
+    pin_self(load_cpu)
+    python = sys.executable
+    with started([python, "bench/floor_backend.py", "--port", "0"], cpu=server_cpu,
+                 ready_line="listening") as (backend, line):
+        backend_url = line.split()[-1]
+        direct = phase(backend_url, {"floor": backend.pid}, args)
+        port = free_port()
+        config = gateway_config(backend_url)
+        with started([python, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
+                      str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
+            via = phase(f"http://127.0.0.1:{port}/mcp",
+                        {"vmcp": gateway.pid, "floor": backend.pid}, args)
+        config.unlink()
+    floor_cpu = direct["floor_cpu_us_per_call"]
+    metrics = {"sessions": args.sessions, "direct": direct, "via_vmcp": via,
+               "cpus": {"servers": server_cpu, "load": load_cpu}}
+    ratios = {
+        "vmcp_cpu_per_call_vs_floor": round(via["vmcp_cpu_us_per_call"] / floor_cpu, 2),
+        "rps_via_vmcp_vs_direct": round(via["rps"] / direct["rps"], 3),
+        "p50_via_vmcp_vs_direct": round(via["p50_ms"] / direct["p50_ms"], 2),
+    }
+    print(f"direct: {direct}\nvia vmcp: {via}", file=sys.stderr)
+    emit("gateway_overhead", metrics, ratios)
+
+
+if __name__ == "__main__":
+    main()
