@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import sys
 from collections.abc import Sequence
 from functools import partial
@@ -211,6 +212,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_INVALID
     plan = plans[0]
     configure_logging(args.log_format, debug=args.debug)
+    _raise_open_file_limit()
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
@@ -228,6 +230,13 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
                      tls_key=args.tls_key, on_ready=ready))
     return EXIT_OK
+
+
+def _raise_open_file_limit() -> None:
+    """Every client stream is a socket: take the hard limit on open files, not the soft one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 SIGNING_KEY_FILE = "signing-key.pem"

@@ -39,6 +39,7 @@ def hypercorn_config(settings: GatewaySettings, *, tls_cert: str | None = None,
     # hypercorn closes a connection after 1000 requests by default (and sends GOAWAY on
     # HTTP/2); an MCP client keeps one busy for its whole session, so allow far more.
     config.keep_alive_max_requests = 100_000
+    config.backlog = 2048  # bursts of new clients (a load balancer reconnecting many at once)
     config.graceful_timeout = 5
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
