@@ -1,0 +1,379 @@
+"""The official MCP conformance server scenarios, against the fixture server and through vmcp.
+
+``@modelcontextprotocol/conformance`` 0.1.16 and 0.2.0-alpha.12 (``tests/peers``, installed by
+``scripts/peers.py``) each test an MCP server at a URL, one scenario per fresh client session. Each
+suite runs here twice:
+
+* **directly** against ``tests/fixtures/conformance_server.py`` (the MCP Python SDK 2.x with every
+  fixture the scenarios expect), which proves the fixture is right: every scenario passes, except
+  those listed in ``tests/peers/expected-failures-<version>.yml`` (each with the reason it fails
+  directly; a listed scenario that passes is a stale entry and fails the test, as in the suite's
+  own ``--expected-failures``);
+* **through vmcp** (``vmcp serve`` with that fixture as its only backend and
+  ``conflictResolution: manual``, so names are not prefixed), which proves the gateway is
+  transparent: every scenario that passes directly must pass through the gateway too.
+
+What runs: the ``active`` suite of each version (the handshake-era scenarios, all on the
+2025-11-25 wire), plus the *pending* handshake-era scenarios the fixture supports and that say
+something about a gateway: ``json-schema-2020-12`` (a tool's JSON Schema 2020-12 input schema must
+reach the client unmodified) and, in 0.2, ``server-sse-polling`` (the backend closes its response
+stream mid-call and delivers the answer on a ``Last-Event-ID`` GET). 0.1.16's
+``server-sse-polling`` is left out: it sends ``MCP-Protocol-Version: 2025-03-26`` on a 2025-11-25
+session, so a correct server sends no priming event and the scenario only warns.
+
+A scenario passes when none of its checks is a FAILURE or a WARNING (the suite's own rule once a
+baseline is given). Results are read from the ``checks.json`` files of the suite's ``-o``
+directory; its stdout (ANSI colours and a ``Total:`` line) is never echoed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PEERS = ROOT / "tests" / "peers"
+SUITE_SCRIPTS = {v: PEERS / "node_modules" / f"conformance-{v}" / "dist" / "index.js"
+                 for v in ("0.1", "0.2")}
+VERSIONS = tuple(SUITE_SCRIPTS)
+
+_HANDSHAKE_ACTIVE = (
+    "server-initialize", "logging-set-level", "ping", "completion-complete", "tools-list",
+    "tools-call-simple-text", "tools-call-image", "tools-call-audio",
+    "tools-call-embedded-resource", "tools-call-mixed-content", "tools-call-with-logging",
+    "tools-call-error", "tools-call-with-progress", "tools-call-sampling",
+    "tools-call-elicitation", "elicitation-sep1034-defaults", "server-sse-multiple-streams",
+    "elicitation-sep1330-enums", "resources-list", "resources-read-text",
+    "resources-read-binary", "resources-templates-read", "resources-subscribe",
+    "resources-unsubscribe", "prompts-list", "prompts-get-simple", "prompts-get-with-args",
+    "prompts-get-embedded-resource", "prompts-get-with-image", "dns-rebinding-protection",
+)
+ACTIVE: dict[str, frozenset[str]] = {
+    "0.1": frozenset(_HANDSHAKE_ACTIVE),                                   # 30 scenarios
+    "0.2": frozenset((*_HANDSHAKE_ACTIVE, "server-session-lifecycle")),    # 31 scenarios
+}
+"""The ``--suite active`` sets, pinned: a suite that runs something else fails the test."""
+EXTRA: dict[str, tuple[str, ...]] = {
+    "0.1": ("json-schema-2020-12",),
+    "0.2": ("json-schema-2020-12", "server-sse-polling"),
+}
+"""Pending scenarios run one by one with ``--scenario`` (see the module docstring)."""
+
+FAILING = ("FAILURE", "WARNING")
+SUITE_TIMEOUT = 60.0
+"""Seconds for one ``--suite`` run (it takes about 3 s)."""
+SCENARIO_TIMEOUT = 30.0
+START_TIMEOUT = 20.0
+_RUN_DIR = re.compile(r"^server-(?P<name>.+)-\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d-\d{3}Z$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+# --- results -------------------------------------------------------------------------------------
+
+@dataclass
+class Scenario:
+    name: str
+    checks: list[dict[str, Any]]
+
+    @property
+    def problems(self) -> list[dict[str, Any]]:
+        return [c for c in self.checks if c.get("status") in FAILING]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and not self.problems
+
+    def describe(self, indent: str = "    ") -> str:
+        """One line per failing check: id, status and the suite's error message."""
+        if not self.checks:
+            return f"{indent}(no checks recorded)"
+        lines = []
+        for check in self.problems:
+            message = check.get("errorMessage") or check.get("description") or ""
+            lines.append(f"{indent}[{check.get('id')}] {check.get('status')}: "
+                         f"{' '.join(str(message).split())[:400]}")
+        return "\n".join(lines)
+
+
+@dataclass
+class SuiteRun:
+    version: str
+    target: str
+    scenarios: dict[str, Scenario] = field(default_factory=dict)
+    logs: list[str] = field(default_factory=list)
+    """Diagnostics of the CLI runs (exit codes, stderr), shown only when something is off."""
+
+    @property
+    def passing(self) -> set[str]:
+        return {name for name, s in self.scenarios.items() if s.passed}
+
+    @property
+    def failing(self) -> set[str]:
+        return set(self.scenarios) - self.passing
+
+
+def read_results(output_dir: Path) -> dict[str, Scenario]:
+    """The scenarios of a ``-o`` directory, from their ``checks.json`` files."""
+    found: dict[str, Scenario] = {}
+    for checks_file in sorted(output_dir.glob("*/checks.json")):
+        match = _RUN_DIR.match(checks_file.parent.name)
+        if match is None:
+            continue
+        checks = json.loads(checks_file.read_text(encoding="utf-8"))
+        if isinstance(checks, list):
+            found[match["name"]] = Scenario(match["name"], [c for c in checks
+                                                            if isinstance(c, dict)])
+    return found
+
+
+def load_expected_failures(version: str) -> dict[str, str]:
+    """``tests/peers/expected-failures-<version>.yml`` as ``{scenario: reason}``.
+
+    The file is in the suite's own format (a mapping with a ``server:`` list), and every entry
+    must say why it fails directly, in a comment on its line or on the lines just above it."""
+    path = PEERS / f"expected-failures-{version}.yml"
+    if not path.exists():
+        return {}
+    text = path.read_text(encoding="utf-8")
+    document = yaml.safe_load(text) or {}
+    assert isinstance(document, dict), f"{path.name}: the top level must be a mapping"
+    listed = document.get("server") or []
+    assert isinstance(listed, list) and all(isinstance(s, str) for s in listed), (
+        f"{path.name}: server: must be a list of scenario names")
+    reasons: dict[str, str] = {}
+    comment: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            comment.append(stripped.lstrip("#").strip())
+            continue
+        entry = re.match(r"^-\s*([^\s#]+)\s*(?:#\s*(.*))?$", stripped)
+        if entry is not None:
+            reasons[entry[1]] = " ".join(filter(None, [*comment, entry[2] or ""]))
+        comment = []
+    for scenario in listed:
+        assert reasons.get(scenario), f"{path.name}: {scenario} needs a comment saying why"
+    return {scenario: reasons[scenario] for scenario in listed}
+
+
+# --- processes -----------------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for_http(url: str, process: subprocess.Popen[bytes], what: str) -> None:
+    """Until ``url`` answers at all (any HTTP status), within START_TIMEOUT."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"{what} exited with {process.returncode} before it was ready")
+        try:
+            with opener.open(url, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answered
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"{what} did not answer {url} within {START_TIMEOUT:g}s")
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _gateway_config(backend_url: str) -> str:
+    documents = [
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPGroup",
+         "metadata": {"name": "conformance"}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+         "metadata": {"name": "fixture"},
+         "spec": {"groupRef": {"name": "conformance"}, "url": backend_url}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "VirtualMCPServer",
+         "metadata": {"name": "conformance-gateway"},
+         "spec": {"groupRef": {"name": "conformance"}, "incomingAuth": {"type": "anonymous"},
+                  "aggregation": {"conflictResolution": "manual"}}},
+    ]
+    return yaml.safe_dump_all(documents, sort_keys=False)
+
+
+@dataclass
+class Targets:
+    node: str
+    urls: dict[str, str]
+    """``direct`` (the fixture) and ``vmcp`` (the gateway in front of it)."""
+    workdir: Path
+    runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
+
+    def gateway_log_tail(self, lines: int = 40) -> str:
+        """The end of vmcp's log, without the line each new session writes."""
+        path = self.workdir / "gateway.log"
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        kept = [line for line in text.splitlines() if " initialized (protocol " not in line]
+        return "  vmcp log (tail):\n" + "\n".join(f"    {line}" for line in kept[-lines:])
+
+    def results(self, version: str, target: str) -> SuiteRun:
+        """The suite ``version`` against ``target``, run once per module."""
+        key = (version, target)
+        if key not in self.runs:
+            self.runs[key] = run_suite(self.node, version, self.urls[target], target,
+                                       self.workdir / f"{target}-{version}")
+        return self.runs[key]
+
+
+def _node() -> str:
+    if not all(script.exists() for script in SUITE_SCRIPTS.values()):
+        pytest.fail("the conformance suites are not installed: run "
+                    "`.venv/bin/python scripts/peers.py` (make test does)")
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "peers.py"), "--print-node"],
+                         capture_output=True, text=True, timeout=60, check=True, cwd=ROOT)
+    return out.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def targets() -> Iterator[Targets]:
+    """The fixture server and a ``vmcp serve`` in front of it, both subprocesses on 127.0.0.1."""
+    node = _node()
+    processes: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="vmcp-conformance-") as tmp:
+        workdir = Path(tmp)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        try:
+            fixture_port = free_port()
+            direct = f"http://127.0.0.1:{fixture_port}/mcp"
+            with (workdir / "fixture.log").open("wb") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "tests.fixtures.conformance_server",
+                     "--port", str(fixture_port)],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT))
+            _wait_for_http(direct, processes[-1], "the fixture server")
+
+            config = workdir / "gateway.yaml"
+            config.write_text(_gateway_config(direct), encoding="utf-8")
+            gateway_port = free_port()
+            with (workdir / "gateway.log").open("wb") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
+                     "--host", "127.0.0.1", "--port", str(gateway_port)],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT))
+            _wait_for_http(f"http://127.0.0.1:{gateway_port}/health", processes[-1], "vmcp")
+            yield Targets(node, {"direct": direct,
+                                 "vmcp": f"http://127.0.0.1:{gateway_port}/mcp"}, workdir)
+        finally:
+            for process in reversed(processes):
+                _stop(process)
+
+
+def _run_cli(node: str, version: str, args: list[str], timeout: float) -> str:
+    """Run the suite's CLI; a short diagnostic (exit code, stderr tail) for the logs."""
+    command = [node, str(SUITE_SCRIPTS[version]), "server", *args]
+    try:
+        done = subprocess.run(command, capture_output=True, timeout=timeout, cwd=PEERS,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"{' '.join(args)}: timed out after {timeout:g}s"
+    stderr = "\n".join(line for line in _ANSI.sub("", done.stderr.decode(errors="replace"))
+                       .strip().splitlines() if not line.lstrip().startswith("Total:"))
+    # Exit 1 only means "some check failed"; the checks say which.
+    return f"{' '.join(args)}: exit {done.returncode}" + (f"; stderr: {stderr[-800:]}"
+                                                         if stderr else "")
+
+
+def run_suite(node: str, version: str, url: str, target: str, output_dir: Path) -> SuiteRun:
+    """The active suite plus the extra scenarios of ``version`` against ``url``."""
+    run = SuiteRun(version, target)
+    base = ["--url", url, "-o", str(output_dir)]
+    if version != "0.1":
+        base += ["--timeout", str(int(SCENARIO_TIMEOUT * 1000))]  # per scenario (0.2 only)
+    run.logs.append(_run_cli(node, version, [*base, "--suite", "active"], SUITE_TIMEOUT))
+    for scenario in EXTRA[version]:
+        run.logs.append(_run_cli(node, version, [*base, "--scenario", scenario],
+                                 SCENARIO_TIMEOUT + 10))
+    run.scenarios = read_results(output_dir)
+    expected = ACTIVE[version] | set(EXTRA[version])
+    for name in expected - set(run.scenarios):
+        run.scenarios[name] = Scenario(name, [])  # it crashed or never ran: a failure
+    unexpected = set(run.scenarios) - expected
+    assert not unexpected, (f"conformance {version} ran scenarios this test does not know "
+                            f"(update ACTIVE): {sorted(unexpected)}")
+    return run
+
+
+def _report(title: str, run: SuiteRun, names: set[str]) -> str:
+    lines = [title]
+    for name in sorted(names):
+        lines.append(f"  {name}")
+        lines.append(run.scenarios[name].describe())
+    lines.append("  suite runs: " + " | ".join(run.logs))
+    return "\n".join(lines)
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_fixture_passes_the_conformance_suite_directly(targets: Targets, version: str) -> None:
+    """The fixture server passes every scenario of the suite (active + extras) on its own, except
+    the scenarios its expected-failures file lists with a reason; a listed scenario that passes
+    is a stale entry. This is what makes the fixture a valid reference for the gateway test."""
+    run = targets.results(version, "direct")
+    expected_failures = load_expected_failures(version)
+    unexpected = run.failing - set(expected_failures)
+    stale = set(expected_failures) & run.passing
+    unknown = set(expected_failures) - set(run.scenarios)
+    message = []
+    if unexpected:
+        message.append(_report(f"conformance {version}: scenarios failing directly against the "
+                               "fixture (fix the fixture, or list them with a reason in "
+                               f"tests/peers/expected-failures-{version}.yml):", run,
+                               unexpected))
+    if stale:
+        message.append(f"conformance {version}: stale expected failures (they pass): "
+                       f"{sorted(stale)}")
+    if unknown:
+        message.append(f"conformance {version}: expected failures naming scenarios that did not "
+                       f"run: {sorted(unknown)}")
+    if message:
+        pytest.fail("\n".join(message), pytrace=False)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_vmcp_passes_every_scenario_the_fixture_passes(targets: Targets, version: str) -> None:
+    """With the fixture as its only backend (manual conflict resolution, so nothing is renamed),
+    vmcp is transparent to the conformance suite: each scenario that passes against the fixture
+    itself also passes through the gateway. A difference is a gateway bug; the failure lists each
+    such scenario with the ids and messages of its failing checks."""
+    direct = targets.results(version, "direct")
+    through = targets.results(version, "vmcp")
+    regressed = direct.passing - through.passing
+    assert direct.passing, "nothing passed directly: see the direct test"
+    if regressed:
+        pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
+                            "fail through vmcp (gateway bugs):", through, regressed)
+                    + "\n" + targets.gateway_log_tail(), pytrace=False)
