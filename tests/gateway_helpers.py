@@ -43,15 +43,19 @@ def quickstart_docs() -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
-async def running_gateway(docs: list[dict[str, Any]] | None = None,
+async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
+                          tls: tuple[str, str] | None = None,
                           **settings: Any) -> AsyncIterator[tuple[str, Gateway]]:
+    """A real gateway (hypercorn, trio worker) on a free port; ``tls`` = (cert, key) files."""
     result = validate_documents([SourceDocument("t.yaml", i + 1, d)
                                  for i, d in enumerate(docs or quickstart_docs())])
     assert result.ok, result.problems
     gateway = Gateway(result.plans[0], GatewaySettings(port=0, **settings))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(partial(serve_gateway, gateway, shutdown_trigger=stop.wait))
+        urls = await nursery.start(partial(
+            serve_gateway, gateway, shutdown_trigger=stop.wait,
+            tls_cert=tls[0] if tls else None, tls_key=tls[1] if tls else None))
         for process in gateway.stdio.values():
             with trio.fail_after(20):
                 await process.ready.wait()

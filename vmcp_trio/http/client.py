@@ -149,6 +149,8 @@ class HttpClient:
         self.max_idle_per_origin = max_idle_per_origin
         self.max_header_bytes = max_header_bytes
         self.ssl_context = ssl_context or ssl.create_default_context()
+        # This client speaks HTTP/1.1 only: say so in ALPN, or a server may pick h2.
+        self.ssl_context.set_alpn_protocols(["http/1.1"])
         self._idle: dict[Origin, list[_Connection]] = {}
         self._closed = False
 
