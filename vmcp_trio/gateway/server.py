@@ -309,8 +309,8 @@ class GatewayApp:
         if payload is not None:
             await send_json(send, 200, payload, self._session_headers(session))
             return
-        if stream.last_seq < 0 and session.revision.primes_streams:
-            stream.prime()
+        if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
+            stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
         await self.pump(http, send, session, stream, -1)
 
     async def pump(self, http: HttpRequest, send: Send, session: ClientSession,
