@@ -1,9 +1,11 @@
 """tools/call through vmcp vs directly to the same backend, in one run.
 
-The backend is the raw trio + h11 floor (bench/floor_backend.py). The process under test and
-the backend share CPU 0; the load generator (32 concurrent MCP sessions, this process) runs on
-CPU 1, so it does not steal cycles from what is measured. For each phase: requests per second,
-p50/p99 latency, and CPU microseconds per call of each process (from /proc/PID/stat).
+The backend is the raw trio + h11 floor (bench/floor_backend.py). The process under test runs
+alone on CPU 0: the floor itself in the direct phase, vmcp in the gateway phase (whose backend,
+another floor process, shares CPU 1 with the load generator: 32 concurrent MCP sessions in this
+process). Nothing else runs on the measured CPU, so a send to a process on the same CPU cannot
+switch into it and blur the accounting. For each phase: requests per second, p50/p99 latency,
+and CPU microseconds per call of each process (from /proc/PID/stat).
 
 The figure that matters is ``vmcp_cpu_per_call / floor_cpu_per_call``: what the gateway costs
 per call in units of the cheapest possible Python HTTP exchange (target: <= 6).
@@ -54,12 +56,12 @@ def main() -> None:
     server_cpu, load_cpu = available[0], available[-1]
     pin_self(load_cpu)
     python = sys.executable
-    with started([python, "bench/floor_backend.py", "--port", "0"], cpu=server_cpu,
-                 ready_line="listening") as (backend, line):
-        backend_url = line.split()[-1]
-        direct = phase(backend_url, {"floor": backend.pid}, args)
+    floor = [python, "bench/floor_backend.py", "--port", "0"]
+    with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
+        direct = phase(line.split()[-1], {"floor": backend.pid}, args)
+    with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
         port = free_port()
-        config = gateway_config(backend_url)
+        config = gateway_config(line.split()[-1])
         with started([python, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
                       str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
             via = phase(f"http://127.0.0.1:{port}/mcp",

@@ -367,6 +367,8 @@ class ClientSession:
         self._catalog = None
 
     async def catalog(self) -> Catalog:
+        if self._catalog is not None:  # the common case: no lock, no checkpoint
+            return self._catalog
         async with self._catalog_lock:
             if self._catalog is not None:
                 return self._catalog

@@ -148,6 +148,7 @@ async def open_stream(request: HttpRequest, send: Send,
                                   ("cache-control", "no-cache, no-transform"),
                                   ("x-accel-buffering", "no"), *headers])})
     writer = StreamWriter(send)
+    await writer.write(b":\n\n")  # the headers go out now, even if no event follows for a while
     try:
         async with trio.open_nursery() as nursery:
 

@@ -20,6 +20,7 @@ from hypercorn.trio import serve as hypercorn_serve
 
 from ..gateway.core import Gateway, GatewaySettings
 from ..gateway.server import MCP_PATH, GatewayApp
+from ..http import hypercorn_tuning
 from ..resources.plan import GatewayPlan
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ async def serve_gateway(gateway: Gateway, *, shutdown_trigger: Callable[[], Awai
                         task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
                         ) -> None:
     """Serve until ``shutdown_trigger`` returns; reports the ``/mcp`` URLs when listening."""
+    hypercorn_tuning.install()
     app = GatewayApp(gateway)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
