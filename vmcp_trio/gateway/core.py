@@ -21,8 +21,9 @@ from ..protocol.jsonrpc import Message
 from ..protocol.revisions import Revision
 from ..resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
 from ..runtime.metrics import Metrics
-from .backends.base import BackendError, BackendLink
+from .backends.base import BackendError, BackendLink, FallbackToLegacy, Sink
 from .backends.http import HttpBackendLink
+from .backends.legacy_sse import LegacySseBackendLink
 from .backends.stdio import StdioBackendLink, StdioProcess
 from .health import HealthMonitor
 from .session import ClientSession
@@ -66,6 +67,8 @@ class Gateway:
                                                         router=self._route_from_stdio)
         self._sessions_nursery: trio.Nursery | None = None
         self.shutting_down = trio.Event()
+        self.legacy_backends: set[str] = set()
+        """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
         self.health = HealthMonitor(self, self._health_changed)
         self.metrics = Metrics()
         self.open_streams = 0
@@ -140,19 +143,43 @@ class Gateway:
         if not self.health.usable(name):
             raise BackendError(name, f"is unhealthy ({self.health.backends[name].last_error})")
         if isinstance(endpoint, HttpEndpoint):
-            if endpoint.transport == "sse":
-                raise BackendError(name, "uses the legacy HTTP+SSE transport, which is not "
-                                         "supported yet")
-            link = HttpBackendLink(name, endpoint.url, self.http,
-                                   session_sink=session.unrelated_sink(name), timeout=timeout)
-            await link.start(nursery, session.client_capabilities)
-            return link
+            return await self.connect_http(name, endpoint, nursery, session.client_capabilities,
+                                           session.unrelated_sink(name), timeout)
         process = self.stdio[name]
         with trio.move_on_after(timeout):
             await process.ready.wait()
         if not process.ready.is_set():
             raise BackendError(name, f"is not running ({process.last_error or 'starting'})")
         return StdioBackendLink(process, session.id, timeout=timeout)
+
+    async def connect_http(self, name: str, endpoint: HttpEndpoint, nursery: trio.Nursery,
+                           capabilities: dict[str, Any], sink: Sink, timeout: float, *,
+                           listen: bool = True) -> HttpBackendLink | LegacySseBackendLink:
+        """A started link to an HTTP backend: Streamable HTTP, or the legacy HTTP+SSE transport
+        when the resource says ``transport: sse`` or the backend refused ``initialize`` with
+        400, 404 or 405 (remembered, so later sessions go straight to it)."""
+        refused: FallbackToLegacy | None = None
+        if endpoint.transport == "streamable-http" and name not in self.legacy_backends:
+            link = HttpBackendLink(name, endpoint.url, self.http, session_sink=sink,
+                                   timeout=timeout)
+            try:
+                await link.start(nursery, capabilities, listen=listen)
+                return link
+            except FallbackToLegacy as exc:
+                refused = exc
+        legacy = LegacySseBackendLink(name, endpoint.url, self.http, session_sink=sink,
+                                      timeout=timeout)
+        try:
+            await legacy.start(nursery, capabilities)
+        except BackendError:
+            if refused is not None:
+                raise refused from None
+            raise
+        if refused is not None:
+            log.info("backend %s speaks the legacy HTTP+SSE transport (%s)", name,
+                     refused.detail)
+            self.legacy_backends.add(name)
+        return legacy
 
     async def _health_changed(self, backend: str, usable: bool) -> None:
         for session in list(self.sessions.values()):

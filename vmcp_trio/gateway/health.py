@@ -27,6 +27,7 @@ from ..protocol.jsonrpc import ErrorResponse, Message
 from ..resources.plan import HttpEndpoint
 from .backends.base import BackendError
 from .backends.http import HttpBackendLink
+from .backends.legacy_sse import LegacySseBackendLink
 
 if TYPE_CHECKING:
     from .core import Gateway
@@ -63,7 +64,7 @@ class HealthMonitor:
         self.gateway = gateway
         self.on_change = on_change
         self.backends = {b.name: BackendHealth(b.name) for b in gateway.plan.backends}
-        self._links: dict[str, HttpBackendLink] = {}
+        self._links: dict[str, HttpBackendLink | LegacySseBackendLink] = {}
 
     def usable(self, backend: str) -> bool:
         health = self.backends.get(backend)
@@ -119,7 +120,7 @@ class HealthMonitor:
         else:
             health.consecutive_failures += 1
             health.last_error = error
-            self._forget_link(health.name)
+            await self._forget_link(health.name)
             if health.consecutive_failures >= threshold:
                 health.state = "unhealthy"
         if before != health.state:
@@ -129,21 +130,19 @@ class HealthMonitor:
             if before != "unknown" or health.state == "unhealthy":
                 await self.on_change(health.name, health.usable)
 
-    def _forget_link(self, name: str) -> None:
+    async def _forget_link(self, name: str) -> None:
         link = self._links.pop(name, None)
         if link is not None:
-            link.session_id = None  # abandon it; the backend expires the session on its own
+            await link.aclose()
 
     async def _probe(self, name: str, nursery: trio.Nursery) -> None:
         backend = next(b for b in self.gateway.plan.backends if b.name == name)
         if isinstance(backend.endpoint, HttpEndpoint):
             link = self._links.get(name)
             if link is None:
-                link = HttpBackendLink(name, backend.endpoint.url, self.gateway.http,
-                                       session_sink=_drop,
-                                       timeout=self.gateway.plan.operational
-                                       .health_check_timeout.total_seconds())
-                await link.start(nursery, {}, listen=False)
+                timeout = self.gateway.plan.operational.health_check_timeout.total_seconds()
+                link = await self.gateway.connect_http(name, backend.endpoint, nursery, {},
+                                                       _drop, timeout, listen=False)
                 self._links[name] = link
             reply = await link.call("ping", None, _drop)
         else:

@@ -28,7 +28,8 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import Revision
 
-__all__ = ["BackendError", "BackendLink", "CredentialHook", "Sink", "backend_error"]
+__all__ = ["BackendError", "BackendLink", "CredentialHook", "FallbackToLegacy", "Sink",
+           "backend_error"]
 
 Sink = Callable[[Message], Awaitable[None]]
 
@@ -51,6 +52,11 @@ class BackendError(Exception):
         super().__init__(f"backend {backend!r} {detail}")
         self.backend = backend
         self.detail = detail
+
+
+class FallbackToLegacy(BackendError):
+    """A Streamable HTTP backend answered ``initialize`` with 400, 404 or 405: per the spec
+    (2025-11-25) the client tries the legacy HTTP+SSE transport at the same URL."""
 
 
 def backend_error(request_id: RequestId | None, backend: str, detail: str) -> ErrorResponse:

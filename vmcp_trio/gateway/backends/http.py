@@ -41,7 +41,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision, revision
 from ...protocol.sse import SSEError, SSEParser
-from .base import BackendError, CredentialHook, NoCredentials, Sink
+from .base import BackendError, CredentialHook, FallbackToLegacy, NoCredentials, Sink
 
 __all__ = ["HttpBackendLink"]
 
@@ -149,6 +149,9 @@ class HttpBackendLink:
             async with self.client.stream("POST", self.url, headers=headers,
                                           body=encode(message)) as response:
                 if initializing:
+                    if response.status in (400, 404, 405):
+                        raise FallbackToLegacy(self.name, f"answered initialize with HTTP "
+                                                          f"{response.status}")
                     session_id = response.header("mcp-session-id")
                     if session_id is not None:
                         self.session_id = session_id

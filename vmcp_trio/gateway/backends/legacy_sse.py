@@ -1,0 +1,252 @@
+"""A backend on the legacy HTTP+SSE transport (protocol 2024-11-05), as one session's link.
+
+The transport: GET the SSE URL and keep the stream open; its first event, ``endpoint``, names
+the URL to POST messages to (relative to the SSE URL); every message from the server, responses
+included, arrives on that stream as a ``message`` event. vmcp uses it when an MCPServer says
+``transport: sse``, and when a Streamable HTTP backend answers ``initialize`` with 400, 404 or
+405, which is when the spec (2025-11-25) says a client falls back to it.
+
+Nothing on the stream says which request a message concerns, except progress tokens. Since a
+link serves one client session, messages go to the call in flight when there is exactly one,
+else to the session's standalone stream. A stream that ends loses the backend session (this
+transport cannot resume): pending calls fail, and the next call connects and initializes again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+import orjson
+import trio
+
+from ...http.client import HttpClient, HttpError
+from ...protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    ErrorObject,
+    ErrorResponse,
+    JsonRpcError,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode,
+    parse_message,
+)
+from ...protocol.revisions import REVISIONS, Revision, revision
+from ...protocol.sse import SSEError, SSEParser
+from .base import BackendError, CredentialHook, NoCredentials, Sink
+
+__all__ = ["LegacySseBackendLink"]
+
+log = logging.getLogger("vmcp.backend.sse")
+
+LEGACY_VERSION = "2024-11-05"
+CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
+
+
+@dataclass
+class _Pending:
+    sink: Sink
+    progress_token: Any = None
+    reply: Response | ErrorResponse | None = None
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+class LegacySseBackendLink:
+    def __init__(self, name: str, url: str, client: HttpClient, *, session_sink: Sink,
+                 credentials: CredentialHook | None = None, timeout: float = 60.0,
+                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
+        self.name = name
+        self.url = url
+        self.client = client
+        self.session_sink = session_sink
+        self.credentials = credentials or NoCredentials()
+        self.timeout = timeout
+        self.max_event_bytes = max_event_bytes
+        self.server_capabilities: dict[str, Any] = {}
+        self.server_info: dict[str, Any] = {}
+        self.instructions: str | None = None
+        self._revision: Revision | None = None
+        self._endpoint: str | None = None
+        self._ids = itertools.count(1)
+        self._pending: dict[RequestId, _Pending] = {}
+        self._client_capabilities: dict[str, Any] = {}
+        self._nursery: trio.Nursery | None = None
+        self._stream_scope: trio.CancelScope | None = None
+        self._connect_lock = trio.Lock()
+
+    @property
+    def revision(self) -> Revision:
+        """The handshake revision the backend answered (2024-11-05 is served as 2025-03-26,
+        the oldest we speak: the message formats are the same)."""
+        return self._revision or REVISIONS[0]
+
+    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any]) -> None:
+        self._nursery = nursery
+        self._client_capabilities = client_capabilities
+        await self._connect()
+
+    async def _connect(self) -> None:
+        async with self._connect_lock:
+            if self._endpoint is not None:
+                return
+            assert self._nursery is not None
+            try:
+                with trio.fail_after(self.timeout):
+                    await self._nursery.start(self._read_stream)
+                    await self._initialize()
+            except trio.TooSlowError:
+                self._drop_stream()
+                raise BackendError(self.name, "did not open its event stream and answer "
+                                              f"initialize within {self.timeout:g}s") from None
+            except BaseException:
+                self._drop_stream()
+                raise
+
+    def _drop_stream(self) -> None:
+        if self._stream_scope is not None:
+            self._stream_scope.cancel()
+        self._endpoint = None
+
+    async def _read_stream(self, *, task_status: trio.TaskStatus[None]) -> None:
+        """The GET stream: the ``endpoint`` event first, then every message of the backend."""
+        headers = [("accept", "text/event-stream"), *await self.credentials.headers()]
+        parser = SSEParser(self.max_event_bytes)
+        with trio.CancelScope() as scope:
+            self._stream_scope = scope
+            try:
+                async with self.client.stream("GET", self.url, headers=headers) as response:
+                    content_type = (response.header("content-type") or "").split(";")[0]
+                    if response.status != 200 or content_type.strip() != "text/event-stream":
+                        raise BackendError(self.name, f"did not open an SSE stream at its URL "
+                                                      f"(HTTP {response.status})")
+                    async for chunk in response.iter_bytes():
+                        for event in parser.feed(chunk):
+                            if event.event == "endpoint" and self._endpoint is None:
+                                self._endpoint = self._resolve(event.data)
+                                task_status.started()
+                            elif event.event == "message" and event.data:
+                                await self._dispatch(event.data)
+            except (HttpError, SSEError) as exc:
+                if self._endpoint is None:
+                    raise BackendError(self.name, f"event stream failed: {exc}") from None
+                log.info("backend %s: event stream ended: %s", self.name, exc)
+        self._endpoint = None
+        self._fail_pending("closed its event stream")
+
+    def _resolve(self, endpoint: str) -> str:
+        target = urljoin(self.url, endpoint.strip())
+        if urlsplit(target)[:2] != urlsplit(self.url)[:2]:
+            raise BackendError(self.name, "named a message endpoint on another origin")
+        return target
+
+    def _fail_pending(self, reason: str) -> None:
+        for request_id, pending in self._pending.items():
+            pending.reply = ErrorResponse(request_id, ErrorObject(
+                INTERNAL_ERROR, f"backend {self.name!r} {reason}", {"backend": self.name}))
+            pending.done.set()
+
+    async def _dispatch(self, data: str) -> None:
+        try:
+            message = parse_message(orjson.loads(data))
+        except (orjson.JSONDecodeError, JsonRpcError) as exc:
+            log.warning("backend %s sent an invalid message: %s", self.name, exc)
+            return
+        if isinstance(message, Response | ErrorResponse):
+            pending = self._pending.get(message.id) if message.id is not None else None
+            if pending is not None:
+                pending.reply = message
+                pending.done.set()
+            return
+        params = message.params or {}
+        if isinstance(message, Notification) and message.method == "notifications/progress":
+            token = params.get("progressToken")
+            for candidate in self._pending.values():
+                if candidate.progress_token is not None and candidate.progress_token == token:
+                    await candidate.sink(message)
+                    return
+        waiting = [p for p in self._pending.values() if p.sink != self._drop]
+        await (waiting[0].sink if len(waiting) == 1 else self.session_sink)(message)
+
+    async def _drop(self, message: Message) -> None:
+        """Messages during initialize belong to nobody."""
+
+    async def _post(self, message: Message) -> None:
+        if self._endpoint is None:
+            raise BackendError(self.name, "has no open event stream")
+        headers = [("content-type", "application/json"), *await self.credentials.headers()]
+        try:
+            status, _, _ = await self.client.request("POST", self._endpoint, headers=headers,
+                                                     body=encode(message), limit=65536)
+        except HttpError as exc:
+            raise BackendError(self.name, f"is unreachable: {exc}") from None
+        if status >= 300:
+            raise BackendError(self.name, f"refused a message (HTTP {status})")
+
+    async def _request(self, method: str, params: dict[str, Any] | None,
+                       sink: Sink) -> Response | ErrorResponse:
+        request_id = next(self._ids)
+        pending = _Pending(sink)
+        meta = (params or {}).get("_meta")
+        if isinstance(meta, dict):
+            pending.progress_token = meta.get("progressToken")
+        self._pending[request_id] = pending
+        try:
+            await self._post(Request(request_id, method, params))
+            await pending.done.wait()
+        except trio.Cancelled:
+            with trio.move_on_after(2) as scope:
+                scope.shield = True
+                with contextlib.suppress(BackendError):
+                    await self._post(Notification("notifications/cancelled", {
+                        "requestId": request_id, "reason": "cancelled by the client"}))
+            raise
+        finally:
+            del self._pending[request_id]
+        assert pending.reply is not None
+        return pending.reply
+
+    async def _initialize(self) -> None:
+        reply = await self._request("initialize", {
+            "protocolVersion": LEGACY_VERSION, "capabilities": self._client_capabilities,
+            "clientInfo": CLIENT_INFO}, self._drop)
+        if isinstance(reply, ErrorResponse):
+            raise BackendError(self.name, f"refused initialize: {reply.error.message[:200]}")
+        result = reply.result
+        answered = str(result.get("protocolVersion"))
+        self._revision = revision(answered) or REVISIONS[0]
+        caps, info = result.get("capabilities"), result.get("serverInfo")
+        self.server_capabilities = caps if isinstance(caps, dict) else {}
+        self.server_info = info if isinstance(info, dict) else {}
+        instructions = result.get("instructions")
+        self.instructions = instructions if isinstance(instructions, str) else None
+        await self._post(Notification("notifications/initialized"))
+
+    async def call(self, method: str, params: dict[str, Any] | None,
+                   sink: Sink) -> Response | ErrorResponse:
+        try:
+            with trio.fail_after(self.timeout):
+                if self._endpoint is None:
+                    await self._connect()  # the stream ended: a new backend session
+                return await self._request(method, params, sink)
+        except trio.TooSlowError:
+            raise BackendError(self.name, f"did not answer {method} within "
+                                          f"{self.timeout:g}s") from None
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        await self._post(Notification(method, params))
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None:
+        if isinstance(message, Response):
+            await self._post(Response(request_id, message.result))
+        else:
+            await self._post(ErrorResponse(request_id, message.error))
+
+    async def aclose(self) -> None:
+        self._drop_stream()
