@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import re
 
+import orjson
 import pytest
 import trio
+
+from vmcp_trio.protocol.sse import SSEParser
 
 from .gateway_helpers import RawClient, running_gateway
 
@@ -187,16 +190,14 @@ async def test_sampling_is_relayed_to_the_client_and_back(client: RawClient) -> 
     call = {"jsonrpc": "2.0", "id": "s1", "method": "tools/call",
             "params": {"name": "clock_summarize", "arguments": {"text": "long text"}}}
     async with client.http.stream("POST", client.url, headers=client.headers(),
-                                  body=__import__("orjson").dumps(call)) as response:
-        from vmcp_trio.protocol.sse import SSEParser
-
+                                  body=orjson.dumps(call)) as response:
         parser = SSEParser()
         seen = []
         async for chunk in response.iter_bytes():
             for event in parser.feed(chunk):
                 if not event.data:
                     continue
-                message = __import__("orjson").loads(event.data)
+                message = orjson.loads(event.data)
                 seen.append(message)
                 if message.get("method") == "sampling/createMessage":
                     assert message["id"] == "vmcp-1"
@@ -277,3 +278,26 @@ async def test_idle_sessions_expire() -> None:
                 await trio.sleep(0.1)
         assert (await client.request("ping")).status == 404
         await client.aclose()
+
+
+async def test_a_backend_cancelling_its_own_request_is_told_by_the_client_facing_id(
+        client: RawClient) -> None:
+    """clock's ask_user waits for an elicitation; cancelling the call makes the backend cancel
+    its elicitation request, which the client must see under the id it was given (vmcp-N)."""
+    await client.initialize({"elicitation": {}})
+    call = {"jsonrpc": "2.0", "id": "ask", "method": "tools/call",
+            "params": {"name": "clock_ask_user", "arguments": {"question": "why?"}}}
+    relayed_id = None
+    async with client.http.stream("POST", client.url, headers=client.headers(),
+                                  body=orjson.dumps(call)) as response:
+        parser = SSEParser()
+        async for chunk in response.iter_bytes():
+            for event in parser.feed(chunk):
+                message = orjson.loads(event.data) if event.data else {}
+                if message.get("method") == "elicitation/create":
+                    relayed_id = message["id"]
+                    await client.notify("notifications/cancelled", {"requestId": "ask"})
+    assert relayed_id == "vmcp-1"
+    stream = await client.get(stop_after=1, timeout=10)
+    cancelled = [m for m in stream.messages if m.get("method") == "notifications/cancelled"]
+    assert cancelled and cancelled[0]["params"]["requestId"] == "vmcp-1"

@@ -21,6 +21,7 @@ status that says what failed.
 from __future__ import annotations
 
 import logging
+import secrets
 from typing import Any
 
 import orjson
@@ -54,6 +55,7 @@ from ..protocol.jsonrpc import (
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
 from ..protocol.sse import encode_comment
 from ..resources.plan import HttpEndpoint
+from ..runtime.logs import REQUEST_ID
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway, TooManySessions
 from .session import ClientSession, SessionClosed
@@ -78,6 +80,14 @@ def _accepts(header: str | None, *types: str) -> bool:
     return "*/*" in offered or all(t in offered for t in types)
 
 
+def _request_id(given: str | None) -> str:
+    """The caller's ``X-Request-Id`` when it is a sane token (a load balancer's), else a new
+    one: every log line of the request carries it."""
+    if given and len(given) <= 64 and all(c.isalnum() or c in "-_.:" for c in given):
+        return given
+    return secrets.token_hex(8)
+
+
 def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[: host.find("]") + 1]
@@ -99,6 +109,7 @@ class GatewayApp:
         if scope["type"] != "http":
             return
         request = HttpRequest(scope, receive)
+        REQUEST_ID.set(_request_id(request.header("x-request-id")))
         path = request.path
         if path == MCP_PATH:
             await self.mcp(request, send)

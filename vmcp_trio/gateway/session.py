@@ -342,6 +342,8 @@ class ClientSession:
                      stream: EventStream) -> None:
         if self.closed.is_set():
             return
+        if stream.finished:  # late for its request (say, after a cancel): the session's stream
+            stream = self.streams.standalone
         if isinstance(message, Request):
             if link is None:
                 return
@@ -358,6 +360,17 @@ class ClientSession:
             relay_id = f"vmcp-{next(self._relay_ids)}"
             self._relayed[relay_id] = (link, message.id)
             message = Request(relay_id, message.method, message.params)
+        elif (isinstance(message, Notification) and message.method == "notifications/cancelled"
+              and link is not None):
+            # The backend gave up on a request it sent us: name it by the id the client saw.
+            backend_id = (message.params or {}).get("requestId")
+            cancelled = next((rid for rid, (owner, bid) in self._relayed.items()
+                              if owner is link and bid == backend_id), None)
+            if cancelled is None:
+                return
+            del self._relayed[cancelled]
+            message = Notification(message.method, {**(message.params or {}),
+                                                    "requestId": cancelled})
         stream.push(encode(message))
 
     # --- the catalog -----------------------------------------------------------------------------
