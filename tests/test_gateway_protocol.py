@@ -301,3 +301,18 @@ async def test_a_backend_cancelling_its_own_request_is_told_by_the_client_facing
     stream = await client.get(stop_after=1, timeout=10)
     cancelled = [m for m in stream.messages if m.get("method") == "notifications/cancelled"]
     assert cancelled and cancelled[0]["params"]["requestId"] == "vmcp-1"
+
+
+async def test_oversized_headers_are_refused(gateway) -> None:
+    url, _ = gateway
+    host, port = url.removeprefix("http://").removesuffix("/mcp").split(":")
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(b"POST /mcp HTTP/1.1\r\nhost: " + f"{host}:{port}".encode()
+                          + b"\r\nx-big: " + b"a" * 32_000 + b"\r\n\r\n")
+    data = b""
+    with trio.fail_after(10):
+        while not data.endswith(b"}}"):
+            data += await stream.receive_some(65536)
+    assert data.startswith(b"HTTP/1.1 431 ")
+    assert b"larger than 16384 bytes in all" in data
+    await stream.aclose()

@@ -108,6 +108,12 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
+        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.settings.max_header_bytes:
+            # hypercorn bounds only headers that arrive in pieces; a block read at once is not.
+            await send_json(send, 431, _error_body(
+                INVALID_REQUEST, f"Request header fields are larger than "
+                                 f"{self.settings.max_header_bytes} bytes in all"))
+            return
         request = HttpRequest(scope, receive)
         REQUEST_ID.set(_request_id(request.header("x-request-id")))
         path = request.path
