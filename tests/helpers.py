@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import socket
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -76,3 +78,22 @@ def expect_error(result: ValidationResult, rule: str, path: str, *, kind: str | 
     assert not result.ok and result.plans == ()
     assert problem.file == "test.yaml" and problem.document is not None
     return problem
+
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM, then SIGKILL if it does not exit within ``timeout`` seconds."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)

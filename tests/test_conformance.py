@@ -31,8 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -46,6 +44,8 @@ from typing import Any
 
 import pytest
 import yaml
+
+from .helpers import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "tests" / "peers"
@@ -174,12 +174,6 @@ def load_expected_failures(version: str) -> dict[str, str]:
 
 # --- processes -----------------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_for_http(url: str, process: subprocess.Popen[bytes], what: str) -> None:
     """Until ``url`` answers at all (any HTTP status), within START_TIMEOUT."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never a proxy
@@ -195,16 +189,6 @@ def _wait_for_http(url: str, process: subprocess.Popen[bytes], what: str) -> Non
         except OSError:
             time.sleep(0.1)
     pytest.fail(f"{what} did not answer {url} within {START_TIMEOUT:g}s")
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 def _gateway_config(backend_url: str) -> str:
@@ -288,7 +272,7 @@ def targets() -> Iterator[Targets]:
                                  "vmcp": f"http://127.0.0.1:{gateway_port}/mcp"}, workdir)
         finally:
             for process in reversed(processes):
-                _stop(process)
+                stop_process(process)
 
 
 def _run_cli(node: str, version: str, args: list[str], timeout: float) -> str:

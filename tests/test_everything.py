@@ -28,6 +28,7 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 
 from .gateway_helpers import SERVERS, running_gateway
+from .helpers import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "tests" / "peers"
@@ -51,16 +52,10 @@ def node() -> str:
     return out.stdout.strip()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def everything_http(node: str) -> Iterator[str]:
     """server-everything over Streamable HTTP for this module; yields its URL."""
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PORT": str(port), "NODE_OPTIONS": f"--require {PRELOAD}"}
     process = subprocess.Popen([node, str(EVERYTHING), "streamableHttp"], env=env,
                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -77,12 +72,7 @@ def everything_http(node: str) -> Iterator[str]:
                 time.sleep(0.05)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 5)
 
 
 def _docs(everything_spec: dict[str, Any]) -> list[dict[str, Any]]:

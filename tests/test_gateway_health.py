@@ -3,7 +3,6 @@ the test stops and starts again."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -18,12 +17,7 @@ from mcp.server.mcpserver import MCPServer
 from vmcp_trio.http.client import HttpClient
 
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from .helpers import free_port
 
 
 @asynccontextmanager

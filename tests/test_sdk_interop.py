@@ -35,6 +35,7 @@ from mcp.shared.exceptions import MCPError
 
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import quickstart_docs, running_gateway
+from .helpers import stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 SDK1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
@@ -66,12 +67,7 @@ def sdk1_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                         + stderr_path.read_text()[-2000:])
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(5)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, 5)
 
 
 def _ready_url(process: subprocess.Popen[str], timeout: float) -> str | None:

@@ -14,10 +14,8 @@ transport cannot resume): pending calls fail, and the next call connects and ini
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -26,8 +24,6 @@ import trio
 
 from ...http.client import HttpClient, HttpError
 from ...protocol.jsonrpc import (
-    INTERNAL_ERROR,
-    ErrorObject,
     ErrorResponse,
     JsonRpcError,
     Message,
@@ -41,6 +37,7 @@ from ...protocol.jsonrpc import (
 from ...protocol.revisions import REVISIONS, Revision, revision
 from ...protocol.sse import SSEError, SSEParser
 from .base import BackendError, CredentialHook, NoCredentials, Sink
+from .pending import PendingCall, PendingCalls
 
 __all__ = ["LegacySseBackendLink"]
 
@@ -48,14 +45,6 @@ log = logging.getLogger("vmcp.backend.sse")
 
 LEGACY_VERSION = "2024-11-05"
 CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
-
-
-@dataclass
-class _Pending:
-    sink: Sink
-    progress_token: Any = None
-    reply: Response | ErrorResponse | None = None
-    done: trio.Event = field(default_factory=trio.Event)
 
 
 class LegacySseBackendLink:
@@ -75,7 +64,7 @@ class LegacySseBackendLink:
         self._revision: Revision | None = None
         self._endpoint: str | None = None
         self._ids = itertools.count(1)
-        self._pending: dict[RequestId, _Pending] = {}
+        self._calls = PendingCalls(name)
         self._client_capabilities: dict[str, Any] = {}
         self._nursery: trio.Nursery | None = None
         self._stream_scope: trio.CancelScope | None = None
@@ -138,19 +127,13 @@ class LegacySseBackendLink:
                     raise BackendError(self.name, f"event stream failed: {exc}") from None
                 log.info("backend %s: event stream ended: %s", self.name, exc)
         self._endpoint = None
-        self._fail_pending("closed its event stream")
+        self._calls.fail_all("closed its event stream")
 
     def _resolve(self, endpoint: str) -> str:
         target = urljoin(self.url, endpoint.strip())
         if urlsplit(target)[:2] != urlsplit(self.url)[:2]:
             raise BackendError(self.name, "named a message endpoint on another origin")
         return target
-
-    def _fail_pending(self, reason: str) -> None:
-        for request_id, pending in self._pending.items():
-            pending.reply = ErrorResponse(request_id, ErrorObject(
-                INTERNAL_ERROR, f"backend {self.name!r} {reason}", {"backend": self.name}))
-            pending.done.set()
 
     async def _dispatch(self, data: str) -> None:
         try:
@@ -159,19 +142,16 @@ class LegacySseBackendLink:
             log.warning("backend %s sent an invalid message: %s", self.name, exc)
             return
         if isinstance(message, Response | ErrorResponse):
-            pending = self._pending.get(message.id) if message.id is not None else None
-            if pending is not None:
-                pending.reply = message
-                pending.done.set()
+            self._calls.deliver(message)
             return
         params = message.params or {}
         if isinstance(message, Notification) and message.method == "notifications/progress":
             token = params.get("progressToken")
-            for candidate in self._pending.values():
+            for candidate in self._calls.calls.values():
                 if candidate.progress_token is not None and candidate.progress_token == token:
                     await candidate.sink(message)
                     return
-        waiting = [p for p in self._pending.values() if p.sink != self._drop]
+        waiting = [p for p in self._calls.calls.values() if p.sink != self._drop]
         await (waiting[0].sink if len(waiting) == 1 else self.session_sink)(message)
 
     async def _drop(self, message: Message) -> None:
@@ -191,26 +171,12 @@ class LegacySseBackendLink:
 
     async def _request(self, method: str, params: dict[str, Any] | None,
                        sink: Sink) -> Response | ErrorResponse:
-        request_id = next(self._ids)
-        pending = _Pending(sink)
+        call = PendingCall("", sink)
         meta = (params or {}).get("_meta")
         if isinstance(meta, dict):
-            pending.progress_token = meta.get("progressToken")
-        self._pending[request_id] = pending
-        try:
-            await self._post(Request(request_id, method, params))
-            await pending.done.wait()
-        except trio.Cancelled:
-            with trio.move_on_after(2) as scope:
-                scope.shield = True
-                with contextlib.suppress(BackendError):
-                    await self._post(Notification("notifications/cancelled", {
-                        "requestId": request_id, "reason": "cancelled by the client"}))
-            raise
-        finally:
-            del self._pending[request_id]
-        assert pending.reply is not None
-        return pending.reply
+            call.progress_token = meta.get("progressToken")
+        return await self._calls.exchange(Request(next(self._ids), method, params), call,
+                                          self._post)
 
     async def _initialize(self) -> None:
         reply = await self._request("initialize", {

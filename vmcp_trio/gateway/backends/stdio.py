@@ -24,14 +24,12 @@ locale, temp dir) plus ``spec.env``: the gateway's own environment may hold secr
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import random
 import subprocess
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -53,6 +51,7 @@ from ...protocol.jsonrpc import (
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision, revision
 from ...resources.plan import StdioEndpoint
 from .base import BackendError, Sink
+from .pending import PendingCall, PendingCalls
 
 __all__ = ["StdioBackendLink", "StdioProcess"]
 
@@ -64,15 +63,6 @@ _BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SYSTEMROOT")
 RELAY_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": True}, "sampling": {},
                                       "elicitation": {}}
 CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
-
-
-@dataclass
-class _Pending:
-    owner: str
-    sink: Sink
-    reply: Response | ErrorResponse | None = None
-    done: trio.Event = field(default_factory=trio.Event)
-    progress_token: Any = None
 
 
 SessionRouter = Callable[[str, str | None, Message], Awaitable[None]]
@@ -98,8 +88,8 @@ class StdioProcess:
         self._process: trio.Process | None = None
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
-        self._pending: dict[RequestId, _Pending] = {}
-        self._tokens: dict[str, _Pending] = {}
+        self._calls = PendingCalls(name)
+        self._tokens: dict[str, PendingCall] = {}
         """Rewritten progress token -> the call it belongs to."""
         self._subscriptions: dict[str, set[str]] = {}
 
@@ -121,7 +111,7 @@ class StdioProcess:
                 self.last_error = f"cannot start: {exc.strerror or exc}"
             self.state = "backoff"
             self.ready = trio.Event()
-            self._fail_pending(self.last_error or "stopped")
+            self._calls.fail_all(self.last_error or "stopped")
             if trio.current_time() - started > 60:
                 delay = 0.5
             log.warning("backend %s %s; restarting in %.1fs", self.name, self.last_error, delay)
@@ -236,10 +226,7 @@ class StdioProcess:
                         self.name, exc)
             return
         if isinstance(message, Response | ErrorResponse):
-            pending = self._pending.get(message.id) if message.id is not None else None
-            if pending is not None:
-                pending.reply = message
-                pending.done.set()
+            self._calls.deliver(message)
             return
         if isinstance(message, Request):
             await self._server_request(message)
@@ -287,48 +274,31 @@ class StdioProcess:
         await self._latest_sink(next(iter(owners)))(message)
 
     def _owners(self) -> set[str]:
-        return {p.owner for p in self._pending.values() if p.owner}
+        return self._calls.owners()
 
     def _latest_sink(self, owner: str) -> Sink:
-        for pending in reversed(list(self._pending.values())):
-            if pending.owner == owner:
-                return pending.sink
+        for call in reversed(list(self._calls.calls.values())):
+            if call.owner == owner:
+                return call.sink
         raise AssertionError("owner has no pending call")
-
-    def _fail_pending(self, reason: str) -> None:
-        for request_id, pending in list(self._pending.items()):
-            pending.reply = ErrorResponse(request_id, ErrorObject(
-                INTERNAL_ERROR, f"backend {self.name!r} {reason}", {"backend": self.name}))
-            pending.done.set()
 
     # --- requests ------------------------------------------------------------------------------
 
     async def _request_raw(self, method: str, params: dict[str, Any] | None, *, owner: str,
                            sink: Sink) -> Response | ErrorResponse:
         request_id = next(self._ids)
-        pending = _Pending(owner, sink)
+        call = PendingCall(owner, sink)
         meta = (params or {}).get("_meta")
         token = f"p{request_id}"
         if isinstance(meta, dict) and "progressToken" in meta:
-            pending.progress_token = meta["progressToken"]
+            call.progress_token = meta["progressToken"]
             params = {**(params or {}), "_meta": {**meta, "progressToken": token}}
-            self._tokens[token] = pending
-        self._pending[request_id] = pending
+            self._tokens[token] = call
         try:
-            await self._send(Request(request_id, method, params))
-            await pending.done.wait()
-        except trio.Cancelled:
-            with trio.move_on_after(2) as scope:
-                scope.shield = True
-                with contextlib.suppress(BackendError):
-                    await self._send(Notification("notifications/cancelled", {
-                        "requestId": request_id, "reason": "cancelled by the client"}))
-            raise
+            return await self._calls.exchange(Request(request_id, method, params), call,
+                                              self._send)
         finally:
-            del self._pending[request_id]
             self._tokens.pop(token, None)
-        assert pending.reply is not None
-        return pending.reply
 
     async def request(self, method: str, params: dict[str, Any] | None, *, owner: str,
                       sink: Sink) -> Response | ErrorResponse:
