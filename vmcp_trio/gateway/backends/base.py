@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from ... import __version__
 from ...protocol.jsonrpc import (
     INTERNAL_ERROR,
     ErrorObject,
@@ -26,7 +27,7 @@ from ...protocol.jsonrpc import (
     RequestId,
     Response,
 )
-from ...protocol.revisions import Revision
+from ...protocol.revisions import Revision, revision
 
 __all__ = ["BackendError", "BackendLink", "CredentialHook", "FallbackToLegacy", "Sink",
            "backend_error"]
@@ -57,6 +58,38 @@ class BackendError(Exception):
 class FallbackToLegacy(BackendError):
     """A Streamable HTTP backend answered ``initialize`` with 400, 404 or 405: per the spec
     (2025-11-25) the client tries the legacy HTTP+SSE transport at the same URL."""
+
+
+CLIENT_INFO = {"name": "vmcp-trio", "version": __version__}
+"""How vmcp introduces itself to backends."""
+
+
+def initialize_params(version: str, capabilities: dict[str, Any]) -> dict[str, Any]:
+    return {"protocolVersion": version, "capabilities": capabilities, "clientInfo": CLIENT_INFO}
+
+
+def read_initialize(backend: str, reply: Response | ErrorResponse, *,
+                    fallback: Revision | None = None
+                    ) -> tuple[Revision, dict[str, Any], dict[str, Any], str | None]:
+    """``(revision, capabilities, serverInfo, instructions)`` of an ``initialize`` answer.
+
+    A version we do not speak is an error, unless ``fallback`` says which revision to treat it
+    as (the legacy transport's 2024-11-05, whose messages are 2025-03-26's)."""
+    if isinstance(reply, ErrorResponse):
+        raise BackendError(backend, f"refused initialize: {reply.error.message[:200]}")
+    result = reply.result
+    version = str(result.get("protocolVersion"))
+    negotiated = revision(version)
+    if negotiated is None or negotiated.stateless:
+        if fallback is None:
+            raise BackendError(backend, "answered initialize with an unsupported protocol "
+                                        f"version {version[:40]!r}")
+        negotiated = fallback
+    capabilities, info = result.get("capabilities"), result.get("serverInfo")
+    instructions = result.get("instructions")
+    return (negotiated, capabilities if isinstance(capabilities, dict) else {},
+            info if isinstance(info, dict) else {},
+            instructions if isinstance(instructions, str) else None)
 
 
 def backend_error(request_id: RequestId | None, backend: str, detail: str) -> ErrorResponse:

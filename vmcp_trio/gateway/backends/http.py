@@ -39,9 +39,17 @@ from ...protocol.jsonrpc import (
     encode,
     parse_message,
 )
-from ...protocol.revisions import LATEST_HANDSHAKE, Revision, revision
+from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...protocol.sse import SSEError, SSEParser
-from .base import BackendError, CredentialHook, FallbackToLegacy, NoCredentials, Sink
+from .base import (
+    BackendError,
+    CredentialHook,
+    FallbackToLegacy,
+    NoCredentials,
+    Sink,
+    initialize_params,
+    read_initialize,
+)
 
 __all__ = ["HttpBackendLink"]
 
@@ -49,7 +57,6 @@ log = logging.getLogger("vmcp.backend.http")
 
 ACCEPT_BOTH = "application/json, text/event-stream"
 MAX_RESUME_ATTEMPTS = 3
-CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
 
 
 class _SessionLost(Exception):
@@ -98,26 +105,13 @@ class HttpBackendLink:
 
     async def _initialize(self) -> None:
         self.session_id = None
-        params = {"protocolVersion": LATEST_HANDSHAKE.version,
-                  "capabilities": self._client_capabilities, "clientInfo": CLIENT_INFO}
+        params = initialize_params(LATEST_HANDSHAKE.version, self._client_capabilities)
         request_id = next(self._ids)
         reply = await self._exchange(Request(request_id, "initialize", params).to_dict(),
                                      request_id, None, initializing=True)
-        if isinstance(reply, ErrorResponse):
-            raise BackendError(self.name, f"refused initialize: {reply.error.message[:200]}")
-        assert isinstance(reply, Response)
-        result = reply.result
-        negotiated = revision(str(result.get("protocolVersion")))
-        if negotiated is None or negotiated.stateless:
-            raise BackendError(self.name, "answered initialize with an unsupported protocol "
-                                          f"version {str(result.get('protocolVersion'))[:40]!r}")
-        self.revision = negotiated
-        capabilities = result.get("capabilities")
-        self.server_capabilities = capabilities if isinstance(capabilities, dict) else {}
-        info = result.get("serverInfo")
-        self.server_info = info if isinstance(info, dict) else {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
+        assert reply is not None
+        (self.revision, self.server_capabilities, self.server_info,
+         self.instructions) = read_initialize(self.name, reply)
         self._generation += 1
         await self._exchange(Notification("notifications/initialized").to_dict(), None, None)
 

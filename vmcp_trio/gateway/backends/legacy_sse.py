@@ -34,9 +34,16 @@ from ...protocol.jsonrpc import (
     encode,
     parse_message,
 )
-from ...protocol.revisions import REVISIONS, Revision, revision
+from ...protocol.revisions import REVISIONS, Revision
 from ...protocol.sse import SSEError, SSEParser
-from .base import BackendError, CredentialHook, NoCredentials, Sink
+from .base import (
+    BackendError,
+    CredentialHook,
+    NoCredentials,
+    Sink,
+    initialize_params,
+    read_initialize,
+)
 from .pending import PendingCall, PendingCalls
 
 __all__ = ["LegacySseBackendLink"]
@@ -44,7 +51,6 @@ __all__ = ["LegacySseBackendLink"]
 log = logging.getLogger("vmcp.backend.sse")
 
 LEGACY_VERSION = "2024-11-05"
-CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
 
 
 class LegacySseBackendLink:
@@ -179,19 +185,11 @@ class LegacySseBackendLink:
                                           self._post)
 
     async def _initialize(self) -> None:
-        reply = await self._request("initialize", {
-            "protocolVersion": LEGACY_VERSION, "capabilities": self._client_capabilities,
-            "clientInfo": CLIENT_INFO}, self._drop)
-        if isinstance(reply, ErrorResponse):
-            raise BackendError(self.name, f"refused initialize: {reply.error.message[:200]}")
-        result = reply.result
-        answered = str(result.get("protocolVersion"))
-        self._revision = revision(answered) or REVISIONS[0]
-        caps, info = result.get("capabilities"), result.get("serverInfo")
-        self.server_capabilities = caps if isinstance(caps, dict) else {}
-        self.server_info = info if isinstance(info, dict) else {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
+        reply = await self._request(
+            "initialize", initialize_params(LEGACY_VERSION, self._client_capabilities),
+            self._drop)
+        (self._revision, self.server_capabilities, self.server_info,
+         self.instructions) = read_initialize(self.name, reply, fallback=REVISIONS[0])
         await self._post(Notification("notifications/initialized"))
 
     async def call(self, method: str, params: dict[str, Any] | None,

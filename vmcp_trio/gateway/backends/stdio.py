@@ -48,9 +48,9 @@ from ...protocol.jsonrpc import (
     encode,
     parse_message,
 )
-from ...protocol.revisions import LATEST_HANDSHAKE, Revision, revision
+from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...resources.plan import StdioEndpoint
-from .base import BackendError, Sink
+from .base import BackendError, Sink, initialize_params, read_initialize
 from .pending import PendingCall, PendingCalls
 
 __all__ = ["StdioBackendLink", "StdioProcess"]
@@ -62,7 +62,6 @@ _BASE_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "USER", "SYSTEMROOT")
 # What vmcp tells a shared stdio server it can relay on a client's behalf.
 RELAY_CAPABILITIES: dict[str, Any] = {"roots": {"listChanged": True}, "sampling": {},
                                       "elicitation": {}}
-CLIENT_INFO = {"name": "vmcp-trio", "version": "0.1.0"}
 
 
 SessionRouter = Callable[[str, str | None, Message], Awaitable[None]]
@@ -153,22 +152,11 @@ class StdioProcess:
                 await _stop(process)
 
     async def _initialize(self) -> None:
-        reply = await self._request_raw("initialize", {
-            "protocolVersion": LATEST_HANDSHAKE.version, "capabilities": RELAY_CAPABILITIES,
-            "clientInfo": CLIENT_INFO}, owner="", sink=self._drop)
-        if isinstance(reply, ErrorResponse):
-            raise BackendError(self.name, f"refused initialize: {reply.error.message[:200]}")
-        result = reply.result
-        negotiated = revision(str(result.get("protocolVersion")))
-        if negotiated is None or negotiated.stateless:
-            raise BackendError(self.name, "answered initialize with an unsupported protocol "
-                                          "version")
-        self.revision = negotiated
-        caps, info = result.get("capabilities"), result.get("serverInfo")
-        self.server_capabilities = caps if isinstance(caps, dict) else {}
-        self.server_info = info if isinstance(info, dict) else {}
-        instructions = result.get("instructions")
-        self.instructions = instructions if isinstance(instructions, str) else None
+        reply = await self._request_raw(
+            "initialize", initialize_params(LATEST_HANDSHAKE.version, RELAY_CAPABILITIES),
+            owner="", sink=self._drop)
+        (self.revision, self.server_capabilities, self.server_info,
+         self.instructions) = read_initialize(self.name, reply)
         await self._send(Notification("notifications/initialized"))
 
     async def _drop(self, message: Message) -> None:
