@@ -139,7 +139,8 @@ async def test_everything_behind_vmcp(everything_spec: dict[str, Any], mode: str
     with trio.fail_after(TIMEOUT):
         async with running_gateway(_docs(everything_spec)) as (url, _), \
                 sampling_client(url, mode, asked) as client:
-            assert client.protocol_version == "2025-11-25"
+            assert client.protocol_version == ("2026-07-28" if mode == "auto" else
+                                               "2025-11-25")
             names = {tool.name for tool in (await client.list_tools()).tools}
             assert {"everything_echo", "everything_get-sum",
                     "everything_trigger-long-running-operation",

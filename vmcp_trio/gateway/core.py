@@ -18,14 +18,15 @@ import trio
 from ..auth.identity import Identity
 from ..http.client import HttpClient
 from ..protocol.jsonrpc import Message
-from ..protocol.revisions import Revision
+from ..protocol.revisions import STATELESS, Revision
 from ..resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
 from ..runtime.metrics import Metrics
 from .backends.base import BackendError, BackendLink, FallbackToLegacy, Sink
 from .backends.http import HttpBackendLink
 from .backends.legacy_sse import LegacySseBackendLink
-from .backends.stdio import StdioBackendLink, StdioProcess
+from .backends.stdio import RELAY_CAPABILITIES, StdioBackendLink, StdioProcess
 from .health import HealthMonitor
+from .mrtr import RequestStateSigner
 from .session import ClientSession
 
 __all__ = ["Gateway", "GatewaySettings", "TooManySessions"]
@@ -67,6 +68,11 @@ class Gateway:
                                                         router=self._route_from_stdio)
         self._sessions_nursery: trio.Nursery | None = None
         self.shutting_down = trio.Event()
+        self.request_states = RequestStateSigner()
+        """Signs and checks 2026-07-28 ``requestState`` values (per process)."""
+        self.modern_sessions: dict[tuple[str, str], ClientSession] = {}
+        self._modern_lock = trio.Lock()
+        """The stateless clients' context, one per identity: their backend links and catalog."""
         self.legacy_backends: set[str] = set()
         """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
         self.health = HealthMonitor(self, self._health_changed)
@@ -110,6 +116,21 @@ class Gateway:
         await self._sessions_nursery.start(session.run)
         return session
 
+    async def modern_session(self, identity: Identity) -> ClientSession:
+        """The context of an identity's 2026-07-28 requests: a session no client can name,
+        whose backend links may relay every question (each request says what its client
+        takes)."""
+        async with self._modern_lock:
+            session = self.modern_sessions.get(identity.key)
+            if session is not None and not session.closed.is_set():
+                return session
+            assert self._sessions_nursery is not None
+            session = ClientSession(self, "modern-" + secrets.token_urlsafe(12), STATELESS,
+                                    RELAY_CAPABILITIES, {}, identity)
+            self.modern_sessions[identity.key] = session
+            await self._sessions_nursery.start(session.run)
+            return session
+
     def find_session(self, session_id: str, identity: Identity) -> ClientSession | None:
         """The live session with this id owned by this identity (else None: 404 for both)."""
         session = self.sessions.get(session_id)
@@ -120,6 +141,8 @@ class Gateway:
     def forget_session(self, session: ClientSession) -> None:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
+        if self.modern_sessions.get(session.identity.key) is session:
+            del self.modern_sessions[session.identity.key]
         for process in self.stdio.values():
             process.forget(session.id)
 
@@ -128,7 +151,7 @@ class Gateway:
         while True:
             await trio.sleep(min(10.0, ttl / 4))
             now = trio.current_time()
-            for session in list(self.sessions.values()):
+            for session in [*self.sessions.values(), *self.modern_sessions.values()]:
                 if session.open_connections == 0 and now - session.last_active > ttl:
                     log.info("session %s expired after %.0fs idle", session.id[:8], ttl)
                     session.close()
@@ -182,16 +205,13 @@ class Gateway:
         return legacy
 
     async def _health_changed(self, backend: str, usable: bool) -> None:
-        for session in list(self.sessions.values()):
+        for session in [*self.sessions.values(), *self.modern_sessions.values()]:
             await session.backend_health_changed(backend, usable)
 
     async def _route_from_stdio(self, backend: str, owner: str | None,
                                 message: Message) -> None:
-        if owner is None:
-            targets = list(self.sessions.values())
-        else:
-            session = self.sessions.get(owner)
-            targets = [session] if session is not None else []
+        everyone = [*self.sessions.values(), *self.modern_sessions.values()]
+        targets = everyone if owner is None else [s for s in everyone if s.id == owner]
         for session in targets:
             if backend in session.links:
                 await session.unrelated_sink(backend)(message)

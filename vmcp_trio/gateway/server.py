@@ -59,6 +59,7 @@ from ..runtime.logs import REQUEST_ID
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway, TooManySessions
 from .session import ClientSession, SessionClosed
+from .stateless import StatelessFront
 from .streams import EventStream, StreamGap, parse_event_id
 
 __all__ = ["GatewayApp"]
@@ -88,6 +89,14 @@ def _request_id(given: str | None) -> str:
     return secrets.token_hex(8)
 
 
+def _is_modern(request: HttpRequest) -> bool:
+    """A 2026-07-28 request: its MCP-Protocol-Version is not a handshake revision (an unknown
+    one too: it then hears which versions we speak) and it names no session."""
+    version = request.header("mcp-protocol-version")
+    return (version is not None and revision(version) not in HANDSHAKE_REVISIONS
+            and request.header("mcp-session-id") is None)
+
+
 def _host_name(host: str) -> str:
     if host.startswith("["):
         return host[: host.find("]") + 1]
@@ -101,6 +110,7 @@ class GatewayApp:
         self.gateway = gateway
         self.settings = gateway.settings
         self.loopback_bind = self.settings.host in ("127.0.0.1", "localhost", "::1")
+        self.stateless = StatelessFront(self)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -152,6 +162,11 @@ class GatewayApp:
             await send_json(send, 403, _error_body(INVALID_REQUEST, f"Forbidden: {reason}"))
             return
         identity = ANONYMOUS
+        if request.method in ("GET", "DELETE") and _is_modern(request):
+            await send_json(send, 405, _error_body(
+                INVALID_REQUEST, "Method not allowed: protocol revision 2026-07-28 has no GET "
+                                 "stream and no sessions"), [("allow", "POST")])
+            return
         if request.method == "POST":
             await self.post(request, send, identity)
         elif request.method == "GET":
@@ -205,6 +220,9 @@ class GatewayApp:
             messages, batch = decode_body(body)
         except JsonRpcError as exc:
             await send_json(send, 400, encode(exc.response()))
+            return
+        if _is_modern(request):
+            await self.stateless.post(request, send, identity, messages, batch)
             return
         first = messages[0]
         if isinstance(first, Request) and first.method == "initialize":
@@ -331,12 +349,15 @@ class GatewayApp:
         await self.pump(http, send, session, stream, -1)
 
     async def pump(self, http: HttpRequest, send: Send, session: ClientSession,
-                   stream: EventStream, after: int) -> None:
+                   stream: EventStream, after: int,
+                   headers: list[tuple[str, str]] | None = None) -> None:
         """Write ``stream``'s events after ``after`` until it ends or the client leaves."""
         session.open_connections += 1
         self.gateway.open_streams += 1
+        if headers is None:
+            headers = self._session_headers(session)
         try:
-            async with open_stream(http, send, self._session_headers(session)) as (writer,
+            async with open_stream(http, send, headers) as (writer,
                                                                                    nursery):
                 async def keepalive() -> None:
                     interval = self.settings.keepalive_seconds

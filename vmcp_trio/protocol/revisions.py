@@ -42,8 +42,9 @@ class Revision:
 
     @property
     def primes_streams(self) -> bool:
-        """Priming event, ``retry:`` and polling on SSE streams (2025-11-25 and later)."""
-        return self.version >= "2025-11-25"
+        """Priming event, ``retry:`` and polling on SSE streams (2025-11-25 only: 2026-07-28
+        streams are not resumable)."""
+        return self.version == "2025-11-25"
 
     @property
     def has_elicitation(self) -> bool:

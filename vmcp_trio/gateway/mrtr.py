@@ -1,0 +1,175 @@
+"""Multi-round-trip requests (2026-07-28): a backend's questions to the client, across retries.
+
+In 2026-07-28 a server cannot send requests to the client; a ``tools/call``, ``prompts/get`` or
+``resources/read`` whose handler needs something from the client answers with an
+``InputRequiredResult`` (``inputRequests`` keyed by the server, an opaque ``requestState``), and
+the client calls again with the same params plus ``inputResponses`` and the ``requestState``.
+
+A backend that speaks a handshake revision asks the old way: it sends ``sampling/createMessage``
+(or ``elicitation/create``, ``roots/list``) in the middle of the call and waits. The gateway
+bridges the two: the backend call keeps running in the session (a :class:`ParkedCall`); its
+questions are returned to the client as ``inputRequests``; the client's retry carries the
+answers, which go to the backend under its own request ids, and the call waits again for its
+reply or its next questions.
+
+``requestState`` is ``<payload>.<mac>``: the payload names the parked call, the method, a digest
+of the params (without ``_meta``, ``inputResponses`` and ``requestState``) and an expiry; the
+MAC (HMAC-SHA256 with a per-process key) also covers the caller's identity, so a state cannot be
+forged, altered, replayed by someone else, moved to other params, or used after it expires. A
+parked call lives in one process: a retry must reach the same replica.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import hmac
+import itertools
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import trio
+
+from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
+from .backends.base import BackendError, BackendLink
+
+__all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "params_digest"]
+
+MRTR_FIELDS = ("_meta", "inputResponses", "requestState")
+
+
+def params_digest(params: dict[str, Any]) -> str:
+    """What binds a requestState to the call's params (those the client repeats verbatim)."""
+    kept = {k: v for k, v in params.items() if k not in MRTR_FIELDS}
+    return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class RequestStateSigner:
+    def __init__(self, ttl: float = 300.0) -> None:
+        self._key = secrets.token_bytes(32)
+        self.ttl = ttl
+
+    def _mac(self, payload: str, identity: tuple[str, str]) -> str:
+        message = payload.encode("ascii") + b"\0" + "\0".join(identity).encode("utf-8")
+        return _b64(hmac.new(self._key, message, hashlib.sha256).digest())
+
+    def sign(self, call_id: str, identity: tuple[str, str], method: str, digest: str) -> str:
+        body = {"c": call_id, "m": method, "d": digest, "e": int(time.time() + self.ttl)}
+        payload = _b64(orjson.dumps(body))
+        return f"{payload}.{self._mac(payload, identity)}"
+
+    def verify(self, state: object, identity: tuple[str, str], method: str,
+               digest: str) -> str | None:
+        """The parked call's id when ``state`` is genuine, current and for these params."""
+        if not isinstance(state, str) or state.count(".") != 1 or len(state) > 1024:
+            return None
+        payload, mac = state.split(".")
+        if not hmac.compare_digest(mac, self._mac(payload, identity)):
+            return None
+        try:
+            body = orjson.loads(_unb64(payload))
+        except (ValueError, orjson.JSONDecodeError):
+            return None
+        if (not isinstance(body, dict) or body.get("m") != method or body.get("d") != digest
+                or not isinstance(body.get("e"), int) or body["e"] < time.time()):
+            return None
+        call_id = body.get("c")
+        return call_id if isinstance(call_id, str) else None
+
+
+@dataclass
+class PendingInput:
+    link: BackendLink
+    backend_id: RequestId
+    method: str
+    params: dict[str, Any] | None
+
+
+@dataclass
+class ParkedCall:
+    id: str
+    expires: float
+    new: dict[str, PendingInput] = field(default_factory=dict)
+    """Asked by the backend, not yet passed to the client."""
+    asked: dict[str, PendingInput] = field(default_factory=dict)
+    """Passed to the client, waiting for its answers."""
+    reply: Response | ErrorResponse | None = None
+    missing: dict[str, Any] | None = None
+    """Client capabilities a question needed and the client did not declare."""
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    call: Any = None
+    """The session's ``Call`` of this request: its stream follows the latest retry."""
+    _changed: trio.Event = field(default_factory=trio.Event)
+    _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def ask(self, link: BackendLink, backend_id: RequestId, method: str,
+            params: dict[str, Any] | None) -> None:
+        self.new[f"{method.split('/')[0]}-{next(self._keys)}"] = PendingInput(
+            link, backend_id, method, params)
+        self._wake()
+
+    def withdraw(self, link: BackendLink, backend_id: RequestId) -> None:
+        """The backend cancelled one of its questions."""
+        for table in (self.new, self.asked):
+            for key, pending in list(table.items()):
+                if pending.link is link and pending.backend_id == backend_id:
+                    del table[key]
+
+    def lacks(self, capability: str) -> None:
+        self.missing = {capability: {}}
+        self._wake()
+
+    def finish(self, reply: Response | ErrorResponse | None) -> None:
+        self.reply = reply
+        self._wake()
+
+    @property
+    def settled(self) -> bool:
+        """Something to tell the client: the reply, new questions, or a missing capability."""
+        return self.reply is not None or bool(self.new) or self.missing is not None
+
+    async def wait(self) -> None:
+        while not self.settled:
+            changed = self._changed
+            await changed.wait()
+
+    async def answer(self, responses: dict[str, Any]) -> None:
+        """Send the client's answers to the backend; unknown keys are ignored (the spec's
+        SHOULD), questions left unanswered are asked again."""
+        for key, value in responses.items():
+            pending = self.asked.pop(key, None)
+            if pending is None:
+                continue
+            reply: Response | ErrorResponse
+            if isinstance(value, dict) and isinstance(value.get("error"), dict):
+                error = value["error"]
+                reply = ErrorResponse(pending.backend_id, ErrorObject(
+                    int(error.get("code", -32603)), str(error.get("message", "error"))))
+            else:
+                reply = Response(pending.backend_id, value)
+            with contextlib.suppress(BackendError):  # the call itself will fail and say so
+                await pending.link.answer(pending.backend_id, reply)
+
+    def input_required(self, state: str) -> dict[str, Any]:
+        """The ``InputRequiredResult`` asking everything still unanswered."""
+        self.asked.update(self.new)
+        self.new.clear()
+        return {"resultType": "input_required", "requestState": state,
+                "inputRequests": {key: {"method": p.method, "params": p.params or {}}
+                                  for key, p in self.asked.items()}}

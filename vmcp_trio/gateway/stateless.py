@@ -1,0 +1,226 @@
+"""``/mcp`` for protocol revision 2026-07-28: stateless requests, on the same endpoint.
+
+A POST whose ``MCP-Protocol-Version`` is not a handshake revision (and that names no session)
+is served here. Each request stands alone: it is checked by :func:`~vmcp_trio.protocol.modern.
+check_request`, answered from the caller's hidden context session (its backend links and
+catalog, see :meth:`Gateway.modern_session`), and its reply is a complete result
+(``resultType``, and ``ttlMs``/``cacheScope`` on lists and reads, ``serverInfo`` in ``_meta``).
+
+* ``server/discover`` describes the gateway; the handshake-only methods and unknown methods are
+  404 with -32601; batches and client responses are refused; a notification is accepted (202)
+  and dropped (none is defined for HTTP in this revision).
+* ``tools/call``, ``prompts/get`` and ``resources/read`` may return an ``InputRequiredResult``:
+  see :mod:`~vmcp_trio.gateway.mrtr`.
+* ``subscriptions/listen`` answers with a stream that stays open: the acknowledgement first, then
+  the notifications its filter asked for, each carrying its ``subscriptionId``.
+* Closing a response stream cancels the request, during the JSON window too; there are no
+  resumable streams and no priming events.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from .. import __version__
+from ..auth.identity import Identity
+from ..http.asgi import HttpRequest, Send, send_empty, send_json
+from ..protocol.jsonrpc import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    ErrorObject,
+    ErrorResponse,
+    JsonRpcError,
+    Message,
+    Notification,
+    Request,
+    Response,
+    encode,
+)
+from ..protocol.modern import (
+    HEADER_MISMATCH,
+    MISSING_CLIENT_CAPABILITY,
+    REMOVED_METHODS,
+    SERVER_INFO,
+    SUBSCRIPTION_ID,
+    UNSUPPORTED_VERSION,
+    ModernContext,
+    ModernRejection,
+    check_request,
+)
+from ..protocol.revisions import REVISIONS, STATELESS
+from .session import ClientSession, SessionClosed, Subscription
+
+if TYPE_CHECKING:
+    from .server import GatewayApp
+
+__all__ = ["StatelessFront"]
+
+SUPPORTED = (STATELESS.version,)
+ALL_VERSIONS = [r.version for r in REVISIONS]
+SERVED = frozenset({"server/discover", "subscriptions/listen", "tools/list", "tools/call",
+                    "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
+                    "resources/read", "completion/complete"})
+CACHEABLE = frozenset({"tools/list", "prompts/list", "resources/list",
+                       "resources/templates/list", "resources/read", "server/discover"})
+MULTI_ROUND = frozenset({"tools/call", "prompts/get", "resources/read"})
+_FILTERS = {"toolsListChanged": "notifications/tools/list_changed",
+            "promptsListChanged": "notifications/prompts/list_changed",
+            "resourcesListChanged": "notifications/resources/list_changed"}
+_ERROR_STATUS = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400, HEADER_MISMATCH: 400,
+                 UNSUPPORTED_VERSION: 400}
+
+
+def _status(reply: Message | None) -> int:
+    if isinstance(reply, ErrorResponse):
+        return _ERROR_STATUS.get(reply.error.code, 200)
+    return 200
+
+
+class StatelessFront:
+    def __init__(self, app: GatewayApp) -> None:
+        self.app = app
+        self.gateway = app.gateway
+        self.server_info = {"name": f"vmcp-trio/{self.gateway.plan.name}",
+                            "version": __version__}
+
+    def _complete(self, method: str, reply: Response | ErrorResponse) -> Response | ErrorResponse:
+        """A handshake backend's result made a complete 2026-07-28 result."""
+        if isinstance(reply, ErrorResponse):
+            return reply
+        result = dict(reply.result)
+        result.setdefault("resultType", "complete")
+        if method in CACHEABLE and result["resultType"] == "complete":
+            result.setdefault("ttlMs", 0)
+            result.setdefault("cacheScope", "private")
+        meta = result.get("_meta")
+        result["_meta"] = {**(meta if isinstance(meta, dict) else {}),
+                           SERVER_INFO: self.server_info}
+        return Response(reply.id, result)
+
+    async def post(self, http: HttpRequest, send: Send, identity: Identity,
+                   messages: list[Message | JsonRpcError], batch: bool) -> None:
+        if batch:
+            await send_json(send, 400, encode(ErrorResponse(None, ErrorObject(
+                INVALID_REQUEST, "JSON-RPC batches are not allowed in protocol revision "
+                                 "2026-07-28"))))
+            return
+        message = messages[0]
+        if isinstance(message, JsonRpcError):
+            await send_json(send, 400, encode(message.response()))
+            return
+        if isinstance(message, Notification):
+            await send_empty(send, 202)
+            return
+        if not isinstance(message, Request):
+            await send_json(send, 400, encode(ErrorResponse(message.id, ErrorObject(
+                INVALID_REQUEST, "clients send no responses in protocol revision 2026-07-28"))))
+            return
+        request = message
+        if request.method in REMOVED_METHODS or request.method not in SERVED:
+            await send_json(send, 404, encode(ErrorResponse(request.id, ErrorObject(
+                METHOD_NOT_FOUND, f"Method not found: {request.method[:100]}"))))
+            return
+        checked = check_request(request, http.headers, SUPPORTED)
+        if isinstance(checked, ModernRejection):
+            await send_json(send, checked.status, encode(ErrorResponse(request.id,
+                                                                       checked.error)))
+            return
+        session = await self.gateway.modern_session(identity)
+        session.touch()
+        if request.method == "server/discover":
+            await send_json(send, 200, encode(self._complete(request.method, Response(
+                request.id, self._discover(session)))))
+        elif request.method == "subscriptions/listen":
+            await self.listen(http, send, session, request)
+        else:
+            await self.answer(http, send, session, request, checked)
+
+    def _discover(self, session: ClientSession) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "supportedVersions": ALL_VERSIONS,
+            "capabilities": {
+                "tools": {"listChanged": True},
+                "prompts": {"listChanged": True},
+                "resources": {"subscribe": True, "listChanged": True},
+                "completions": {},
+                "logging": {},
+            },
+        }
+        instructions = [f"{name}: {link.instructions}" for name, link in session.links.items()
+                        if link.instructions]
+        if instructions:
+            result["instructions"] = "\n\n".join(instructions)
+        return result
+
+    async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
+                     request: Request, context: ModernContext) -> None:
+        stream = session.streams.open()
+        work_scope = trio.CancelScope()
+        holder: list[Response | ErrorResponse] = []
+
+        async def work() -> None:
+            with work_scope:
+                if request.method in MULTI_ROUND:
+                    reply = await session.handle_modern(request, stream, context)
+                else:
+                    reply = await session.handle(request, stream, modern=context)
+                if reply is not None:
+                    completed = self._complete(request.method, reply)
+                    holder.append(completed)
+                    stream.push(encode(completed))
+            stream.finish()
+
+        try:
+            session.spawn(work)
+        except SessionClosed:
+            await send_json(send, 503, encode(ErrorResponse(request.id, ErrorObject(
+                INVALID_REQUEST, "the gateway is shutting down"))), [("retry-after", "5")])
+            return
+        async with trio.open_nursery() as nursery:
+
+            async def cancel_on_disconnect() -> None:
+                await http.wait_disconnect()
+                work_scope.cancel()  # closing the response stream cancels the request
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(cancel_on_disconnect)
+            with trio.move_on_after(self.app.settings.json_window_seconds):
+                await stream.wait_event()
+            nursery.cancel_scope.cancel()
+        payload = stream.only_reply()
+        if payload is not None:
+            await send_json(send, _status(holder[0] if holder else None), payload)
+            return
+        if work_scope.cancel_called:
+            return
+        await self.app.pump(http, send, session, stream, -1, headers=[])
+        if not stream.finished:
+            work_scope.cancel()
+
+    async def listen(self, http: HttpRequest, send: Send, session: ClientSession,
+                     request: Request) -> None:
+        wanted = (request.params or {}).get("notifications")
+        wanted = wanted if isinstance(wanted, dict) else {}
+        honored: dict[str, Any] = {key: True for key in _FILTERS if wanted.get(key) is True}
+        stream = session.streams.open()
+        requested = wanted.get("resourceSubscriptions")
+        uris = await session.subscribe_uris(
+            [u for u in requested if isinstance(u, str)][:100]
+            if isinstance(requested, list) else [], stream)
+        if uris:
+            honored["resourceSubscriptions"] = uris
+        stream.push(encode(Notification("notifications/subscriptions/acknowledged", {
+            "_meta": {SUBSCRIPTION_ID: request.id}, "notifications": honored})))
+        subscription = Subscription(request.id, stream,
+                                    frozenset(_FILTERS[k] for k in honored if k in _FILTERS),
+                                    frozenset(uris))
+        session.subscriptions.append(subscription)
+        try:
+            await self.app.pump(http, send, session, stream, -1, headers=[])
+        finally:
+            session.subscriptions.remove(subscription)
+            stream.finish()
+            with trio.CancelScope(shield=True), trio.move_on_after(5):
+                await session.unsubscribe_uris(subscription.uris)
