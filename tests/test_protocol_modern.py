@@ -14,6 +14,7 @@ from vmcp_trio.protocol.modern import (
     UNSUPPORTED_VERSION,
     ModernContext,
     ModernRejection,
+    check_param_headers,
     check_request,
     decode_header_value,
     encode_header_value,
@@ -101,3 +102,29 @@ def test_header_values_round_trip(value: str) -> None:
     encoded = encode_header_value(value)
     assert encoded.isascii() and encoded == encoded.strip()
     assert decode_header_value(encoded) == value
+
+
+SCHEMA = {"type": "object", "properties": {
+    "region": {"type": "string", "x-mcp-header": "Region"},
+    "count": {"type": "integer", "x-mcp-header": "Count"},
+    "plain": {"type": "string"}}}
+
+
+@pytest.mark.parametrize(("arguments", "hdrs", "ok"), [
+    ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVsbG8=?="}, True),
+    ({"region": "Hello"}, {"mcp-param-region": "Hello"}, True),
+    ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVsbG8?="}, False),  # bad padding
+    ({"region": "Hello"}, {"mcp-param-region": "=?base64?SGVs!!!bG8=?="}, False),
+    ({"region": "Hello"}, {}, False),                                           # missing
+    ({"region": "Hello"}, {"mcp-param-region": "Bye"}, False),                  # different
+    ({"region": "Hello"}, {"mcp-param-region": "H\u00e9llo"}, False),           # not ASCII
+    ({"count": 3}, {"mcp-param-count": "3"}, True),
+    ({"plain": "x"}, {}, True),                                                 # not mirrored
+    ({}, {}, True),                                                             # absent
+])
+def test_param_headers(arguments: dict[str, Any], hdrs: dict[str, str], ok: bool) -> None:
+    result = check_param_headers(SCHEMA, arguments, hdrs)
+    if ok:
+        assert result is None
+    else:
+        assert result is not None and (result.status, result.error.code) == (400, -32020)

@@ -298,8 +298,9 @@ class ClientSession:
             return _error(request.id, INVALID_PARAMS, "params.uri must be a string")
         backend = (await self.catalog()).resource_backend(uri)
         if backend is None:
-            return _error(request.id, self.revision.resource_not_found_code,
-                          f"Resource not found: {uri[:500]}")
+            return ErrorResponse(request.id, ErrorObject(
+                self.revision.resource_not_found_code, f"Resource not found: {uri[:500]}",
+                {"uri": uri}))
         return await self._forward(self._link(backend), request, params, call)
 
     async def _complete(self, request: Request, params: dict[str, Any],

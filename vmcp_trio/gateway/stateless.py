@@ -47,6 +47,7 @@ from ..protocol.modern import (
     UNSUPPORTED_VERSION,
     ModernContext,
     ModernRejection,
+    check_param_headers,
     check_request,
 )
 from ..protocol.revisions import REVISIONS, STATELESS
@@ -129,6 +130,12 @@ class StatelessFront:
             return
         session = await self.gateway.modern_session(identity)
         session.touch()
+        if request.method == "tools/call":
+            rejection = await self._check_param_headers(session, request, http.headers)
+            if rejection is not None:
+                await send_json(send, rejection.status, encode(ErrorResponse(
+                    request.id, rejection.error)))
+                return
         if request.method == "server/discover":
             await send_json(send, 200, encode(self._complete(request.method, Response(
                 request.id, self._discover(session)))))
@@ -136,6 +143,15 @@ class StatelessFront:
             await self.listen(http, send, session, request)
         else:
             await self.answer(http, send, session, request, checked)
+
+    async def _check_param_headers(self, session: ClientSession, request: Request,
+                                   headers: dict[str, str]) -> ModernRejection | None:
+        params = request.params or {}
+        catalog = await session.catalog()
+        tool = next((t for t in catalog.tools if t.get("name") == params.get("name")), None)
+        if tool is None:
+            return None  # the call itself answers "Unknown tool"
+        return check_param_headers(tool.get("inputSchema"), params.get("arguments"), headers)
 
     def _discover(self, session: ClientSession) -> dict[str, Any]:
         result: dict[str, Any] = {

@@ -43,6 +43,7 @@ __all__ = [
     "UNSUPPORTED_VERSION",
     "ModernContext",
     "ModernRejection",
+    "check_param_headers",
     "check_request",
     "decode_header_value",
     "encode_header_value",
@@ -107,6 +108,38 @@ def decode_header_value(raw: str) -> str | None:
         except (binascii.Error, UnicodeDecodeError):
             return None
     return value
+
+
+def check_param_headers(schema: object, arguments: object,
+                        headers: Mapping[str, str]) -> ModernRejection | None:
+    """SEP-2243 ``Mcp-Param-{Name}`` headers: every input property a tool marks with
+    ``"x-mcp-header": "Name"`` travels in that header too (its string form; base64 form
+    allowed), and the header must match the body. Missing, undecodable or different: -32020."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return None
+    args = arguments if isinstance(arguments, dict) else {}
+    for prop, spec in properties.items():
+        suffix = spec.get("x-mcp-header") if isinstance(spec, dict) else None
+        if not isinstance(suffix, str):
+            continue
+        value = args.get(prop)
+        if value is None:
+            continue
+        header = f"Mcp-Param-{suffix}"
+        raw = headers.get(header.lower())
+        if raw is None:
+            return _reject(400, HEADER_MISMATCH, f"the {header} header is required: "
+                                                 f"arguments.{prop} is set")
+        if not raw.isascii() or not raw.isprintable():
+            return _reject(400, HEADER_MISMATCH, f"the {header} header has characters a "
+                                                 "header may not carry (use the base64 form)")
+        decoded = decode_header_value(raw)
+        expected = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if decoded is None or decoded != expected:
+            return _reject(400, HEADER_MISMATCH, f"the {header} header does not match "
+                                                 f"arguments.{prop}")
+    return None
 
 
 def _reject(status: int, code: int, message: str, data: Any = None) -> ModernRejection:

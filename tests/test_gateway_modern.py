@@ -1,0 +1,227 @@
+"""Protocol revision 2026-07-28 through vmcp, on the wire: stateless requests, discovery,
+request checks, input requests across retries, log opt-in, cancellation by closing the stream,
+and subscriptions/listen. The backends are the quickstart's stdio servers (and an SDK server
+for cancellation), which speak the handshake revisions: vmcp bridges the two."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import orjson
+import pytest
+import trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+from mcp.server.mcpserver import MCPServer
+
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.protocol.sse import SSEParser
+
+from .gateway_helpers import Reply, quickstart_docs, running_gateway
+
+VERSION = "2026-07-28"
+CAPS = {"sampling": {}, "elicitation": {}, "roots": {}}
+
+
+def meta(capabilities: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    return {"io.modelcontextprotocol/protocolVersion": VERSION,
+            "io.modelcontextprotocol/clientCapabilities": CAPS if capabilities is None
+            else capabilities, **extra}
+
+
+class ModernClient:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = HttpClient()
+        self.ids = 0
+
+    async def post(self, method: str, params: dict[str, Any] | None = None, *,
+                   headers: dict[str, str] | None = None, name: str | None = None,
+                   stop_after: int | None = None) -> Reply:
+        self.ids += 1
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": self.ids, "method": method,
+                                "params": {"_meta": meta(), **(params or {})}}
+        wire = {"accept": "application/json, text/event-stream",
+                "content-type": "application/json", "mcp-protocol-version": VERSION,
+                "mcp-method": method}
+        if name is not None:
+            wire["mcp-name"] = name
+        wire.update(headers or {})
+        with trio.fail_after(15):
+            async with self.http.stream("POST", self.url, headers=list(wire.items()),
+                                        body=orjson.dumps(body)) as response:
+                reply = Reply(response.status,
+                              {k.decode(): v.decode() for k, v in response.headers})
+                if reply.headers.get("content-type", "").startswith("text/event-stream"):
+                    parser = SSEParser()
+                    async for chunk in response.iter_bytes():
+                        reply.events += parser.feed(chunk)
+                        if stop_after is not None and len(
+                                [e for e in reply.events if e.data]) >= stop_after:
+                            break
+                else:
+                    reply.body = orjson.loads(await response.read(1 << 22))
+        return reply
+
+    async def call(self, tool: str, arguments: dict[str, Any], **params: Any) -> Reply:
+        return await self.post("tools/call", {"name": tool, "arguments": arguments, **params},
+                               name=tool)
+
+
+@pytest.fixture
+async def modern():  # type: ignore[no-untyped-def]
+    async with running_gateway() as (url, gateway):
+        client = ModernClient(url)
+        yield client, gateway
+        await client.http.aclose()
+
+
+async def test_discover_and_complete_results(modern) -> None:  # type: ignore[no-untyped-def]
+    client, _ = modern
+    reply = await client.post("server/discover")
+    assert reply.status == 200 and "mcp-session-id" not in reply.headers
+    result = reply.result
+    assert VERSION in result["supportedVersions"] and "2025-11-25" in result["supportedVersions"]
+    assert result["capabilities"]["tools"] == {"listChanged": True}
+    assert (result["resultType"], result["ttlMs"], result["cacheScope"]) == (
+        "complete", 0, "private")
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "vmcp-trio/quickstart"
+    tools = (await client.post("tools/list")).result
+    assert "clock_add" in {t["name"] for t in tools["tools"]} and tools["cacheScope"] == "private"
+    added = (await client.call("clock_add", {"a": 2, "b": 3})).result
+    assert added["structuredContent"] == {"sum": 5} and added["resultType"] == "complete"
+
+
+@pytest.mark.parametrize(("params", "headers", "status", "code"), [
+    ({"_meta": {}}, {}, 400, -32602),
+    ({}, {"mcp-protocol-version": "2099-01-01"}, 400, -32022),
+    ({}, {"mcp-method": "prompts/list"}, 400, -32020),
+])
+async def test_request_checks(modern, params: dict[str, Any],  # type: ignore[no-untyped-def]
+                              headers: dict[str, str], status: int, code: int) -> None:
+    client, _ = modern
+    reply = await client.post("tools/list", params, headers=headers)
+    assert reply.status == status and reply.body["error"]["code"] == code
+    assert reply.body["id"] == client.ids  # never null when the id could be read
+
+
+async def test_removed_and_unknown_methods_and_no_get(modern) -> None:  # type: ignore[no-untyped-def]
+    client, _ = modern
+    for method in ("ping", "initialize", "logging/setLevel", "resources/subscribe", "nope/x"):
+        reply = await client.post(method)
+        assert (reply.status, reply.body["error"]["code"]) == (404, -32601), method
+    status, _, _ = await client.http.request("GET", client.url, headers=[
+        ("accept", "text/event-stream"), ("mcp-protocol-version", VERSION)])
+    assert status == 405
+
+
+async def test_log_messages_only_when_asked(modern) -> None:  # type: ignore[no-untyped-def]
+    client, _ = modern
+    quiet = await client.call("clock_countdown", {"steps": 2, "delay_ms": 50},
+                              _meta={**meta(), "progressToken": "t"})
+    assert not [m for m in quiet.messages if m.get("method") == "notifications/message"]
+    assert [m["params"]["progress"] for m in quiet.messages
+            if m.get("method") == "notifications/progress"] == [1, 2]
+    loud = await client.call("clock_countdown", {"steps": 2, "delay_ms": 50},
+                             _meta=meta(**{"io.modelcontextprotocol/logLevel": "info"}))
+    assert len([m for m in loud.messages if m.get("method") == "notifications/message"]) == 2
+    assert loud.messages[-1]["result"]["content"][0]["text"] == "done after 2 steps"
+
+
+async def test_a_backend_question_becomes_an_input_request(modern) -> None:  # type: ignore[no-untyped-def]
+    """clock_summarize asks for sampling (the handshake way): the client gets an
+    InputRequiredResult, answers in its retry, and the same backend call completes."""
+    client, _ = modern
+    first = (await client.call("clock_summarize", {"text": "long"})).result
+    assert first["resultType"] == "input_required"
+    (key, question), = first["inputRequests"].items()
+    assert question["method"] == "sampling/createMessage"
+    assert question["params"]["messages"][0]["content"]["text"].endswith("long")
+    answer = {"role": "assistant", "content": {"type": "text", "text": "short"},
+              "model": "m"}
+    tampered = await client.call("clock_summarize", {"text": "long"},
+                                 inputResponses={key: answer},
+                                 requestState=first["requestState"] + "x")
+    assert tampered.messages[-1]["error"]["code"] == -32602
+    other_params = await client.call("clock_summarize", {"text": "other"},
+                                     inputResponses={key: answer},
+                                     requestState=first["requestState"])
+    assert other_params.messages[-1]["error"]["code"] == -32602
+    done = await client.call("clock_summarize", {"text": "long"},
+                             inputResponses={key: answer}, requestState=first["requestState"])
+    assert done.result["content"][0]["text"] == "short"
+    assert done.result["resultType"] == "complete"
+    replay = await client.call("clock_summarize", {"text": "long"},
+                               inputResponses={key: answer},
+                               requestState=first["requestState"])
+    assert replay.messages[-1]["error"]["code"] == -32602  # the call is over: single use
+
+
+async def test_a_missing_client_capability_is_32021(modern) -> None:  # type: ignore[no-untyped-def]
+    client, _ = modern
+    reply = await client.post("tools/call", {"name": "clock_summarize",
+                                             "arguments": {"text": "x"}, "_meta": meta({})},
+                              name="clock_summarize")
+    assert reply.status == 400
+    assert reply.body["error"]["code"] == -32021
+    assert reply.body["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}
+
+
+async def test_closing_the_stream_cancels_the_backend_call() -> None:
+    server = MCPServer("stuck", log_level="WARNING")
+    cancelled = trio.Event()
+
+    @server.tool()
+    async def hang() -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+        return "never"
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.loglevel = "WARNING"
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, server.streamable_http_app(), config,
+                                            shutdown_trigger=trio.sleep_forever))
+        docs = quickstart_docs()
+        docs.insert(1, {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+                        "metadata": {"name": "stuck"},
+                        "spec": {"groupRef": {"name": "quickstart"}, "url": binds[0] + "/mcp"}})
+        async with running_gateway(docs) as (url, _):
+            client = ModernClient(url)
+            with trio.move_on_after(0.4):  # within the JSON window: nothing was answered yet
+                await client.call("stuck_hang", {})
+            await client.http.aclose()  # the connection goes: the request is cancelled
+            with trio.fail_after(5):
+                await cancelled.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def test_subscriptions_listen(modern) -> None:  # type: ignore[no-untyped-def]
+    client, _ = modern
+    results: dict[str, Reply] = {}
+
+    async def listen(label: str, filters: dict[str, Any], count: int) -> None:
+        listener = ModernClient(client.url)
+        results[label] = await listener.post("subscriptions/listen", {"notifications": filters},
+                                             stop_after=count)
+        await listener.http.aclose()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(listen, "resources", {"resourcesListChanged": True}, 2)
+        nursery.start_soon(listen, "tools", {"toolsListChanged": True}, 1)
+        await trio.sleep(0.5)
+        await client.call("notes_add_note", {"title": "t", "text": "x"})
+        with trio.fail_after(10):
+            while "resources" not in results:
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    ack, changed = results["resources"].messages
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    assert ack["params"]["notifications"] == {"resourcesListChanged": True}
+    subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+    assert changed["method"] == "notifications/resources/list_changed"
+    assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == subscription
