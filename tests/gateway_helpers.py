@@ -43,6 +43,39 @@ def quickstart_docs() -> list[dict[str, Any]]:
 
 
 @asynccontextmanager
+async def stuck_backend() -> AsyncIterator[tuple[list[dict[str, Any]], trio.Event]]:
+    """An SDK backend whose tool ``hang`` never returns (and sets the event when cancelled),
+    and the quickstart documents with it added as MCPServer ``stuck``."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+    from mcp.server.mcpserver import MCPServer
+
+    server = MCPServer("stuck", log_level="WARNING")
+    cancelled = trio.Event()
+
+    @server.tool()
+    async def hang() -> str:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+        return "never"
+
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.loglevel = "WARNING"
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, server.streamable_http_app(), config,
+                                            shutdown_trigger=trio.sleep_forever))
+        docs = quickstart_docs()
+        docs.insert(1, {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+                        "metadata": {"name": "stuck"},
+                        "spec": {"groupRef": {"name": "quickstart"}, "url": binds[0] + "/mcp"}})
+        yield docs, cancelled
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
                           tls: tuple[str, str] | None = None,
                           **settings: Any) -> AsyncIterator[tuple[str, Gateway]]:

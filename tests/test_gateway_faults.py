@@ -3,16 +3,11 @@ open-streams and sessions gauges come back to zero."""
 
 from __future__ import annotations
 
-from functools import partial
-
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
-from mcp.server.mcpserver import MCPServer
 
 from vmcp_trio.http.client import HttpClient
 
-from .gateway_helpers import RawClient, quickstart_docs, running_gateway
+from .gateway_helpers import RawClient, running_gateway, stuck_backend
 
 
 async def gauges(base: str) -> dict[str, float]:
@@ -28,27 +23,7 @@ async def gauges(base: str) -> dict[str, float]:
 
 
 async def test_a_backend_that_never_answers_times_out_and_is_told_to_stop() -> None:
-    server = MCPServer("stuck", log_level="WARNING")
-    cancelled = trio.Event()
-
-    @server.tool()
-    async def hang() -> str:
-        try:
-            await trio.sleep_forever()
-        finally:
-            cancelled.set()
-        return "never"
-
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.loglevel = "WARNING"
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, server.streamable_http_app(), config,
-                                            shutdown_trigger=trio.sleep_forever))
-        docs = quickstart_docs()
-        docs.insert(1, {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
-                        "metadata": {"name": "stuck"},
-                        "spec": {"groupRef": {"name": "quickstart"}, "url": binds[0] + "/mcp"}})
+    async with stuck_backend() as (docs, cancelled):
         docs[-1]["spec"]["operational"] = {"timeouts": {"perWorkload": {"stuck": "1s"}}}
         async with running_gateway(docs) as (url, _):
             client = RawClient(url)
@@ -66,7 +41,6 @@ async def test_a_backend_that_never_answers_times_out_and_is_told_to_stop() -> N
                                                         "arguments": {"message": "fine"}})
             assert other.result["content"][0]["text"] == "fine"
             await client.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_clients_that_vanish_leak_nothing() -> None:

@@ -5,20 +5,16 @@ for cancellation), which speak the handshake revisions: vmcp bridges the two."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import orjson
 import pytest
 import trio
-from hypercorn.config import Config
-from hypercorn.trio import serve
-from mcp.server.mcpserver import MCPServer
 
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.sse import SSEParser
 
-from .gateway_helpers import Reply, quickstart_docs, running_gateway
+from .gateway_helpers import Reply, running_gateway, stuck_backend
 
 VERSION = "2026-07-28"
 CAPS = {"sampling": {}, "elicitation": {}, "roots": {}}
@@ -169,35 +165,13 @@ async def test_a_missing_client_capability_is_32021(modern) -> None:  # type: ig
 
 
 async def test_closing_the_stream_cancels_the_backend_call() -> None:
-    server = MCPServer("stuck", log_level="WARNING")
-    cancelled = trio.Event()
-
-    @server.tool()
-    async def hang() -> str:
-        try:
-            await trio.sleep_forever()
-        finally:
-            cancelled.set()
-        return "never"
-
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.loglevel = "WARNING"
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, server.streamable_http_app(), config,
-                                            shutdown_trigger=trio.sleep_forever))
-        docs = quickstart_docs()
-        docs.insert(1, {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
-                        "metadata": {"name": "stuck"},
-                        "spec": {"groupRef": {"name": "quickstart"}, "url": binds[0] + "/mcp"}})
-        async with running_gateway(docs) as (url, _):
-            client = ModernClient(url)
-            with trio.move_on_after(0.4):  # within the JSON window: nothing was answered yet
-                await client.call("stuck_hang", {})
-            await client.http.aclose()  # the connection goes: the request is cancelled
-            with trio.fail_after(5):
-                await cancelled.wait()
-        nursery.cancel_scope.cancel()
+    async with stuck_backend() as (docs, cancelled), running_gateway(docs) as (url, _):
+        client = ModernClient(url)
+        with trio.move_on_after(0.4):  # within the JSON window: nothing was answered yet
+            await client.call("stuck_hang", {})
+        await client.http.aclose()  # the connection goes: the request is cancelled
+        with trio.fail_after(5):
+            await cancelled.wait()
 
 
 async def test_subscriptions_listen(modern) -> None:  # type: ignore[no-untyped-def]
