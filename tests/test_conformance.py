@@ -14,7 +14,10 @@ suite runs here twice:
   transparent: every scenario that passes directly must pass through the gateway too.
 
 What runs: the ``active`` suite of each version (the handshake-era scenarios, all on the
-2025-11-25 wire), plus the *pending* handshake-era scenarios the fixture supports and that say
+2025-11-25 wire), 0.2's ``draft`` suite (protocol revision 2026-07-28: stateless requests,
+``server/discover``, header validation, caching fields, ``InputRequiredResult`` round trips; through
+vmcp the fixture is then a 2026-07-28 backend, and vmcp passes the round trips through), plus the
+*pending* handshake-era scenarios the fixture supports and that say
 something about a gateway: ``json-schema-2020-12`` (a tool's JSON Schema 2020-12 input schema must
 reach the client unmodified) and, in 0.2, ``server-sse-polling`` (the backend closes its response
 stream mid-call and delivers the answer on a ``Last-Event-ID`` GET). 0.1.16's
@@ -69,6 +72,18 @@ ACTIVE: dict[str, frozenset[str]] = {
     "0.2": frozenset((*_HANDSHAKE_ACTIVE, "server-session-lifecycle")),    # 31 scenarios
 }
 """The ``--suite active`` sets, pinned: a suite that runs something else fails the test."""
+DRAFT: dict[str, frozenset[str]] = {
+    "0.1": frozenset(),
+    "0.2": frozenset((
+        "server-stateless", "sep-2164-resource-not-found", "caching", "http-header-validation",
+        "http-custom-header-server-validation",
+        *(f"input-required-result-{name}" for name in (
+            "basic-elicitation", "basic-sampling", "basic-list-roots", "request-state",
+            "multiple-input-requests", "multi-round", "missing-input-response",
+            "non-tool-request", "result-type", "unsupported-methods", "tampered-state",
+            "capability-check", "ignore-extra-params", "validate-input")))),   # 19 scenarios
+}
+"""The ``--suite draft`` sets (protocol revision 2026-07-28 on the wire), pinned likewise."""
 EXTRA: dict[str, tuple[str, ...]] = {
     "0.1": ("json-schema-2020-12",),
     "0.2": ("json-schema-2020-12", "server-sse-polling"),
@@ -297,11 +312,13 @@ def run_suite(node: str, version: str, url: str, target: str, output_dir: Path) 
     if version != "0.1":
         base += ["--timeout", str(int(SCENARIO_TIMEOUT * 1000))]  # per scenario (0.2 only)
     run.logs.append(_run_cli(node, version, [*base, "--suite", "active"], SUITE_TIMEOUT))
+    if DRAFT[version]:
+        run.logs.append(_run_cli(node, version, [*base, "--suite", "draft"], SUITE_TIMEOUT))
     for scenario in EXTRA[version]:
         run.logs.append(_run_cli(node, version, [*base, "--scenario", scenario],
                                  SCENARIO_TIMEOUT + 10))
     run.scenarios = read_results(output_dir)
-    expected = ACTIVE[version] | set(EXTRA[version])
+    expected = ACTIVE[version] | DRAFT[version] | set(EXTRA[version])
     for name in expected - set(run.scenarios):
         run.scenarios[name] = Scenario(name, [])  # it crashed or never ran: a failure
     unexpected = set(run.scenarios) - expected

@@ -31,6 +31,9 @@ def test_the_four_kinds() -> None:
     assert parse_message({"jsonrpc": "2.0", "id": "a", "result": {}}) == Response("a", {})
     assert parse_message({"jsonrpc": "2.0", "id": 2, "error": {"code": -1, "message": "m"}}) == (
         ErrorResponse(2, ErrorObject(-1, "m")))
+    # An error about a request whose id could not be read has a null id (JSON-RPC 2.0 s5).
+    assert parse_message({"jsonrpc": "2.0", "id": None, "error": {"code": -1, "message": "m"}}) \
+        == ErrorResponse(None, ErrorObject(-1, "m"))
 
 
 @pytest.mark.parametrize(("obj", "fragment", "echoed_id"), [
@@ -47,6 +50,7 @@ def test_the_four_kinds() -> None:
     ({"jsonrpc": "2.0", "id": 4}, "exactly one of", 4),
     ({"jsonrpc": "2.0", "id": 4, "result": {}, "error": {}}, "exactly one of", 4),
     ({"jsonrpc": "2.0", "id": 4, "result": 5}, '"result" must be an object', 4),
+    ({"jsonrpc": "2.0", "id": None, "result": {}}, '"id" must be a string', None),
     ({"jsonrpc": "2.0", "id": 4, "error": {"code": "x", "message": "m"}}, 'integer "code"', 4),
 ])
 def test_invalid_messages(obj: Any, fragment: str, echoed_id: object) -> None:

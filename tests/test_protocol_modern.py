@@ -18,6 +18,7 @@ from vmcp_trio.protocol.modern import (
     check_request,
     decode_header_value,
     encode_header_value,
+    param_headers,
 )
 
 SUPPORTED = ("2026-07-28",)
@@ -128,3 +129,18 @@ def test_param_headers(arguments: dict[str, Any], hdrs: dict[str, str], ok: bool
         assert result is None
     else:
         assert result is not None and (result.status, result.error.code) == (400, -32020)
+
+
+@pytest.mark.parametrize(("arguments", "expected"), [
+    ({"region": "Hello", "count": 3}, [("Mcp-Param-Region", "Hello"), ("Mcp-Param-Count", "3")]),
+    ({"region": "H\u00e9llo"}, [("Mcp-Param-Region", "=?base64?SMOpbGxv?=")]),
+    ({"region": " padded "}, [("Mcp-Param-Region", "=?base64?IHBhZGRlZCA=?=")]),
+    ({"plain": "x"}, []),
+])
+def test_the_headers_a_call_sends_pass_the_check(arguments: dict[str, Any],
+                                                 expected: list[tuple[str, str]]) -> None:
+    """What vmcp sends a 2026-07-28 backend is what a server requires: plain when it can be,
+    the base64 form otherwise (non-ASCII, surrounding whitespace)."""
+    sent = param_headers(SCHEMA, arguments)
+    assert sent == expected
+    assert check_param_headers(SCHEMA, arguments, {k.lower(): v for k, v in sent}) is None

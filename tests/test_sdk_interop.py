@@ -1,13 +1,15 @@
 """The official MCP Python SDK 2.x ``Client`` against vmcp, with real SDK-built backends.
 
-Behind one gateway: two SDK 2.x ``MCPServer`` backends over Streamable HTTP (``alpha`` and
-``beta``, served in this process), one SDK 1.x ``FastMCP`` backend over Streamable HTTP (``v1``,
-a subprocess of ``.venv-mcp1``, started once per module) and the repository's two stdio example
-servers (``clock`` and ``notes``, started by vmcp). Every test runs with the client in
-``mode="legacy"`` (initialize handshake, 2025-11-25 session) and ``mode="auto"`` (a
-``server/discover`` probe, which vmcp answers: then stateless 2026-07-28 requests, with the
-backends' questions as input requests and subscriptions on ``subscriptions/listen``), and
-asserts what the client's user sees: results, callbacks, notifications.
+Behind one gateway: two SDK 2.x ``MCPServer`` backends over Streamable HTTP, served in this
+process (``alpha``, which vmcp talks to in 2026-07-28, and ``beta``, which refuses 2026-07-28 so
+that vmcp talks to it with a 2025-11-25 handshake), one SDK 1.x ``FastMCP`` backend over
+Streamable HTTP (``v1``, a subprocess of ``.venv-mcp1``, started once per module) and the
+repository's two stdio example servers (``clock`` and ``notes``, started by vmcp). Every test
+runs with the client in ``mode="legacy"`` (initialize handshake, 2025-11-25 session) and
+``mode="auto"`` (a ``server/discover`` probe, which vmcp answers: then stateless 2026-07-28
+requests, with the backends' questions as input requests and subscriptions on
+``subscriptions/listen``), and asserts what the client's user sees: results, callbacks,
+notifications.
 
 Every HTTP exchange of the client is recorded (JSON-RPC method and status): no exchange may get
 a 5xx from the gateway, whatever the test does.
@@ -33,6 +35,8 @@ from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+
+from vmcp_trio.gateway.core import Gateway
 
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import quickstart_docs, running_gateway
@@ -94,19 +98,22 @@ class Stack:
     url: str
     alpha: BackendState
     beta: BackendState
+    gateway: Gateway
 
 
 @pytest.fixture
 async def stack(sdk1_url: str) -> AsyncIterator[Stack]:
-    """vmcp in front of alpha and beta (SDK 2.x, in this process), v1 (SDK 1.x, the module's
-    subprocess) and the quickstart's clock and notes (stdio, started by vmcp)."""
+    """vmcp in front of alpha (SDK 2.x in 2026-07-28) and beta (SDK 2.x, handshake only), v1
+    (SDK 1.x, the module's subprocess) and the quickstart's clock and notes (stdio, started by
+    vmcp)."""
     alpha, alpha_state = make_server("alpha")
     beta, beta_state = make_server("beta")
-    async with serving(alpha) as alpha_url, serving(beta) as beta_url:
+    async with serving(alpha, alpha_state) as alpha_url, \
+            serving(beta, beta_state, handshake_only=True) as beta_url:
         docs = [*quickstart_docs(), http_backend("alpha", alpha_url),
                 http_backend("beta", beta_url), http_backend("v1", sdk1_url)]
-        async with running_gateway(docs) as (url, _):
-            yield Stack(url, alpha_state, beta_state)
+        async with running_gateway(docs) as (url, gateway):
+            yield Stack(url, alpha_state, beta_state, gateway)
 
 
 @pytest.fixture(params=["legacy", "auto"])
@@ -275,15 +282,19 @@ async def test_calls_are_routed_to_their_backend(stack: Stack, mode: str) -> Non
             assert failed.is_error
             with pytest.raises(MCPError, match="Unknown tool"):
                 await client.call_tool("add", {"a": 1, "b": 1})
+    # Each backend in the newest revision it speaks (beta refused the 2026-07-28 probe).
+    assert set(stack.alpha.versions) == {"2026-07-28"}
+    assert "2025-11-25" in stack.beta.versions
 
 
 async def test_progress_and_logging_reach_the_client_callbacks(stack: Stack, mode: str) -> None:
     """Progress notifications of a call reach that call's progress callback, in order and with
     their values (total, message), and the backend's log lines during the call reach the logging
-    callback, for SDK 2.x, SDK 1.x and stdio backends."""
+    callback, for SDK 2.x (2026-07-28 and handshake), SDK 1.x and stdio backends."""
     with trio.fail_after(TIMEOUT):
         async with connect(stack.url, mode) as (client, seen):
-            for tool, label in (("beta_slow", "beta"), ("v1_slow", "v1")):
+            for tool, label in (("alpha_slow", "alpha"), ("beta_slow", "beta"),
+                                ("v1_slow", "v1")):
                 progress = ProgressLog()
                 seen.logs.clear()
                 result = await client.call_tool(tool, {"steps": 3}, progress_callback=progress)
@@ -305,20 +316,25 @@ async def test_progress_and_logging_reach_the_client_callbacks(stack: Stack, mod
 async def test_server_to_client_requests_round_trip(stack: Stack, mode: str) -> None:
     """Sampling, elicitation and roots requests a backend sends during a call reach the
     client's callbacks through vmcp, and the client's answers reach the backend: from SDK 2.x
-    (roots on its standalone stream), SDK 1.x and stdio backends."""
+    in 2026-07-28 (input requests, which vmcp turns into requests for a handshake client and
+    passes through to a 2026-07-28 one) and with a handshake (requests on the call's stream;
+    roots on its standalone stream), SDK 1.x and stdio backends."""
     with trio.fail_after(TIMEOUT):
         async with connect(stack.url, mode) as (client, seen):
-            asked = await client.call_tool("alpha_ask", {"question": "Favourite colour?"})
-            assert text_of(asked) == "accept:blue"
-            assert seen.elicitations[-1].message == "Favourite colour?"
-            sampled = await client.call_tool("beta_sample", {"prompt": "6 times 7?"})
-            assert text_of(sampled) == "beta sampled: forty-two (model test-model)"
-            request = seen.sampling[-1]
-            assert request.max_tokens == 50
-            assert request.messages[0].content == types.TextContent(type="text", text="6 times 7?")
-            roots = await client.call_tool("alpha_roots", {})
-            assert text_of(roots) == "file:///work/project"
-            assert stack.alpha.roots_seen == ["file:///work/project"]
+            for backend in ("alpha", "beta"):
+                question = f"{backend}: favourite colour?"
+                asked = await client.call_tool(f"{backend}_ask", {"question": question})
+                assert text_of(asked) == "accept:blue"
+                assert seen.elicitations[-1].message == question
+                sampled = await client.call_tool(f"{backend}_sample", {"prompt": "6 times 7?"})
+                assert text_of(sampled) == f"{backend} sampled: forty-two (model test-model)"
+                request = seen.sampling[-1]
+                assert request.max_tokens == 50
+                assert request.messages[0].content == types.TextContent(type="text",
+                                                                        text="6 times 7?")
+                roots = await client.call_tool(f"{backend}_roots", {})
+                assert text_of(roots) == "file:///work/project"
+            assert stack.alpha.roots_seen == stack.beta.roots_seen == ["file:///work/project"]
 
             assert text_of(await client.call_tool("v1_ask", {"question": "v1?"})) == "accept:blue"
             assert seen.elicitations[-1].message == "v1?"
@@ -331,14 +347,15 @@ async def test_server_to_client_requests_round_trip(stack: Stack, mode: str) -> 
             assert text_of(summary) == "forty-two"
             assert text_of(await client.call_tool("clock_list_roots", {})) == (
                 "file:///work/project")
-            assert len(seen.sampling) == 3 and len(seen.elicitations) == 3
-            assert seen.roots_asked == 2
+            assert len(seen.sampling) == 4 and len(seen.elicitations) == 4
+            assert seen.roots_asked == 3
 
 
 async def test_resources_and_subscriptions(stack: Stack, mode: str) -> None:
     """Resources and templates of every backend are listed together and read from their owner;
-    a subscription reaches the backend that owns the URI, and its
-    ``notifications/resources/updated`` reaches the client's message handler (SDK 2.x backend
+    a subscription reaches the backend that owns the URI (a ``resources/subscribe``, or for a
+    2026-07-28 backend the filter of vmcp's listen stream), and its
+    ``notifications/resources/updated`` reaches the client's message handler (SDK 2.x backends
     and stdio backend); unsubscribing reaches the backend too."""
     with trio.fail_after(TIMEOUT):
         async with connect(stack.url, mode) as (client, seen):
@@ -369,28 +386,36 @@ async def test_resources_and_subscriptions(stack: Stack, mode: str) -> None:
                                   and str(m.params.uri) == uri)
 
             await client.subscribe_resource("alpha://static")
-            assert stack.alpha.subscriptions == {"alpha://static"}
+            assert stack.alpha.listens[-1] == ["alpha://static"]
             assert stack.beta.subscriptions == set()
             await client.call_tool("alpha_touch", {"uri": "alpha://static"})
             await seen.wait_for(updated("alpha://static"))
+            await client.subscribe_resource("beta://static")
+            assert stack.beta.subscriptions == {"beta://static"}
+            await client.call_tool("beta_touch", {"uri": "beta://static"})
+            await seen.wait_for(updated("beta://static"))
 
             await client.subscribe_resource("notes://index")
             await client.call_tool("notes_add_note", {"title": "t", "text": "subscribed"})
             await seen.wait_for(updated("notes://index"))
 
             await client.unsubscribe_resource("alpha://static")
-            assert stack.alpha.subscriptions == set()
+            assert stack.alpha.listens[-1] == []
+            await client.unsubscribe_resource("beta://static")
+            assert stack.beta.subscriptions == set()
 
 
 async def listen_for_updates(client: Client, stack: Stack) -> None:
-    """2026-07-28: one ``subscriptions/listen`` stream for two URIs of two backends; each
+    """2026-07-28: one ``subscriptions/listen`` stream for three URIs of three backends; each
     backend is subscribed once, updates arrive on the stream, and leaving it unsubscribes."""
-    async with client.listen(resource_subscriptions=["alpha://static", "notes://index"],
+    uris = {"alpha://static", "beta://static", "notes://index"}
+    async with client.listen(resource_subscriptions=sorted(uris),
                              tools_list_changed=True) as subscription:
-        assert set(subscription.honored.resource_subscriptions or ()) == {
-            "alpha://static", "notes://index"}
-        assert stack.alpha.subscriptions == {"alpha://static"}
+        assert set(subscription.honored.resource_subscriptions or ()) == uris
+        assert stack.alpha.listens[-1] == ["alpha://static"]
+        assert stack.beta.subscriptions == {"beta://static"}
         await client.call_tool("alpha_touch", {"uri": "alpha://static"})
+        await client.call_tool("beta_touch", {"uri": "beta://static"})
         await client.call_tool("notes_add_note", {"title": "t", "text": "listened"})
         got: set[str] = set()
         with trio.fail_after(5):
@@ -398,10 +423,10 @@ async def listen_for_updates(client: Client, stack: Stack) -> None:
                 uri = getattr(event, "uri", None)
                 if uri is not None:
                     got.add(str(uri))
-                if got >= {"alpha://static", "notes://index"}:
+                if got >= uris:
                     break
     with trio.fail_after(5):
-        while stack.alpha.subscriptions:
+        while stack.beta.subscriptions or stack.alpha.listens[-1]:
             await trio.sleep(0.05)
 
 
@@ -491,3 +516,81 @@ async def test_quick_cancellation_gets_a_valid_http_answer(stack: Stack, mode: s
                     await trio.sleep(0.05)
             calls = [e for e in seen.exchanges if e[1] == "tools/call"]
             assert calls == [("POST", "tools/call", 200)], seen.exchanges
+
+
+async def test_a_log_level_set_in_a_handshake_reaches_a_2026_backend(stack: Stack) -> None:
+    """``logging/setLevel`` does not exist in 2026-07-28: for alpha vmcp keeps the level the
+    client set and sends it as the ``_meta`` log level of each request, so the backend filters
+    as a handshake server would. beta (SDK 2.x declares no logging capability, so it gets no
+    ``logging/setLevel``, and logs everything) is filtered by vmcp."""
+    with trio.fail_after(TIMEOUT):
+        async with connect(stack.url, "legacy") as (client, seen):
+            await client.set_logging_level("warning")
+            for backend in ("alpha", "beta"):
+                await client.call_tool(f"{backend}_slow", {"steps": 2})
+            assert seen.logs == []
+            await client.set_logging_level("info")
+            for backend in ("alpha", "beta"):
+                seen.logs.clear()
+                await client.call_tool(f"{backend}_slow", {"steps": 2})
+                assert [log.data for log in seen.logs] == [f"{backend} log {i}" for i in (1, 2)]
+    assert "logging/setLevel" not in stack.alpha.methods
+    levels = [meta.get("io.modelcontextprotocol/logLevel")
+              for method, meta in zip(stack.alpha.methods, stack.alpha.metas, strict=True)
+              if method == "tools/call"]
+    assert levels == ["warning", "info"]
+
+
+async def test_list_changes_of_every_backend_reach_the_client(stack: Stack, mode: str) -> None:
+    """A backend that adds a tool says so (alpha on vmcp's listen stream, beta on its GET
+    stream); the client hears ``notifications/tools/list_changed`` (on its session stream, or
+    on its own listen stream in 2026-07-28) and the next listing has the new tool."""
+
+    def changed(m: Any) -> bool:
+        return isinstance(m, types.ToolListChangedNotification)
+
+    with trio.fail_after(TIMEOUT):
+        async with connect(stack.url, mode) as (client, seen):
+            for backend in ("alpha", "beta"):
+                before = {t.name for t in (await client.list_tools()).tools}
+                assert f"{backend}_grown" not in before
+                if mode == "auto":
+                    async with client.listen(tools_list_changed=True) as subscription:
+                        await client.call_tool(f"{backend}_grow", {})
+                        with trio.fail_after(5):
+                            event = await subscription.__anext__()
+                        assert type(event).__name__ == "ToolsListChanged"
+                else:
+                    seen.notifications.clear()
+                    await client.call_tool(f"{backend}_grow", {})
+                    await seen.wait_for(changed)
+                after = {t.name for t in (await client.list_tools()).tools}
+                assert after - before == {f"{backend}_grown"}
+                grown = await client.call_tool(f"{backend}_grown", {})
+                assert text_of(grown) == f"grown on {backend}"
+
+
+async def test_a_2026_backend_is_health_checked_with_discover(stack: Stack) -> None:
+    """2026-07-28 has no ``ping``: the health checker asks alpha ``server/discover`` and finds it
+    healthy, while beta is pinged."""
+    with trio.fail_after(TIMEOUT):
+        while any(stack.gateway.health.backends[name].state != "healthy"
+                  for name in ("alpha", "beta")):
+            await trio.sleep(0.05)
+    assert "ping" not in stack.alpha.methods and "server/discover" in stack.alpha.methods
+    assert "ping" in stack.beta.methods
+
+
+async def test_a_question_the_client_cannot_take_is_a_clear_error(stack: Stack,
+                                                                  mode: str) -> None:
+    """A client that declared no elicitation capability calls a tool that asks the user: from
+    alpha (2026-07-28) and from beta (handshake) it gets a JSON-RPC error naming elicitation
+    at once, never a hang, and the session goes on working."""
+    with trio.fail_after(TIMEOUT):
+        async with Client(stack.url, mode=mode, read_timeout_seconds=REQUEST_TIMEOUT) as client:
+            for backend in ("alpha", "beta"):
+                with pytest.raises(MCPError, match="elicitation") as caught:
+                    await client.call_tool(f"{backend}_ask", {"question": "name?"})
+                assert "timed out" not in str(caught.value)
+            added = await client.call_tool("alpha_add", {"a": 1, "b": 2})
+            assert added.structured_content == {"total": 3, "backend": "alpha"}

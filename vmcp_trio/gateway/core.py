@@ -24,14 +24,18 @@ from ..runtime.metrics import Metrics
 from .backends.base import BackendError, BackendLink, FallbackToLegacy, Sink
 from .backends.http import HttpBackendLink
 from .backends.legacy_sse import LegacySseBackendLink
+from .backends.modern import ModernBackendLink
 from .backends.stdio import RELAY_CAPABILITIES, StdioBackendLink, StdioProcess
 from .health import HealthMonitor
 from .mrtr import RequestStateSigner
 from .session import ClientSession
 
-__all__ = ["Gateway", "GatewaySettings", "TooManySessions"]
+__all__ = ["Gateway", "GatewaySettings", "HttpLink", "TooManySessions"]
 
 log = logging.getLogger("vmcp.gateway")
+
+HttpLink = ModernBackendLink | HttpBackendLink | LegacySseBackendLink
+"""The links to a backend reached by URL."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,8 @@ class Gateway:
         self.modern_sessions: dict[tuple[str, str], ClientSession] = {}
         self._modern_lock = trio.Lock()
         """The stateless clients' context, one per identity: their backend links and catalog."""
+        self.handshake_backends: set[str] = set()
+        """Streamable HTTP backends found not to speak 2026-07-28."""
         self.legacy_backends: set[str] = set()
         """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
         self.health = HealthMonitor(self, self._health_changed)
@@ -177,10 +183,18 @@ class Gateway:
 
     async def connect_http(self, name: str, endpoint: HttpEndpoint, nursery: trio.Nursery,
                            capabilities: dict[str, Any], sink: Sink, timeout: float, *,
-                           listen: bool = True) -> HttpBackendLink | LegacySseBackendLink:
-        """A started link to an HTTP backend: Streamable HTTP, or the legacy HTTP+SSE transport
-        when the resource says ``transport: sse`` or the backend refused ``initialize`` with
-        400, 404 or 405 (remembered, so later sessions go straight to it)."""
+                           listen: bool = True) -> HttpLink:
+        """A started link to an HTTP backend, in the newest revision it speaks: 2026-07-28 when
+        it answers ``server/discover``, else a handshake revision over Streamable HTTP, or the
+        legacy HTTP+SSE transport when the resource says ``transport: sse`` or the backend
+        refused ``initialize`` with 400, 404 or 405. What a backend turned out not to speak is
+        remembered, so later sessions go straight to what it does."""
+        if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
+            modern = ModernBackendLink(name, endpoint.url, self.http, session_sink=sink,
+                                       timeout=timeout)
+            if await modern.start(nursery, capabilities, listen=listen):
+                return modern
+            self.handshake_backends.add(name)
         refused: FallbackToLegacy | None = None
         if endpoint.transport == "streamable-http" and name not in self.legacy_backends:
             link = HttpBackendLink(name, endpoint.url, self.http, session_sink=sink,

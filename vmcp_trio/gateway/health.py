@@ -1,6 +1,7 @@
 """Backend health: one supervised checker per backend, and what a change of state sets off.
 
-Each checker probes its backend every ``healthCheckInterval`` with an MCP ``ping`` bounded by
+Each checker probes its backend every ``healthCheckInterval`` with an MCP ``ping`` (for a
+backend that speaks 2026-07-28, which has no ``ping``: ``server/discover``) bounded by
 ``healthCheckTimeout``: over a health session of its own for an HTTP backend (initialized once,
 again after a failure), through the shared process for a stdio backend. A backend is
 *unhealthy* after ``unhealthyThreshold`` consecutive failures and *healthy* again after one
@@ -26,11 +27,9 @@ import trio
 from ..protocol.jsonrpc import ErrorResponse, Message
 from ..resources.plan import HttpEndpoint
 from .backends.base import BackendError
-from .backends.http import HttpBackendLink
-from .backends.legacy_sse import LegacySseBackendLink
 
 if TYPE_CHECKING:
-    from .core import Gateway
+    from .core import Gateway, HttpLink
 
 __all__ = ["BackendHealth", "HealthMonitor"]
 
@@ -64,7 +63,7 @@ class HealthMonitor:
         self.gateway = gateway
         self.on_change = on_change
         self.backends = {b.name: BackendHealth(b.name) for b in gateway.plan.backends}
-        self._links: dict[str, HttpBackendLink | LegacySseBackendLink] = {}
+        self._links: dict[str, HttpLink] = {}
 
     def usable(self, backend: str) -> bool:
         health = self.backends.get(backend)

@@ -148,6 +148,9 @@ class ClientSession:
         self.parked: dict[str, ParkedCall] = {}
         self.subscriptions: list[Subscription] = []
         self._uri_refs: dict[str, int] = {}
+        self.log_level = "debug"
+        """The level a handshake client set with ``logging/setLevel``: vmcp enforces it for
+        every backend, also those that do not filter (or have no logging capability)."""
 
     # --- lifetime ------------------------------------------------------------------------------
 
@@ -330,9 +333,11 @@ class ClientSession:
         if params.get("level") not in LOG_LEVELS:
             return _error(request.id, INVALID_PARAMS,
                           f"params.level must be one of {', '.join(LOG_LEVELS)}")
+        self.log_level = params["level"]
         async with trio.open_nursery() as nursery:
             for link in self.links.values():
-                if "logging" in link.server_capabilities:
+                # A 2026-07-28 backend has no logging capability: the level goes in _meta.
+                if "logging" in link.server_capabilities or link.revision.stateless:
                     nursery.start_soon(self._quietly, link, request, params, call)
         return Response(request.id, {})
 
@@ -440,10 +445,10 @@ class ClientSession:
             del self._relayed[cancelled]
             message = Notification(message.method, {**(message.params or {}),
                                                     "requestId": cancelled})
-        elif (call.modern is not None and isinstance(message, Notification)
-              and message.method == "notifications/message"
-              and not _log_wanted(message, call.modern.log_level)):
-            return  # 2026-07-28: log messages only when the request asked for them
+        elif isinstance(message, Notification) and message.method == "notifications/message":
+            level = call.modern.log_level if call.modern is not None else self.log_level
+            if not _log_wanted(message, level):
+                return  # below the level the client asked for (2026-07-28: or none asked)
         stream.push(encode(message))
 
     # --- 2026-07-28 ----------------------------------------------------------------------------
@@ -517,9 +522,14 @@ class ClientSession:
 
     async def handle_modern(self, request: Request, stream: EventStream,
                             context: ModernContext) -> Response | ErrorResponse | None:
-        """A 2026-07-28 ``tools/call``, ``prompts/get`` or ``resources/read`` (or any other
-        request) with multi-round-trip support: the backend's questions come back as an
-        ``InputRequiredResult`` and its retry continues the same backend call."""
+        """A 2026-07-28 ``tools/call``, ``prompts/get`` or ``resources/read`` with
+        multi-round-trip support. Routed to a backend that speaks 2026-07-28, the round trip is
+        the client's and the backend's (its ``InputRequiredResult`` and the client's retry pass
+        through unchanged). Routed to a handshake backend, the backend's questions come back
+        as an ``InputRequiredResult`` and its retry continues the same backend call."""
+        link = await self._route(request)
+        if link is not None and link.revision.stateless:
+            return await self.handle(request, stream, modern=context)
         params = request.params or {}
         signer = self.gateway.request_states
         digest = params_digest(params)
@@ -564,6 +574,19 @@ class ClientSession:
             return ErrorResponse(request.id, parked.reply.error)
         state = signer.sign(parked.id, self.identity.key, request.method, digest)
         return Response(request.id, parked.input_required(state))
+
+    async def _route(self, request: Request) -> BackendLink | None:
+        """The link a ``tools/call``, ``prompts/get`` or ``resources/read`` goes to, if any."""
+        params = request.params or {}
+        catalog = await self.catalog()
+        if request.method == "resources/read":
+            backend = catalog.resource_backend(str(params.get("uri")))
+        else:
+            routes = catalog.tool_routes if request.method == "tools/call" else \
+                catalog.prompt_routes
+            route = routes.get(str(params.get("name")))
+            backend = route.backend if route is not None else None
+        return self.links.get(backend or "")
 
     async def _run_parked(self, parked: ParkedCall, request: Request) -> None:
         with parked.scope:

@@ -142,7 +142,8 @@ def parse_message(obj: Any) -> Message:
     if obj.get("jsonrpc") != "2.0":
         raise JsonRpcError(INVALID_REQUEST, 'field "jsonrpc" must be "2.0"', msg_id)
     has_id = "id" in obj
-    if has_id and msg_id is None:
+    null_error = obj.get("id", 0) is None and "error" in obj and "method" not in obj
+    if has_id and msg_id is None and not null_error:  # only an error may have a null id
         raise JsonRpcError(INVALID_REQUEST,
                            'field "id" must be a string (at most 256 characters) or an integer')
     method = obj.get("method")
@@ -168,8 +169,8 @@ def parse_message(obj: Any) -> Message:
     if ("result" in obj) == ("error" in obj):
         raise JsonRpcError(INVALID_REQUEST, 'a response needs exactly one of "result" or "error"',
                            msg_id)
-    assert msg_id is not None
     if "result" in obj:
+        assert msg_id is not None
         result = obj["result"]
         if not isinstance(result, dict):
             raise JsonRpcError(INVALID_REQUEST, 'field "result" must be an object', msg_id)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "check_request",
     "decode_header_value",
     "encode_header_value",
+    "param_headers",
 ]
 
 PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
@@ -110,23 +111,33 @@ def decode_header_value(raw: str) -> str | None:
     return value
 
 
+def _header_params(schema: object, arguments: object) -> Iterator[tuple[str, str, str]]:
+    """``(property, header name, the value's string form)`` of each argument that a tool's
+    input schema marks with ``"x-mcp-header": "Name"`` (SEP-2243) and the call sets."""
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return
+    args = arguments if isinstance(arguments, dict) else {}
+    for prop, spec in properties.items():
+        suffix = spec.get("x-mcp-header") if isinstance(spec, dict) else None
+        value = args.get(prop)
+        if isinstance(suffix, str) and value is not None:
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            yield prop, f"Mcp-Param-{suffix}", text
+
+
+def param_headers(schema: object, arguments: object) -> list[tuple[str, str]]:
+    """The ``Mcp-Param-{Name}`` headers a client sends with a ``tools/call``."""
+    return [(header, encode_header_value(text))
+            for _, header, text in _header_params(schema, arguments)]
+
+
 def check_param_headers(schema: object, arguments: object,
                         headers: Mapping[str, str]) -> ModernRejection | None:
     """SEP-2243 ``Mcp-Param-{Name}`` headers: every input property a tool marks with
     ``"x-mcp-header": "Name"`` travels in that header too (its string form; base64 form
     allowed), and the header must match the body. Missing, undecodable or different: -32020."""
-    properties = schema.get("properties") if isinstance(schema, dict) else None
-    if not isinstance(properties, dict):
-        return None
-    args = arguments if isinstance(arguments, dict) else {}
-    for prop, spec in properties.items():
-        suffix = spec.get("x-mcp-header") if isinstance(spec, dict) else None
-        if not isinstance(suffix, str):
-            continue
-        value = args.get(prop)
-        if value is None:
-            continue
-        header = f"Mcp-Param-{suffix}"
+    for prop, header, expected in _header_params(schema, arguments):
         raw = headers.get(header.lower())
         if raw is None:
             return _reject(400, HEADER_MISMATCH, f"the {header} header is required: "
@@ -135,7 +146,6 @@ def check_param_headers(schema: object, arguments: object,
             return _reject(400, HEADER_MISMATCH, f"the {header} header has characters a "
                                                  "header may not carry (use the base64 form)")
         decoded = decode_header_value(raw)
-        expected = ("true" if value else "false") if isinstance(value, bool) else str(value)
         if decoded is None or decoded != expected:
             return _reject(400, HEADER_MISMATCH, f"the {header} header does not match "
                                                  f"arguments.{prop}")

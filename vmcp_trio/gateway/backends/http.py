@@ -24,23 +24,19 @@ import logging
 import random
 from typing import Any
 
-import orjson
 import trio
 
 from ...http.client import HttpClient, HttpError, HttpResponse
 from ...protocol.jsonrpc import (
     ErrorResponse,
-    JsonRpcError,
-    Message,
     Notification,
     Request,
     RequestId,
     Response,
     encode,
-    parse_message,
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
-from ...protocol.sse import SSEError, SSEParser
+from ...protocol.sse import SSEParser
 from .base import (
     BackendError,
     CredentialHook,
@@ -50,6 +46,7 @@ from .base import (
     initialize_params,
     read_initialize,
 )
+from .replies import consume_sse, content_type, read_json_reply
 
 __all__ = ["HttpBackendLink"]
 
@@ -159,30 +156,22 @@ class HttpBackendLink:
             raise _SessionLost
         if response.status == 202 or (request_id is None and response.status < 300):
             return None
-        content_type = (response.header("content-type") or "").split(";")[0].strip().lower()
-        if response.status >= 400 and content_type != "application/json":
+        media = content_type(response)
+        if response.status >= 400 and media != "application/json":
             raise BackendError(self.name, f"answered HTTP {response.status}")
-        if content_type == "application/json":
-            try:
-                body = await response.read(self.max_body)
-                message = parse_message(orjson.loads(body))
-            except (orjson.JSONDecodeError, JsonRpcError, HttpError) as exc:
-                raise BackendError(self.name, f"sent an invalid JSON reply: {exc}") from None
-            if isinstance(message, Response | ErrorResponse):
-                return message
-            raise BackendError(self.name, "answered a request with something other than a "
-                                          "response")
-        if content_type == "text/event-stream":
+        if media == "application/json":
+            return await read_json_reply(self.name, response, self.max_body)
+        if media == "text/event-stream":
             return await self._read_stream(response, request_id, sink or self.session_sink)
         raise BackendError(self.name, f"answered with unexpected content type "
-                                      f"{content_type[:60]!r} (HTTP {response.status})")
+                                      f"{media[:60]!r} (HTTP {response.status})")
 
     async def _read_stream(self, response: HttpResponse, request_id: RequestId | None,
                            sink: Sink) -> Response | ErrorResponse | None:
         parser = SSEParser(self.max_event_bytes)
         attempts = 0
         while True:
-            reply = await self._consume(response, parser, request_id, sink)
+            reply = await consume_sse(self.name, response, parser, request_id, sink)
             if reply is not None or request_id is None:
                 return reply
             # The stream ended without our response: resume it if the backend gave event ids.
@@ -198,36 +187,11 @@ class HttpBackendLink:
                     if resumed.status != 200:
                         raise BackendError(self.name, f"refused to resume a response stream "
                                                       f"(HTTP {resumed.status})")
-                    reply = await self._consume(resumed, parser, request_id, sink)
+                    reply = await consume_sse(self.name, resumed, parser, request_id, sink)
                     if reply is not None:
                         return reply
             except HttpError as exc:
                 raise BackendError(self.name, f"is unreachable: {exc}") from None
-
-    async def _consume(self, response: HttpResponse, parser: SSEParser,
-                       request_id: RequestId | None, sink: Sink) -> Response | ErrorResponse | None:
-        try:
-            async for chunk in response.iter_bytes():
-                for event in parser.feed(chunk):
-                    if not event.data:
-                        continue  # priming event
-                    message = self._parse_event(event.data)
-                    if message is None:
-                        continue
-                    if (isinstance(message, Response | ErrorResponse)
-                            and message.id == request_id):
-                        return message
-                    await sink(message)
-        except (HttpError, SSEError) as exc:
-            log.info("backend %s stream broke: %s", self.name, exc)
-        return None
-
-    def _parse_event(self, data: str) -> Message | None:
-        try:
-            return parse_message(orjson.loads(data))
-        except (orjson.JSONDecodeError, JsonRpcError) as exc:
-            log.warning("backend %s sent an invalid message on SSE: %s", self.name, exc)
-            return None
 
     # --- the link's operations -----------------------------------------------------------------
 
@@ -296,7 +260,7 @@ class HttpBackendLink:
                         return  # the backend offers no standalone stream
                     if response.status == 200:
                         delay = 0.5
-                        await self._consume(response, parser, None, self.session_sink)
+                        await consume_sse(self.name, response, parser, None, self.session_sink)
                     else:
                         log.info("backend %s GET stream: HTTP %s", self.name, response.status)
             except HttpError as exc:

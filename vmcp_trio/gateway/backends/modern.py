@@ -1,0 +1,442 @@
+"""A backend that speaks protocol revision 2026-07-28, as one client session's link.
+
+There is no handshake and no backend session: :meth:`ModernBackendLink.start` POSTs
+``server/discover`` (the answer says whether the backend speaks 2026-07-28 at all, and gives its
+capabilities), and every request is a POST that stands alone, carrying what a session used to
+hold: the ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*`` headers
+(the last from the backend's own tool schemas, learnt from its ``tools/list``), and ``_meta``
+with the protocol version, the caller's client capabilities, vmcp's client info and the log
+level.
+
+The link translates for callers that speak a handshake revision, so that one client works with
+both kinds of backend:
+
+* ``ping`` becomes ``server/discover``; ``logging/setLevel`` is remembered and sent as
+  ``_meta`` log level on every later request; ``notifications/cancelled`` and
+  ``notifications/roots/list_changed`` have no 2026 meaning (closing a response stream cancels;
+  roots are asked per request) and are dropped.
+* ``resources/subscribe``/``unsubscribe`` change the filter of the link's one
+  ``subscriptions/listen`` stream (reopened with the new filter; the call returns once the
+  backend acknowledged it). That stream also asks for the list changes the backend declares;
+  what it delivers goes to the session sink, like a GET stream's messages.
+* An ``InputRequiredResult`` is answered by the link itself: each input request goes to the
+  call's sink as a server-to-client request (so the session relays it to the client, with
+  the capability checks of any relay), and the call is retried with the client's answers and
+  the backend's ``requestState``, for at most :data:`MAX_ROUNDS` rounds.
+
+A caller that speaks 2026-07-28 itself (its params carry the 2026 ``_meta``) gets the backend's
+``InputRequiredResult`` unchanged, and its retry's ``inputResponses``/``requestState`` go to
+the backend verbatim: the round trip is between the client and the backend.
+
+Cancelling a call (the client's cancel, the link's timeout) closes its response stream, which
+is how 2026-07-28 tells a server to stop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ...http.client import HttpClient, HttpError
+from ...protocol.jsonrpc import (
+    METHOD_NOT_FOUND,
+    ErrorObject,
+    ErrorResponse,
+    Message,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode,
+)
+from ...protocol.modern import (
+    CLIENT_CAPABILITIES,
+    LOG_LEVEL,
+    NAMED_METHODS,
+    PROTOCOL_VERSION,
+    SERVER_INFO,
+    SUBSCRIPTION_ID,
+    encode_header_value,
+    param_headers,
+)
+from ...protocol.modern import CLIENT_INFO as META_CLIENT_INFO
+from ...protocol.revisions import STATELESS, Revision
+from ...protocol.sse import SSEParser
+from .base import CLIENT_INFO, BackendError, CredentialHook, NoCredentials, Sink
+from .replies import consume_sse, content_type, read_json_reply
+
+__all__ = ["MAX_ROUNDS", "ModernBackendLink"]
+
+log = logging.getLogger("vmcp.backend.modern")
+
+ACCEPT_BOTH = "application/json, text/event-stream"
+MAX_ROUNDS = 10
+"""Input-required rounds of one call answered for a handshake client (the SDK's default)."""
+MAX_INPUT_REQUESTS = 16
+MAX_KNOWN_TOOLS = 10_000
+_MODERN_ONLY = ("resultType", "ttlMs", "cacheScope")
+"""Result fields a handshake client does not know."""
+_LIST_FILTERS = (("tools", "toolsListChanged"), ("prompts", "promptsListChanged"),
+                 ("resources", "resourcesListChanged"))
+
+
+@dataclass
+class _Question:
+    """An input request of the backend, waiting for the client's answer."""
+
+    reply: Response | ErrorResponse | None = None
+    done: trio.Event = field(default_factory=trio.Event)
+
+
+class ModernBackendLink:
+    revision: Revision = STATELESS
+
+    def __init__(self, name: str, url: str, client: HttpClient, *,
+                 session_sink: Sink, credentials: CredentialHook | None = None,
+                 timeout: float = 60.0, max_body: int = 16 * 1024 * 1024,
+                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
+        self.name = name
+        self.url = url
+        self.client = client
+        self.session_sink = session_sink
+        self.credentials = credentials or NoCredentials()
+        self.timeout = timeout
+        self.max_body = max_body
+        self.max_event_bytes = max_event_bytes
+        self.server_capabilities: dict[str, Any] = {}
+        self.server_info: dict[str, Any] = {}
+        self.instructions: str | None = None
+        self._client_capabilities: dict[str, Any] = {}
+        self._log_level: str | None = "debug"
+        """The level a handshake caller set; until it sets one, everything (a handshake server
+        sends every log message before ``logging/setLevel``, a 2026-07-28 one none without a
+        level)."""
+        self._ids = itertools.count(1)
+        self._schemas: dict[str, object] = {}
+        self._questions: dict[RequestId, _Question] = {}
+        self._closed = False
+        # The listen stream: what it should ask for, and who waits for its acknowledgement.
+        self._listening = False
+        self._uris: set[str] = set()
+        self._honored_uris: frozenset[str] = frozenset()
+        self._acked = trio.Event()
+        self._filter_changed = trio.Event()
+        self._listen_scope: trio.CancelScope | None = None
+
+    # --- setup --------------------------------------------------------------------------------
+
+    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any], *,
+                    listen: bool = True) -> bool:
+        """``server/discover``: True when the backend speaks 2026-07-28 (the link is then
+        ready, listening unless ``listen`` is false); False when it answered as a server of
+        an older revision does (an HTTP 4xx, an error, or a result without 2026-07-28).
+        Raises :class:`BackendError` when it is unreachable or failing (5xx)."""
+        self._client_capabilities = client_capabilities
+        try:
+            with trio.fail_after(self.timeout):
+                reply = await self._post(next(self._ids), "server/discover",
+                                         {"_meta": self._meta({})[0]}, self._ignore,
+                                         probing=True)
+        except trio.TooSlowError:
+            raise BackendError(self.name, f"did not answer server/discover within "
+                                          f"{self.timeout:g}s") from None
+        if reply is None or not isinstance(reply, Response):
+            return False
+        result = reply.result
+        versions = result.get("supportedVersions")
+        if not isinstance(versions, list) or STATELESS.version not in versions:
+            return False
+        capabilities, meta = result.get("capabilities"), result.get("_meta")
+        info = meta.get(SERVER_INFO) if isinstance(meta, dict) else None
+        instructions = result.get("instructions")
+        self.server_capabilities = capabilities if isinstance(capabilities, dict) else {}
+        self.server_info = info if isinstance(info, dict) else {}
+        self.instructions = instructions if isinstance(instructions, str) else None
+        if listen:
+            self._listening = True
+            nursery.start_soon(self._listen, name=f"backend {self.name} listen stream")
+        return True
+
+    @staticmethod
+    async def _ignore(message: Message) -> None:
+        """What a backend sends while being discovered is nobody's."""
+
+    # --- one POST -------------------------------------------------------------------------------
+
+    def _meta(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The ``_meta`` to send, and whether the caller speaks 2026-07-28 itself (its params
+        carry the 2026 ``_meta``, whose capabilities and log level are then the caller's)."""
+        given = params.get("_meta")
+        meta = dict(given) if isinstance(given, dict) else {}
+        modern_caller = PROTOCOL_VERSION in meta
+        meta[PROTOCOL_VERSION] = STATELESS.version
+        if not isinstance(meta.get(CLIENT_CAPABILITIES), dict):
+            meta[CLIENT_CAPABILITIES] = self._client_capabilities
+        meta[META_CLIENT_INFO] = CLIENT_INFO
+        if not modern_caller and self._log_level is not None:
+            meta[LOG_LEVEL] = self._log_level
+        return meta, modern_caller
+
+    async def _headers(self, method: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+        headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json"),
+                   ("mcp-protocol-version", STATELESS.version), ("mcp-method", method)]
+        named = NAMED_METHODS.get(method)
+        target = params.get(named) if named is not None else None
+        if isinstance(target, str):
+            headers.append(("mcp-name", encode_header_value(target)))
+        if method == "tools/call":
+            headers.extend(param_headers(self._schemas.get(str(params.get("name"))),
+                                         params.get("arguments")))
+        headers.extend(await self.credentials.headers())
+        return headers
+
+    async def _post(self, request_id: RequestId, method: str, params: dict[str, Any],
+                    sink: Sink, *, probing: bool = False) -> Response | ErrorResponse | None:
+        """POST one request; its response (None only when ``probing`` and the backend answered
+        with a non-JSON 4xx, as a server of an older revision does)."""
+        headers = await self._headers(method, params)
+        body = encode(Request(request_id, method, params))
+        try:
+            async with self.client.stream("POST", self.url, headers=headers,
+                                          body=body) as response:
+                media = content_type(response)
+                if media == "application/json":
+                    return await read_json_reply(self.name, response, self.max_body)
+                if probing and 400 <= response.status < 500:
+                    return None
+                if response.status >= 400:
+                    raise BackendError(self.name, f"answered {method} with HTTP "
+                                                  f"{response.status}")
+                if media != "text/event-stream":
+                    raise BackendError(self.name, f"answered with unexpected content type "
+                                                  f"{media[:60]!r} (HTTP {response.status})")
+                reply = await consume_sse(self.name, response, SSEParser(self.max_event_bytes),
+                                          request_id, sink)
+        except HttpError as exc:
+            raise BackendError(self.name, f"is unreachable: {exc}") from None
+        if reply is None:
+            raise BackendError(self.name, "closed the response stream before answering")
+        return reply
+
+    # --- the link's operations -----------------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any] | None,
+                   sink: Sink) -> Response | ErrorResponse:
+        params = params or {}
+        if method == "logging/setLevel":
+            level = params.get("level")
+            self._log_level = level if isinstance(level, str) else None
+            return Response(0, {})
+        if method in ("resources/subscribe", "resources/unsubscribe"):
+            return await self._subscription(method, str(params.get("uri")))
+        try:
+            with trio.fail_after(self.timeout):
+                if method == "ping":
+                    reply = await self._round(method="server/discover", params={}, sink=sink)
+                    return reply if isinstance(reply, ErrorResponse) else Response(reply.id, {})
+                return await self._call(method, params, sink)
+        except trio.TooSlowError:
+            raise BackendError(self.name, f"did not answer {method} within "
+                                          f"{self.timeout:g}s") from None
+
+    async def _round(self, *, method: str, params: dict[str, Any],
+                     sink: Sink) -> Response | ErrorResponse:
+        meta, _ = self._meta(params)
+        reply = await self._post(next(self._ids), method, {**params, "_meta": meta}, sink)
+        assert reply is not None
+        return reply
+
+    async def _call(self, method: str, params: dict[str, Any],
+                    sink: Sink) -> Response | ErrorResponse:
+        modern_caller = self._meta(params)[1]
+        for _ in range(MAX_ROUNDS + 1):
+            reply = await self._round(method=method, params=params, sink=sink)
+            if isinstance(reply, ErrorResponse):
+                return reply
+            result = reply.result
+            if method == "tools/list":
+                self._learn_schemas(result.get("tools"))
+            if modern_caller:
+                return reply
+            if result.get("resultType") != "input_required":
+                return Response(reply.id, {k: v for k, v in result.items()
+                                           if k not in _MODERN_ONLY})
+            answers = await self._ask_client(result.get("inputRequests"), sink)
+            if isinstance(answers, ErrorResponse):
+                return answers
+            params = {**params, "inputResponses": answers}
+            state = result.get("requestState")
+            if isinstance(state, str):
+                params["requestState"] = state
+            else:
+                params.pop("requestState", None)
+        raise BackendError(self.name, f"asked for client input more than {MAX_ROUNDS} times "
+                                      f"in one {method}")
+
+    def _learn_schemas(self, tools: object) -> None:
+        """Remember each tool's input schema: it says which arguments travel in headers."""
+        if not isinstance(tools, list):
+            return
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                if len(self._schemas) >= MAX_KNOWN_TOOLS and tool["name"] not in self._schemas:
+                    break
+                self._schemas[tool["name"]] = tool.get("inputSchema")
+
+    async def _ask_client(self, requests: object,
+                          sink: Sink) -> dict[str, Any] | ErrorResponse:
+        """Put the backend's input requests to the client (through ``sink``, all at once) and
+        gather its answers by key; the first error the client answered with, if any."""
+        if (not isinstance(requests, dict) or not requests
+                or len(requests) > MAX_INPUT_REQUESTS
+                or not all(isinstance(r, dict) and isinstance(r.get("method"), str)
+                           for r in requests.values())):
+            raise BackendError(self.name, "sent an InputRequiredResult without valid "
+                                          "inputRequests")
+        answers: dict[str, Response | ErrorResponse] = {}
+        async with trio.open_nursery() as nursery:
+            for key, request in requests.items():
+                nursery.start_soon(self._ask_one, str(key), request, sink, answers)
+        for key, answer in answers.items():
+            if isinstance(answer, ErrorResponse):
+                method = requests[key]["method"]
+                return ErrorResponse(answer.id, ErrorObject(
+                    answer.error.code, f"backend {self.name!r} needed {method[:60]} from the "
+                    f"client, which answered: {answer.error.message[:200]}",
+                    {"backend": self.name}))
+        return {key: answer.result for key, answer in answers.items()
+                if isinstance(answer, Response)}
+
+    async def _ask_one(self, key: str, request: dict[str, Any], sink: Sink,
+                       answers: dict[str, Response | ErrorResponse]) -> None:
+        question_id = f"input-{next(self._ids)}"
+        question = self._questions[question_id] = _Question()
+        params = request.get("params")
+        try:
+            await sink(Request(question_id, request["method"],
+                               params if isinstance(params, dict) else {}))
+            await question.done.wait()
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True), trio.move_on_after(2):
+                await sink(Notification("notifications/cancelled", {
+                    "requestId": question_id, "reason": "the call ended"}))
+            raise
+        finally:
+            del self._questions[question_id]
+        assert question.reply is not None
+        answers[key] = question.reply
+
+    async def notify(self, method: str, params: dict[str, Any] | None) -> None:
+        """Nothing to send: 2026-07-28 has no client notifications over HTTP (cancelling is
+        closing the response stream, and roots are asked per request)."""
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None:
+        question = self._questions.get(request_id)
+        if question is not None and question.reply is None:
+            question.reply = message
+            question.done.set()
+
+    # --- the listen stream ------------------------------------------------------------------------
+
+    def _filter(self) -> dict[str, Any]:
+        """What the listen stream asks for: the list changes the backend declares, and the
+        subscribed resources."""
+        wanted: dict[str, Any] = {}
+        for capability, key in _LIST_FILTERS:
+            declared = self.server_capabilities.get(capability)
+            if isinstance(declared, dict) and declared.get("listChanged"):
+                wanted[key] = True
+        if self._uris:
+            wanted["resourceSubscriptions"] = sorted(self._uris)
+        return wanted
+
+    async def _subscription(self, method: str, uri: str) -> Response | ErrorResponse:
+        resources = self.server_capabilities.get("resources")
+        if not self._listening or not isinstance(resources, dict) or not resources.get(
+                "subscribe"):
+            return ErrorResponse(0, ErrorObject(METHOD_NOT_FOUND, f"backend {self.name!r} "
+                                                "offers no resource subscriptions"))
+        if method == "resources/subscribe":
+            self._uris.add(uri)
+        else:
+            self._uris.discard(uri)
+        acked = self._acked = trio.Event()
+        self._filter_changed.set()
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+        with trio.move_on_after(self.timeout):
+            await acked.wait()
+        if method == "resources/subscribe" and uri not in self._honored_uris:
+            return ErrorResponse(0, ErrorObject(METHOD_NOT_FOUND, f"backend {self.name!r} did "
+                                                f"not accept a subscription to {uri[:200]}"))
+        return Response(0, {})
+
+    async def _listen(self) -> None:
+        """Keep one ``subscriptions/listen`` stream open with the current filter (reopened
+        when the filter changes, and with backoff when it breaks) until the link closes."""
+        delay = 0.5
+        while not self._closed:
+            wanted, acked = self._filter(), self._acked
+            self._filter_changed = trio.Event()
+            if not wanted:
+                acked.set()
+                await self._filter_changed.wait()
+                continue
+            with trio.CancelScope() as scope:
+                self._listen_scope = scope
+                if await self._listen_once(wanted, acked):
+                    delay = 0.5
+            self._listen_scope = None
+            if scope.cancelled_caught:
+                continue  # the filter changed: reopen at once
+            await trio.sleep(delay * (0.8 + 0.4 * random.random()))  # noqa: S311
+            delay = min(delay * 2, 30.0)
+
+    async def _listen_once(self, wanted: dict[str, Any], acked: trio.Event) -> bool:
+        """One listen stream, until it ends; whether it was acknowledged."""
+        ok = False
+
+        async def deliver(message: Message) -> None:
+            nonlocal ok
+            if not isinstance(message, Notification):
+                return
+            params = dict(message.params or {})
+            if message.method == "notifications/subscriptions/acknowledged":
+                honored = params.get("notifications")
+                uris = honored.get("resourceSubscriptions") if isinstance(honored, dict) else None
+                self._honored_uris = frozenset(u for u in uris if isinstance(u, str)) \
+                    if isinstance(uris, list) else frozenset()
+                ok = True
+                acked.set()
+                return
+            meta = params.get("_meta")
+            if isinstance(meta, dict) and SUBSCRIPTION_ID in meta:
+                rest = {k: v for k, v in meta.items() if k != SUBSCRIPTION_ID}
+                if rest:
+                    params["_meta"] = rest
+                else:
+                    del params["_meta"]
+            await self.session_sink(Notification(message.method, params or None))
+
+        try:
+            reply = await self._round(method="subscriptions/listen",
+                                      params={"notifications": wanted}, sink=deliver)
+            log.info("backend %s ended its listen stream: %s", self.name,
+                     reply.error.message[:200] if isinstance(reply, ErrorResponse) else "done")
+        except BackendError as exc:
+            log.info("backend %s listen stream: %s", self.name, exc.detail)
+        if not ok:
+            acked.set()  # nobody waits for an acknowledgement that will not come
+        return ok
+
+    async def aclose(self) -> None:
+        """Nothing to end at the backend (no session); stop listening."""
+        self._closed = True
+        self._filter_changed.set()
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
