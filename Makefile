@@ -37,6 +37,7 @@ lint: $(STAMP)
 
 ## bench: every benchmark in bench/; results in bench/results/latest.json
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/run.py
 
 ## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60)

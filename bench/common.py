@@ -73,8 +73,9 @@ def started(cmd: Sequence[str], *, cpu: int | None, ready_line: str | None = Non
             process.wait()
 
 
-def gateway_config(backend_url: str) -> Path:
-    """One VirtualMCPServer in front of one URL backend, names unprefixed."""
+def gateway_config(backend_url: str, incoming: str = "{type: anonymous}") -> Path:
+    """One VirtualMCPServer in front of one URL backend, names unprefixed; ``incoming`` is the
+    ``incomingAuth`` block (YAML flow style)."""
     text = f"""
 apiVersion: toolhive.stacklok.dev/v1alpha1
 kind: MCPGroup
@@ -90,7 +91,7 @@ kind: VirtualMCPServer
 metadata: {{name: bench}}
 spec:
   groupRef: {{name: bench}}
-  incomingAuth: {{type: anonymous}}
+  incomingAuth: {incoming}
   aggregation: {{conflictResolution: manual}}
   operational: {{failureHandling: {{healthCheckInterval: 1h, healthCheckTimeout: 10s}}}}
 """
@@ -118,18 +119,19 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _open(url: str) -> tuple[trio.SocketStream, bytes, bytes]:
-    """A connection and an initialized session: (stream, host header, session headers)."""
+async def _open(url: str, auth: bytes = b"") -> tuple[trio.SocketStream, bytes, bytes]:
+    """A connection and an initialized session: (stream, host header, session headers);
+    ``auth`` is a header line sent with every request (``authorization: Bearer ...\r\n``)."""
     parts = urlsplit(url)
     stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
     host = f"{parts.hostname}:{parts.port}".encode()
     body = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "bench", "version": "1"}}})
-    _, headers, _ = await _exchange(stream, _request(parts.path, host, b"", body))
+    _, headers, _ = await _exchange(stream, _request(parts.path, host, auth, body))
     session = headers.get(b"mcp-session-id")
-    extra = (b"mcp-session-id: " + session + b"\r\nmcp-protocol-version: 2025-11-25\r\n"
-             if session else b"")
+    extra = auth + (b"mcp-session-id: " + session + b"\r\nmcp-protocol-version: 2025-11-25\r\n"
+                    if session else b"")
     await _exchange(stream, _request(parts.path, host, extra,
                                      b'{"jsonrpc":"2.0","method":"notifications/initialized"}'))
     return stream, host, extra
@@ -171,7 +173,7 @@ async def _exchange(stream: trio.SocketStream,
 
 
 async def generate_load(url: str, *, sessions: int, warmup: float, duration: float,
-                        text: str = "hello") -> LoadResult:
+                        text: str = "hello", auth: bytes = b"") -> LoadResult:
     """``sessions`` concurrent MCP sessions (one connection each) calling tools/call back to
     back."""
     result = LoadResult()
@@ -180,7 +182,7 @@ async def generate_load(url: str, *, sessions: int, warmup: float, duration: flo
     path = urlsplit(url).path
 
     async def worker() -> None:
-        stream, host, extra = await _open(url)
+        stream, host, extra = await _open(url, auth)
         while not state["stop"]:
             body = orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
                                  "params": {"name": "echo", "arguments": {"text": text}}})

@@ -83,7 +83,7 @@ async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
     result = validate_documents([SourceDocument("t.yaml", i + 1, d)
                                  for i, d in enumerate(docs or quickstart_docs())])
     assert result.ok, result.problems
-    gateway = Gateway(result.plans[0], GatewaySettings(port=0, **settings))
+    gateway = Gateway(result.plans[0], GatewaySettings(**{"port": 0, **settings}))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(partial(
@@ -124,6 +124,8 @@ class RawClient:
         self.version = version
         self.http = HttpClient()
         self.session_id: str | None = None
+        self.token: str | None = None
+        """A bearer token to send with every request (incoming auth)."""
         self._ids = itertools.count(1)
 
     def headers(self, **extra: str) -> list[tuple[str, str]]:
@@ -132,6 +134,8 @@ class RawClient:
             out.append(("mcp-session-id", self.session_id))
         if self.version >= "2025-06-18" and self.session_id:
             out.append(("mcp-protocol-version", self.version))
+        if self.token is not None:
+            out.append(("authorization", f"Bearer {self.token}"))
         out += [(k.replace("_", "-"), v) for k, v in extra.items()]
         return out
 
@@ -182,7 +186,8 @@ class RawClient:
     async def get(self, *, last_event_id: str | None = None, stop_after: int | None = None,
                   timeout: float = 10) -> Reply:
         headers = [("accept", "text/event-stream")] + [
-            h for h in self.headers() if h[0] in ("mcp-session-id", "mcp-protocol-version")]
+            h for h in self.headers()
+            if h[0] in ("mcp-session-id", "mcp-protocol-version", "authorization")]
         if last_event_id:
             headers.append(("last-event-id", last_event_id))
         with trio.fail_after(timeout):

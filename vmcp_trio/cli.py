@@ -19,6 +19,7 @@ from typing import Any, TextIO
 import trio
 
 from . import __version__
+from .auth.incoming.build import SERVICE_ACCOUNT_DIR, AuthSettings, IncomingAuthError
 from .authserver.keygen import generate_hmac_secret, generate_signing_key
 from .gateway.core import GatewaySettings
 from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
@@ -90,6 +91,20 @@ def build_parser() -> argparse.ArgumentParser:
                        help="largest request body (default: %(default)s)")
     serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                        help="a browser Origin allowed besides same-origin; repeatable")
+    serve.add_argument("--auth-leeway", type=float, default=30.0, metavar="SECONDS",
+                       help="clock skew allowed on token exp/nbf/iat (default: %(default)s)")
+    serve.add_argument("--required-scope", action="append", default=[], metavar="SCOPE",
+                       help="a scope every token must grant (else 403 insufficient_scope); "
+                            "repeatable")
+    serve.add_argument("--introspection-cache-ttl", type=float, default=60.0,
+                       metavar="SECONDS", help="longest time an introspection answer is "
+                                               "trusted (default: %(default)s)")
+    serve.add_argument("--service-account-dir", default=SERVICE_ACCOUNT_DIR, metavar="DIR",
+                       help="where the pod's service-account token and CA are mounted "
+                            "(default: %(default)s)")
+    serve.add_argument("--trust-forwarded-headers", action="store_true",
+                       help="derive the resource URL from X-Forwarded-Proto/-Host (only behind "
+                            "a proxy that sets them)")
     serve.set_defaults(handler=_serve, parser=serve)
 
     keys = commands.add_parser("keys", help="signing keys and HMAC secrets for authServerConfig")
@@ -216,7 +231,11 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
-        allowed_origins=tuple(args.allowed_origin))
+        allowed_origins=tuple(args.allowed_origin),
+        trust_forwarded_headers=args.trust_forwarded_headers,
+        auth=AuthSettings(leeway=args.auth_leeway, required_scopes=tuple(args.required_scope),
+                          introspection_cache_ttl=args.introspection_cache_ttl,
+                          service_account_dir=args.service_account_dir))
 
     def ready(urls: list[str]) -> None:
         print(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "
@@ -227,9 +246,15 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
               "--method tools/list\n"
               "  Press Ctrl-C to stop.", flush=True)
 
-    trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
-                     tls_key=args.tls_key, on_ready=ready))
-    return EXIT_OK
+    failed: list[BaseException] = []
+    try:
+        trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
+                         tls_key=args.tls_key, on_ready=ready))
+    except* IncomingAuthError as group:
+        failed.extend(group.exceptions)
+    for error in failed:
+        print(f"vmcp: incoming auth: {error}", file=sys.stderr)
+    return EXIT_INVALID if failed else EXIT_OK
 
 
 def _raise_open_file_limit() -> None:

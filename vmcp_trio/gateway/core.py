@@ -16,6 +16,7 @@ from typing import Any
 import trio
 
 from ..auth.identity import Identity
+from ..auth.incoming.build import AuthSettings, build_authenticator
 from ..http.client import HttpClient
 from ..protocol.jsonrpc import Message
 from ..protocol.revisions import STATELESS, Revision
@@ -52,6 +53,10 @@ class GatewaySettings:
     json_window_seconds: float = 1.0
     """How long a request may wait for its backend before the reply switches to SSE."""
     allowed_origins: tuple[str, ...] = ()
+    auth: AuthSettings = field(default_factory=AuthSettings)
+    trust_forwarded_headers: bool = False
+    """Take the resource URL's scheme and host from X-Forwarded-Proto/-Host (behind a trusted
+    load balancer that sets them) when no resourceUrl is configured."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,6 +69,8 @@ class Gateway:
         self.plan = plan
         self.settings = settings
         self.http = HttpClient()
+        self.authenticator = build_authenticator(plan.incoming, settings.auth, self.http)
+        """Boundary 1 (raises IncomingAuthError when the mode cannot be set up)."""
         self.sessions: dict[str, ClientSession] = {}
         self.stdio: dict[str, StdioProcess] = {}
         for backend in plan.backends:
@@ -86,6 +93,8 @@ class Gateway:
         self.open_streams = 0
         self.metrics.watch(self.metrics.sessions, lambda: len(self.sessions))
         self.metrics.watch(self.metrics.open_streams, lambda: self.open_streams)
+        self.metrics.watch(self.metrics.anonymous_mode,
+                           lambda: 1.0 if self.authenticator.anonymous else 0.0)
         for name, health in self.health.backends.items():
             self.metrics.watch(self.metrics.backend_healthy,
                                lambda h=health: 1.0 if h.usable else 0.0, name)  # type: ignore[misc]
@@ -97,6 +106,11 @@ class Gateway:
         """Supervise the stdio backends and hold the sessions until cancelled."""
         try:
             async with trio.open_nursery() as nursery:
+                if self.authenticator.anonymous:
+                    log.warning("ANONYMOUS incoming auth: every client is let in without a "
+                                "token. For development only; configure incomingAuth type "
+                                "oidc for anything else.")
+                await nursery.start(self.authenticator.run)
                 for process in self.stdio.values():
                     await nursery.start(process.run)
                 await nursery.start(self.health.run)

@@ -28,7 +28,10 @@ import orjson
 import trio
 
 from .. import __version__
-from ..auth.identity import ANONYMOUS, Identity
+from ..auth.headers import HeaderError, bearer_token
+from ..auth.identity import Identity
+from ..auth.incoming.authenticator import AuthFailure
+from ..auth.metadata import METADATA_PATH, bearer_challenge, resource_metadata, resource_url
 from ..http.asgi import (
     BodyTooLarge,
     HttpRequest,
@@ -54,7 +57,7 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
 from ..protocol.sse import encode_comment
-from ..resources.plan import HttpEndpoint
+from ..resources.plan import AnonymousIncoming, HttpEndpoint
 from ..runtime.logs import REQUEST_ID
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway, TooManySessions
@@ -111,6 +114,10 @@ class GatewayApp:
         self.settings = gateway.settings
         self.loopback_bind = self.settings.host in ("127.0.0.1", "localhost", "::1")
         self.stateless = StatelessFront(self)
+        self.auth = gateway.authenticator
+        incoming = gateway.plan.incoming
+        self._configured_resource = (None if isinstance(incoming, AnonymousIncoming)
+                                     else incoming.resource_url)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -129,6 +136,8 @@ class GatewayApp:
         path = request.path
         if path == MCP_PATH:
             await self.mcp(request, send)
+        elif path in (METADATA_PATH, METADATA_PATH + MCP_PATH) and not self.auth.anonymous:
+            await self.protected_resource_metadata(request, send)
         elif path == "/health":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
@@ -143,6 +152,65 @@ class GatewayApp:
             await send({"type": "http.response.body", "body": body})
         else:
             await send_json(send, 404, {"error": f"no such endpoint: {path[:200]}"})
+
+    # --- incoming auth --------------------------------------------------------------------------
+
+    def resource(self, request: HttpRequest) -> str:
+        """The canonical URL of ``/mcp`` (see :mod:`vmcp_trio.auth.metadata`)."""
+        return resource_url(
+            self._configured_resource, scheme=request.scheme,
+            host=request.header("host") or f"{self.settings.host}:{self.settings.port}",
+            path=MCP_PATH, forwarded_proto=request.header("x-forwarded-proto"),
+            forwarded_host=request.header("x-forwarded-host"),
+            trust_forwarded=self.settings.trust_forwarded_headers)
+
+    async def protected_resource_metadata(self, request: HttpRequest, send: Send) -> None:
+        """RFC 9728, readable by browser clients from any origin (CORS)."""
+        cors = [("access-control-allow-origin", "*"),
+                ("access-control-allow-methods", "GET, OPTIONS"),
+                ("access-control-allow-headers", "mcp-protocol-version, authorization"),
+                ("access-control-max-age", "3600")]
+        if request.method == "OPTIONS":
+            await send_empty(send, 204, cors)
+            return
+        if request.method not in ("GET", "HEAD"):
+            await send_json(send, 405, {"error": "method not allowed"}, [("allow", "GET")])
+            return
+        auth = self.auth
+        await send_json(send, 200, resource_metadata(
+            self.resource(request), auth.authorization_servers, auth.scopes_supported),
+            [*cors, ("cache-control", "public, max-age=300")])
+
+    async def _authenticate(self, request: HttpRequest, send: Send) -> Identity | None:
+        """The caller's identity, or None after answering 400/401/403/503 with a challenge."""
+        auth = self.auth
+        if auth.anonymous:
+            return await auth.authenticate(None)
+        try:
+            if request.query_string and "access_token" in request.query:
+                raise AuthFailure(400, "invalid_request", "tokens in the query string are "
+                                  "refused: send it in the Authorization header")
+            try:
+                token = bearer_token(request.header("authorization"))
+            except HeaderError as exc:
+                raise AuthFailure(400, "invalid_request", exc.reason) from None
+            return await auth.authenticate(token)
+        except AuthFailure as failure:
+            self.gateway.metrics.auth_failures.labels(str(failure.status),
+                                                      failure.error or "none").inc()
+            log.info("refused %s %s: %s", request.method, request.path, failure)
+            headers: list[tuple[str, str]] = []
+            if failure.status in (400, 401, 403):
+                scopes = auth.required_scopes or auth.scopes_supported
+                headers.append(("www-authenticate", bearer_challenge(
+                    self.resource(request), scopes=scopes, error=failure.error,
+                    description=failure.description)))
+            if failure.status == 503:
+                headers.append(("retry-after", "5"))
+            body: dict[str, str] = {"error": failure.error or "unauthorized",
+                                    "error_description": failure.description}
+            await send_json(send, failure.status, body, headers)
+            return None
 
     # --- /mcp ----------------------------------------------------------------------------------
 
@@ -161,7 +229,9 @@ class GatewayApp:
         if reason is not None:
             await send_json(send, 403, _error_body(INVALID_REQUEST, f"Forbidden: {reason}"))
             return
-        identity = ANONYMOUS
+        identity = await self._authenticate(request, send)
+        if identity is None:
+            return
         if request.method in ("GET", "DELETE") and _is_modern(request):
             await send_json(send, 405, _error_body(
                 INVALID_REQUEST, "Method not allowed: protocol revision 2026-07-28 has no GET "

@@ -33,6 +33,12 @@ class Metrics:
         self.backend_healthy = Gauge("vmcp_backend_healthy",
                                      "1 when the backend is usable (healthy or not yet checked)",
                                      ["backend"], registry=self.registry)
+        self.anonymous_mode = Gauge("vmcp_anonymous_mode",
+                                    "1 when incoming auth is anonymous (no checks at all)",
+                                    registry=self.registry)
+        self.auth_failures = Counter("vmcp_auth_failures", "Requests refused by incoming auth, "
+                                     "by HTTP status and RFC 6750 error",
+                                     ["status", "error"], registry=self.registry)
         self.backend_restarts = Gauge("vmcp_backend_restarts",
                                       "Times a stdio backend process was restarted",
                                       ["backend"], registry=self.registry)

@@ -1,0 +1,1 @@
+"""Boundary 1: incoming authentication modes, their caches and the hot path."""
