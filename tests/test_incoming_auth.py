@@ -439,3 +439,23 @@ async def test_the_sdk_oauth_client_discovers_the_issuer_through_vmcp() -> None:
                 result = await client.call_tool("clock_add", {"a": 40, "b": 2})
                 assert result.structured_content == {"sum": 42}
             assert browser.visits == 1
+
+
+async def test_a_private_issuer_needs_jwks_allow_private_ip(idp: Idp) -> None:
+    """The SSRF guard: without ``jwksAllowPrivateIP`` vmcp will not fetch documents from an
+    issuer that resolves to a private or loopback address; requests get 503 naming the setting,
+    and readiness and metrics show why."""
+    docs = oidc_docs(idp, introspection=False)
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    del vmcp["spec"]["incomingAuth"]["oidcConfig"]["inline"]["jwksAllowPrivateIP"]
+    async with running_gateway(docs) as (url, _):
+        status, _, body = await refused(url, await token_for(idp))
+        assert status == 503 and "jwksAllowPrivateIP" in body["error_description"]
+        client = RawClient(url)
+        try:
+            _, _, ready = await client.http.request("GET", url.removesuffix("/mcp") + "/readyz")
+        finally:
+            await client.aclose()
+        auth = json.loads(ready)["auth"]
+        assert auth["keys"] == "unknown" and "jwksAllowPrivateIP" in auth["lastError"]
+        assert "vmcp_auth_keys_healthy 0.0" in await metrics_text(url)

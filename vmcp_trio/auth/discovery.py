@@ -17,7 +17,7 @@ import orjson
 import trio
 
 from ..http.client import HttpClient, HttpError
-from .ssrf import check_fetch_url
+from .ssrf import UnsafeUrl, check_fetch_url
 
 __all__ = ["DiscoveryError", "FetchError", "discover", "fetch_json", "well_known_urls"]
 
@@ -69,7 +69,10 @@ async def discover(client: HttpClient, issuer: str, *, allow_http: bool,
     """The issuer's metadata document; raises :class:`DiscoveryError` saying what failed."""
     problems: list[str] = []
     for url in well_known_urls(issuer):
-        await check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
+        try:
+            await check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
+        except UnsafeUrl as exc:
+            raise DiscoveryError(f"the issuer's metadata URL is refused: {exc}") from None
         try:
             status, _, document = await fetch_json(client, url)
         except FetchError as exc:

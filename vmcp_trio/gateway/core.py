@@ -95,6 +95,9 @@ class Gateway:
         self.metrics.watch(self.metrics.open_streams, lambda: self.open_streams)
         self.metrics.watch(self.metrics.anonymous_mode,
                            lambda: 1.0 if self.authenticator.anonymous else 0.0)
+        if not self.authenticator.anonymous:
+            self.metrics.watch(self.metrics.auth_keys_healthy, lambda: 1.0 if self.authenticator
+                               .health().get("keys", "healthy") == "healthy" else 0.0)
         for name, health in self.health.backends.items():
             self.metrics.watch(self.metrics.backend_healthy,
                                lambda h=health: 1.0 if h.usable else 0.0, name)  # type: ignore[misc]

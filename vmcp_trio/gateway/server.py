@@ -507,5 +507,8 @@ class GatewayApp:
             ready = len(healthy) == len(states)
         else:
             ready = bool(healthy) or not states
-        body = {"status": "ready" if ready else "not ready", "backends": states}
+        body: dict[str, Any] = {"status": "ready" if ready else "not ready", "backends": states}
+        auth = self.auth.health()
+        if auth:
+            body["auth"] = auth  # reported, not gating: cached keys may still serve
         await send_json(send, 200 if ready else 503, body)

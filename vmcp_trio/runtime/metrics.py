@@ -39,6 +39,10 @@ class Metrics:
         self.auth_failures = Counter("vmcp_auth_failures", "Requests refused by incoming auth, "
                                      "by HTTP status and RFC 6750 error",
                                      ["status", "error"], registry=self.registry)
+        self.auth_keys_healthy = Gauge("vmcp_auth_keys_healthy",
+                                       "1 when the issuer's signing keys were fetched at the last "
+                                       "attempt (0: never loaded, or serving stale keys)",
+                                       registry=self.registry)
         self.backend_restarts = Gauge("vmcp_backend_restarts",
                                       "Times a stdio backend process was restarted",
                                       ["backend"], registry=self.registry)

@@ -25,7 +25,7 @@ from ..identity import ANONYMOUS, Identity
 from ..jwt import TokenError, VerifyKey, check_claims, parse_jws, verify_signature
 from ..token_cache import VerifiedTokenCache
 from .introspection import IntrospectionUnavailable, Introspector
-from .jwks import KeysUnavailable
+from .jwks import JwksCache, KeysUnavailable
 
 __all__ = ["AnonymousAuthenticator", "AuthFailure", "Authenticator", "JwtAuthenticator",
            "KeySource", "token_scopes"]
@@ -127,6 +127,13 @@ class JwtAuthenticator(Authenticator):
             for task in self.supervised:
                 await nursery.start(task)
             task_status.started()
+
+    def health(self) -> dict[str, Any]:
+        keys = self.keys
+        if not isinstance(keys, JwksCache):
+            return {"issuer": self.issuer}
+        return {"issuer": self.issuer, "keys": keys.state, "keyCount": len(keys.keys),
+                "lastError": keys.last_error}
 
     def key_removed(self, thumbprint: str) -> None:
         """A key left the issuer's JWKS: tokens it verified are no longer trusted."""

@@ -83,7 +83,10 @@ class Introspector:
         return claims
 
     async def _ask(self, token: str) -> dict[str, Any] | None:
-        endpoint = await self._endpoint()
+        try:
+            endpoint = await self._endpoint()
+        except FetchError as exc:
+            raise IntrospectionUnavailable(str(exc)) from None
         try:
             await check_fetch_url(endpoint, allow_http=self.allow_http,
                                   allow_private=self.allow_private)
