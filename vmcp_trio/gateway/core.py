@@ -16,11 +16,19 @@ from typing import Any
 import trio
 
 from ..auth.identity import Identity
-from ..auth.incoming.build import AuthSettings, build_authenticator
+from ..auth.incoming.build import AuthSettings, IncomingAuthError, build_authenticator
+from ..authserver.server import AuthorizationServer
+from ..authserver.storage.memory import MemoryStorage as MemoryStore
 from ..http.client import HttpClient
 from ..protocol.jsonrpc import Message
 from ..protocol.revisions import STATELESS, Revision
-from ..resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
+from ..resources.plan import (
+    EmbeddedIncoming,
+    GatewayPlan,
+    HttpEndpoint,
+    MemoryStorage,
+    StdioEndpoint,
+)
 from ..runtime.metrics import Metrics
 from .backends.base import BackendError, BackendLink, FallbackToLegacy, Sink
 from .backends.http import HttpBackendLink
@@ -64,12 +72,36 @@ class TooManySessions(Exception):
     pass
 
 
+def _authorization_server(plan: GatewayPlan, client: HttpClient) -> AuthorizationServer | None:
+    """The embedded authorization server of ``authServerConfig``, if any. Its tokens are for
+    the resource the incoming config names (audience and resource URL)."""
+    config = plan.auth_server
+    if config is None:
+        return None
+    if not isinstance(config.storage, MemoryStorage):
+        raise IncomingAuthError("authServerConfig.storage type redis is not available yet in "
+                                "this version; use type memory")
+    incoming = plan.incoming
+    resources: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    if isinstance(incoming, EmbeddedIncoming):
+        resources = tuple(dict.fromkeys(r for r in (incoming.audience, incoming.resource_url)
+                                        if r))
+        scopes = incoming.scopes
+    return AuthorizationServer(config, resources=resources, scopes=scopes, client=client,
+                               storage=MemoryStore())
+
+
 class Gateway:
     def __init__(self, plan: GatewayPlan, settings: GatewaySettings) -> None:
         self.plan = plan
         self.settings = settings
         self.http = HttpClient()
-        self.authenticator = build_authenticator(plan.incoming, settings.auth, self.http)
+        self.authserver = _authorization_server(plan, self.http)
+        self.authenticator = build_authenticator(
+            plan.incoming, settings.auth, self.http,
+            embedded_keys=self.authserver.keys if self.authserver else None,
+            still_valid=self.authserver.session_valid if self.authserver else None)
         """Boundary 1 (raises IncomingAuthError when the mode cannot be set up)."""
         self.sessions: dict[str, ClientSession] = {}
         self.stdio: dict[str, StdioProcess] = {}
@@ -114,6 +146,8 @@ class Gateway:
                                 "token. For development only; configure incomingAuth type "
                                 "oidc for anything else.")
                 await nursery.start(self.authenticator.run)
+                if self.authserver is not None:
+                    await nursery.start(self.authserver.run)
                 for process in self.stdio.values():
                     await nursery.start(process.run)
                 await nursery.start(self.health.run)

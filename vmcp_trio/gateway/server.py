@@ -150,7 +150,8 @@ class GatewayApp:
                         "headers": [(b"content-type", CONTENT_TYPE.encode()),
                                     (b"content-length", str(len(body)).encode())]})
             await send({"type": "http.response.body", "body": body})
-        else:
+        elif self.gateway.authserver is None or not await self.gateway.authserver.handle(
+                request, send):
             await send_json(send, 404, {"error": f"no such endpoint: {path[:200]}"})
 
     # --- incoming auth --------------------------------------------------------------------------

@@ -108,7 +108,8 @@ class JwtAuthenticator(Authenticator):
                  leeway: float = 30.0, cache_entries: int = 10_000,
                  restrict: Callable[[dict[str, Any]], str | None] | None = None,
                  supervised: tuple[Callable[..., Awaitable[None]], ...] = (),
-                 authorization_servers: tuple[str, ...] | None = None) -> None:
+                 authorization_servers: tuple[str, ...] | None = None,
+                 still_valid: Callable[[Identity], bool] | None = None) -> None:
         self.issuer = issuer
         self.audience = audience
         self.keys = keys
@@ -118,6 +119,9 @@ class JwtAuthenticator(Authenticator):
         self.leeway = leeway
         self.restrict = restrict
         self.supervised = supervised
+        self.still_valid = still_valid
+        """Checked on every request, cache hits too: the embedded authorization server says
+        here whether a token's session was revoked."""
         self.authorization_servers = (authorization_servers if authorization_servers is not None
                                       else (issuer,))
         self.cache: VerifiedTokenCache[_Accepted] = VerifiedTokenCache(max_entries=cache_entries)
@@ -145,6 +149,8 @@ class JwtAuthenticator(Authenticator):
         now = time.time()
         hit = self.cache.get(token, now)
         if hit is not None:
+            if self.still_valid is not None and not self.still_valid(hit.identity):
+                raise AuthFailure(401, "invalid_token", "the token was revoked")
             return hit.identity
         try:
             if token.count(".") == 2:
@@ -175,6 +181,8 @@ class JwtAuthenticator(Authenticator):
             raise AuthFailure(403, "insufficient_scope",
                               f"the token lacks the scopes {' '.join(sorted(missing))}")
         identity = Identity(str(claims.get("iss") or self.issuer), subject, claims)
+        if self.still_valid is not None and not self.still_valid(identity):
+            raise AuthFailure(401, "invalid_token", "the token was revoked")
         self.cache.put(token, _Accepted(identity), expires=expires, key_id=key_id, now=now)
         return identity
 

@@ -34,6 +34,7 @@ from ...resources.plan import (
     OIDCIncoming,
 )
 from ..discovery import DiscoveryError, FetchError, discover, fetch_json
+from ..identity import Identity
 from .authenticator import AnonymousAuthenticator, Authenticator, JwtAuthenticator, KeySource
 from .introspection import Introspector
 from .jwks import JwksCache
@@ -87,7 +88,8 @@ class _Metadata:
 
 
 def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: HttpClient, *,
-                        embedded_keys: KeySource | None = None) -> Authenticator:
+                        embedded_keys: KeySource | None = None,
+                        still_valid: Callable[[Identity], bool] | None = None) -> Authenticator:
     if isinstance(plan, AnonymousIncoming):
         return AnonymousAuthenticator()
     if isinstance(plan, OIDCIncoming):
@@ -97,11 +99,11 @@ def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: Http
     if isinstance(plan, EmbeddedIncoming):
         if embedded_keys is None:
             raise IncomingAuthError("incoming auth through oidcConfigRef needs the embedded "
-                                    "authorization server (authServerConfig), which is not "
-                                    "available in this version")
+                                    "authorization server (authServerConfig)")
         return JwtAuthenticator(issuer=plan.issuer, audience=plan.audience, keys=embedded_keys,
                                 required_scopes=settings.required_scopes,
-                                scopes_supported=plan.scopes, leeway=settings.leeway)
+                                scopes_supported=plan.scopes, leeway=settings.leeway,
+                                still_valid=still_valid)
     raise IncomingAuthError(f"unknown incoming mode {plan!r}")
 
 

@@ -1,0 +1,432 @@
+"""The embedded authorization server, end to end, with real upstream identity providers.
+
+Two ``oidc-provider`` instances are the upstreams of the chained login: ``corp`` as an ``oidc``
+provider (discovery, ID token) and ``hub`` as an ``oauth2`` provider with explicit endpoints and
+``userInfo`` (its ``/me``). vmcp serves ``/mcp`` and the authorization server on the same port
+(the issuer), with the quickstart's stdio backends. Clients: the official SDK's
+``OAuthClientProvider`` (discovery from ``/mcp``, registration, PKCE, resource, the chained
+headless login), and a raw flow for the security cases, each its own test.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import hashlib
+import json
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+import httpx2
+import pytest
+import trio
+from mcp import Client
+from mcp.client.auth import OAuthClientProvider
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.auth import OAuthClientMetadata
+
+from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
+from vmcp_trio.authserver.keys import SigningKeys
+from vmcp_trio.gateway.core import Gateway
+
+from .fixtures.idp import HeadlessBrowser, Idp, MemoryTokenStorage, browse, running_idp
+from .gateway_helpers import RawClient, quickstart_docs, running_gateway
+from .helpers import free_port
+
+CLIENT_REDIRECT = "http://127.0.0.1:9/callback"
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+
+@dataclass
+class Stack:
+    issuer: str
+    mcp: str
+    corp: Idp
+    hub: Idp
+    gateway: Gateway
+
+
+def as_docs(issuer: str, corp: Idp, hub: Idp) -> list[dict[str, Any]]:
+    docs = copy.deepcopy(quickstart_docs())
+    docs[:0] = [
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "as-keys"},
+         "stringData": {"key.pem": generate_signing_key("ec").decode(),
+                        "hmac": generate_hmac_secret().decode()}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "upstreams"},
+         "stringData": {"corp": corp.clients["confidential"].client_secret,
+                        "hub": hub.clients["confidential"].client_secret}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPOIDCConfig",
+         "metadata": {"name": "self"},
+         "spec": {"type": "inline", "inline": {"issuer": issuer, "insecureAllowHTTP": True}}},
+    ]
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    vmcp["spec"]["incomingAuth"] = {"type": "oidc", "oidcConfigRef": {
+        "name": "self", "audience": issuer + "/mcp", "scopes": ["mcp:tools"]}}
+    vmcp["spec"]["authServerConfig"] = {
+        "issuer": issuer, "insecureAllowHTTP": True,
+        "signingKeySecretRefs": [{"name": "as-keys", "key": "key.pem"}],
+        "hmacSecretRefs": [{"name": "as-keys", "key": "hmac"}],
+        "upstreamProviders": [
+            {"name": "corp", "type": "oidc", "oidcConfig": {
+                "issuerUrl": corp.issuer, "clientId": "confidential",
+                "clientSecretRef": {"name": "upstreams", "key": "corp"},
+                "scopes": ["openid"]}},
+            {"name": "hub", "type": "oauth2", "oauth2Config": {
+                "authorizationEndpoint": hub.authorization_endpoint,
+                "tokenEndpoint": hub.token_endpoint, "clientId": "confidential",
+                "clientSecretRef": {"name": "upstreams", "key": "hub"},
+                "scopes": ["openid"],
+                "userInfo": {"endpointUrl": f"{hub.issuer}/me",
+                             "fieldMapping": {"subjectFields": ["sub"]}}}},
+        ]}
+    return docs
+
+
+@pytest.fixture(scope="module")
+def upstreams() -> Iterator[tuple[int, Idp, Idp]]:
+    port = free_port()
+    callback = (f"http://127.0.0.1:{port}/oauth/callback",)
+    with running_idp(redirect_uris=callback) as corp, \
+            running_idp(redirect_uris=callback) as hub:
+        yield port, corp, hub
+
+
+@pytest.fixture
+async def stack(upstreams: tuple[int, Idp, Idp]) -> AsyncIterator[Stack]:
+    port, corp, hub = upstreams
+    issuer = f"http://127.0.0.1:{port}"
+    async with running_gateway(as_docs(issuer, corp, hub), port=port) as (url, gateway):
+        yield Stack(issuer, url, corp, hub, gateway)
+
+
+# --- a raw client of the authorization server ----------------------------------------------------
+
+async def call(stack: Stack, method: str, path: str, *, form: dict[str, str] | None = None,
+               body: Any = None, raw: bytes | None = None,
+               headers: list[tuple[str, str]] | None = None) -> tuple[int, dict[str, str], Any]:
+    client = RawClient(stack.mcp)
+    data, extra = b"", list(headers or [])
+    if form is not None:
+        data = urlencode(form).encode()
+        extra.append(("content-type", "application/x-www-form-urlencoded"))
+    elif body is not None or raw is not None:
+        data = raw if raw is not None else json.dumps(body).encode()
+        extra.append(("content-type", "application/json"))
+    try:
+        status, raw_headers, answer = await client.http.request(
+            method, stack.issuer + path, headers=extra, body=data)
+    finally:
+        await client.aclose()
+    found = {k.decode().lower(): v.decode() for k, v in raw_headers}
+    try:
+        decoded = json.loads(answer) if answer else None
+    except ValueError:
+        decoded = answer.decode()
+    return status, found, decoded
+
+
+async def register(stack: Stack, **metadata: Any) -> str:
+    status, _, answer = await call(stack, "POST", "/oauth/register", body={
+        "redirect_uris": [CLIENT_REDIRECT], "client_name": "raw", **metadata})
+    assert status == 201, answer
+    return str(answer["client_id"])
+
+
+def pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
+    return verifier, challenge.rstrip(b"=").decode()
+
+
+def authorize_url(stack: Stack, client_id: str, challenge: str, **extra: str) -> str:
+    params = {"response_type": "code", "client_id": client_id, "redirect_uri": CLIENT_REDIRECT,
+              "state": "client-state", "code_challenge": challenge,
+              "code_challenge_method": "S256", "scope": "mcp:tools",
+              "resource": stack.mcp, **extra}
+    return f"{stack.issuer}/oauth/authorize?{urlencode(params)}"
+
+
+async def login(stack: Stack, client_id: str, challenge: str, user: str = "alice",
+                **extra: str) -> dict[str, str]:
+    """The chained headless login (both upstreams); the query of the redirect to the client."""
+    url = authorize_url(stack, client_id, challenge, **extra)
+    return await trio.to_thread.run_sync(browse, url, user)
+
+
+async def tokens(stack: Stack, user: str = "alice") -> tuple[str, dict[str, Any], str]:
+    client_id = await register(stack)
+    verifier, challenge = pkce()
+    redirect = await login(stack, client_id, challenge, user)
+    status, _, answer = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "authorization_code", "code": redirect["code"], "client_id": client_id,
+        "redirect_uri": CLIENT_REDIRECT, "code_verifier": verifier, "resource": stack.mcp})
+    assert status == 200, answer
+    return client_id, answer, redirect["code"]
+
+
+async def mcp_status(stack: Stack, access_token: str) -> int:
+    client = RawClient(stack.mcp)
+    client.token = access_token
+    try:
+        return (await client.initialize()).status
+    finally:
+        await client.aclose()
+
+
+def claims_of(token: str) -> dict[str, Any]:
+    payload = token.split(".")[1]
+    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+# --- discovery -----------------------------------------------------------------------------------
+
+async def test_discovery_and_keys(stack: Stack) -> None:
+    for path in ("/.well-known/oauth-authorization-server",
+                 "/.well-known/openid-configuration"):
+        status, headers, document = await call(stack, "GET", path)
+        assert status == 200 and headers["cache-control"] == "public, max-age=3600"
+        assert document["issuer"] == stack.issuer
+        assert document["authorization_endpoint"] == stack.issuer + "/oauth/authorize"
+        assert document["token_endpoint"] == stack.issuer + "/oauth/token"
+        assert document["code_challenge_methods_supported"] == ["S256"]
+        assert "id_token_signing_alg_values_supported" not in document  # not an OP
+    _, _, jwks = await call(stack, "GET", "/.well-known/jwks.json")
+    [key] = jwks["keys"]
+    assert key["alg"] == "ES256" and "d" not in key
+    _, _, prm = await call(stack, "GET", "/.well-known/oauth-protected-resource/mcp")
+    assert prm["authorization_servers"] == [stack.issuer]
+
+
+# --- the whole flow with the SDK client ----------------------------------------------------------
+
+async def test_the_sdk_client_logs_in_through_the_chain_and_calls_tools(stack: Stack) -> None:
+    browser = HeadlessBrowser("alice")
+    auth = OAuthClientProvider(stack.mcp, OAuthClientMetadata(
+        redirect_uris=["http://127.0.0.1:1/callback"], client_name="sdk", scope="mcp:tools",
+        grant_types=["authorization_code", "refresh_token"], response_types=["code"],
+        token_endpoint_auth_method="none"), MemoryTokenStorage(),
+        redirect_handler=browser.redirect_handler, callback_handler=browser.callback_handler)
+    with trio.fail_after(60):
+        async with httpx2.AsyncClient(auth=auth) as http, \
+                Client(streamable_http_client(stack.mcp, http_client=http),
+                       mode="legacy") as client:
+            result = await client.call_tool("clock_add", {"a": 20, "b": 22})
+            assert result.structured_content == {"sum": 42}
+    assert browser.visits == 1
+    storage = stack.gateway.authserver.storage  # type: ignore[union-attr]
+    stored = {key.split(":")[1] for key in storage.upstream.rows}  # type: ignore[attr-defined]
+    assert stored == {"corp", "hub"}
+
+
+async def test_issued_tokens_and_refresh_rotation(stack: Stack) -> None:
+    client_id, answer, _ = await tokens(stack)
+    claims = claims_of(answer["access_token"])
+    assert claims["iss"] == stack.issuer and claims["aud"] == [stack.mcp]
+    assert claims["client_id"] == client_id and claims["scp"] == ["mcp:tools"]
+    assert {"sub", "exp", "iat", "jti", "tsid"} <= set(claims)
+    assert await mcp_status(stack, answer["access_token"]) == 200
+    _, again, _ = await tokens(stack)
+    assert claims_of(again["access_token"])["sub"] == claims["sub"]  # stable per user
+    _, other, _ = await tokens(stack, "bob")
+    assert claims_of(other["access_token"])["sub"] != claims["sub"]
+
+    status, _, rotated = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
+        "client_id": client_id})
+    assert status == 200 and rotated["refresh_token"] != answer["refresh_token"]
+    assert await mcp_status(stack, rotated["access_token"]) == 200
+    # reuse after rotation: refused, and the whole family (and its session) is revoked
+    status, _, reused = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
+        "client_id": client_id})
+    assert status == 400 and reused["error"] == "invalid_grant"
+    status, _, _ = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": rotated["refresh_token"],
+        "client_id": client_id})
+    assert status == 400
+    assert await mcp_status(stack, rotated["access_token"]) == 401
+
+
+# --- security cases ------------------------------------------------------------------------------
+
+async def test_a_replayed_code_fails_and_revokes_what_it_issued(stack: Stack) -> None:
+    client_id = await register(stack)
+    verifier, challenge = pkce()
+    redirect = await login(stack, client_id, challenge)
+    form = {"grant_type": "authorization_code", "code": redirect["code"], "client_id": client_id,
+            "redirect_uri": CLIENT_REDIRECT, "code_verifier": verifier}
+    status, _, first = await call(stack, "POST", "/oauth/token", form=form)
+    assert status == 200
+    status, _, replay = await call(stack, "POST", "/oauth/token", form=form)
+    assert status == 400 and replay["error"] == "invalid_grant"
+    assert "already used" in replay["error_description"]
+    assert await mcp_status(stack, first["access_token"]) == 401
+    status, _, _ = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": first["refresh_token"],
+        "client_id": client_id})
+    assert status == 400
+
+
+@pytest.mark.parametrize("verifier", [None, "plain", "wrong"])
+async def test_pkce_verifier_must_match(stack: Stack, verifier: str | None) -> None:
+    client_id = await register(stack)
+    good, challenge = pkce()
+    redirect = await login(stack, client_id, challenge)
+    assert good not in json.dumps(redirect)
+    form = {"grant_type": "authorization_code", "code": redirect["code"],
+            "client_id": client_id, "redirect_uri": CLIENT_REDIRECT}
+    if verifier == "plain":
+        form["code_verifier"] = challenge  # the challenge itself, as "plain" would
+    elif verifier == "wrong":
+        form["code_verifier"] = pkce()[0]
+    status, _, answer = await call(stack, "POST", "/oauth/token", form=form)
+    assert status == 400 and answer["error"] == "invalid_grant"
+    assert "code_verifier" in answer["error_description"]
+    assert good not in answer["error_description"]
+
+
+async def test_plain_pkce_is_refused_at_authorize(stack: Stack) -> None:
+    client_id = await register(stack)
+    url = authorize_url(stack, client_id, "x" * 43, code_challenge_method="plain")
+    status, headers, _ = await call(stack, "GET", url.removeprefix(stack.issuer))
+    assert status == 302
+    location = urlsplit(headers["location"])
+    params = dict(parse_qsl(location.query))
+    assert location.netloc == "127.0.0.1:9" and params["error"] == "invalid_request"
+    assert params["state"] == "client-state" and params["iss"] == stack.issuer
+
+
+@pytest.mark.parametrize("redirect", [
+    "http://127.0.0.1:9/other", "http://127.0.0.1:9/Callback", "http://127.0.0.1:9/callback?x=1",
+    "http://127.0.0.1:9/callback/", "https://evil.example/callback",
+    "http://localhost:9/callback"])
+async def test_near_miss_redirect_uris_are_shown_not_redirected(stack: Stack,
+                                                               redirect: str) -> None:
+    client_id = await register(stack)
+    url = authorize_url(stack, client_id, pkce()[1], redirect_uri=redirect)
+    status, headers, body = await call(stack, "GET", url.removeprefix(stack.issuer))
+    assert status == 400 and "location" not in headers
+    assert "redirect_uri" in body
+
+
+async def test_a_loopback_redirect_may_use_any_port(stack: Stack) -> None:
+    """RFC 8252 section 7.3: a native app's loopback redirect matches on any port."""
+    client_id = await register(stack)
+    url = authorize_url(stack, client_id, pkce()[1], redirect_uri="http://127.0.0.1:4711/callback")
+    status, headers, _ = await call(stack, "GET", url.removeprefix(stack.issuer))
+    assert status == 302 and headers["location"].startswith(stack.corp.issuer)
+
+
+async def test_unknown_client_is_shown_not_redirected(stack: Stack) -> None:
+    url = authorize_url(stack, "no-such-client", pkce()[1])
+    status, headers, body = await call(stack, "GET", url.removeprefix(stack.issuer))
+    assert status == 400 and "location" not in headers and "client_id" in body
+
+
+async def test_a_callback_state_of_no_flow_or_another_flow(stack: Stack) -> None:
+    status, _, body = await call(stack, "GET", "/oauth/callback?state=forged&code=x")
+    assert status == 400 and "state" in body
+    # a state used once (the leg finished) cannot be used again
+    client_id = await register(stack)
+    url = authorize_url(stack, client_id, pkce()[1])
+    _, headers, _ = await call(stack, "GET", url.removeprefix(stack.issuer))
+    leg_state = dict(parse_qsl(urlsplit(headers["location"]).query))["state"]
+    status, headers, _ = await call(stack, "GET", f"/oauth/callback?state={leg_state}"
+                                                  "&error=access_denied")
+    assert status == 302  # back to the client with the error
+    params = dict(parse_qsl(urlsplit(headers["location"]).query))
+    assert params["error"] == "access_denied" and params["state"] == "client-state"
+    status, _, _ = await call(stack, "GET", f"/oauth/callback?state={leg_state}&code=x")
+    assert status == 400
+
+
+async def test_an_abandoned_chain_leaves_no_upstream_tokens(stack: Stack) -> None:
+    """The user logs in at corp, then refuses at hub: nothing of corp's is kept."""
+    storage = stack.gateway.authserver.storage  # type: ignore[union-attr]
+    before = set(storage.upstream.rows)  # type: ignore[attr-defined]
+    client_id = await register(stack)
+    url = authorize_url(stack, client_id, pkce()[1])
+
+    def corp_only() -> str:
+        with httpx2.Client(follow_redirects=False, timeout=10) as http:
+            response = http.get(url)
+            for _ in range(20):
+                location = response.headers.get("location", "")
+                if location.startswith(stack.hub.issuer):
+                    return dict(parse_qsl(urlsplit(location).query))["state"]
+                if response.is_redirect:
+                    response = http.get(location if location.startswith("http")
+                                        else str(response.url.join(location)))
+                    continue
+                from .fixtures.idp import _next_step  # the provider's login form
+                action, next_url, data = _next_step(response, "carol", CLIENT_REDIRECT)
+                response = http.post(next_url, data=data) if action == "post" else \
+                    http.get(next_url)
+        raise AssertionError("never reached the second provider")
+
+    hub_state = await trio.to_thread.run_sync(corp_only)
+    status, headers, _ = await call(stack, "GET", f"/oauth/callback?state={hub_state}"
+                                                  "&error=access_denied")
+    assert status == 302 and "error=access_denied" in headers["location"]
+    assert set(storage.upstream.rows) == before  # type: ignore[attr-defined]
+
+
+async def test_resource_must_not_change_between_authorize_and_token(stack: Stack) -> None:
+    client_id = await register(stack)
+    verifier, challenge = pkce()
+    redirect = await login(stack, client_id, challenge)
+    status, _, answer = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "authorization_code", "code": redirect["code"], "client_id": client_id,
+        "redirect_uri": CLIENT_REDIRECT, "code_verifier": verifier,
+        "resource": "https://elsewhere.example/mcp"})
+    assert status == 400 and answer["error"] == "invalid_target"
+
+
+async def test_an_unknown_resource_is_refused_at_authorize(stack: Stack) -> None:
+    client_id = await register(stack)
+    url = authorize_url(stack, client_id, pkce()[1], resource="https://elsewhere.example/mcp")
+    _, headers, _ = await call(stack, "GET", url.removeprefix(stack.issuer))
+    assert dict(parse_qsl(urlsplit(headers["location"]).query))["error"] == "invalid_target"
+
+
+@pytest.mark.parametrize(("metadata", "error"), [
+    ({"redirect_uris": ["http://app.example/callback"]}, "invalid_redirect_uri"),
+    ({"redirect_uris": [f"http://127.0.0.1/{i}" for i in range(11)]}, "invalid_redirect_uri"),
+    ({"redirect_uris": []}, "invalid_redirect_uri"),
+    ({"redirect_uris": ["https://app.example/cb#frag"]}, "invalid_redirect_uri"),
+])
+async def test_registration_abuse(stack: Stack, metadata: dict[str, Any], error: str) -> None:
+    status, _, answer = await call(stack, "POST", "/oauth/register", body=metadata)
+    assert status == 400 and answer["error"] == error
+
+
+async def test_a_huge_registration_is_refused(stack: Stack) -> None:
+    status, _, answer = await call(stack, "POST", "/oauth/register",
+                                   raw=b'{"redirect_uris": ["' + b"a" * 100_000 + b'"]}')
+    assert status in (400, 413) and answer["error"] == "invalid_client_metadata"
+
+
+async def test_registration_is_rate_limited(stack: Stack) -> None:
+    seen = []
+    for _ in range(25):
+        status, headers, _ = await call(stack, "POST", "/oauth/register", body={
+            "redirect_uris": [CLIENT_REDIRECT]})
+        seen.append(status)
+        if status == 429:
+            assert int(headers["retry-after"]) >= 1
+            break
+    assert seen[-1] == 429 and seen[0] == 201
+
+
+async def test_tokens_of_another_issuer_are_refused(stack: Stack) -> None:
+    """A token signed by another VirtualMCPServer's authorization server (another key and
+    issuer), even with this server's claims otherwise, is refused."""
+    _, answer, _ = await tokens(stack)
+    claims = claims_of(answer["access_token"])
+    stranger = SigningKeys([generate_signing_key("ec")])
+    assert await mcp_status(stack, stranger.sign({**claims, "iss": "https://other.example"})) \
+        == 401
+    assert await mcp_status(stack, stranger.sign(claims)) == 401

@@ -1,0 +1,549 @@
+"""The embedded OAuth 2.1 authorization server (``authServerConfig``), inside the vmcp process.
+
+An MCP client that knows only ``/mcp`` finds this server through vmcp's RFC 9728 metadata,
+registers itself (RFC 7591), and sends its user to ``/oauth/authorize``. The user then logs in
+at every configured upstream provider in order, one *leg* each: a leg starts with a fresh
+internal state (the key of the :class:`~.storage.PendingAuthorization`, single use), its own
+PKCE verifier and nonce, and ends at ``/oauth/callback``, which picks the provider by the stored
+name (never by anything the request says: IdP mix-up), exchanges the code, keeps the tokens in the
+pending record, and starts the next leg. After the last leg the upstream tokens are stored under
+a new session id and the client gets its code. An upstream error, or a user who walks away, leaves
+nothing stored: the tokens of finished legs live only in the pending record, which expires.
+
+Tokens we issue: access tokens are JWTs signed with the first configured key (``iss``, ``sub``,
+``aud``, ``exp``, ``iat``, ``jti``, ``client_id``, ``scope``/``scp``, ``tsid``: the session id that
+keys the upstream tokens); codes and refresh tokens are opaque and HMAC-protected. A code works
+once: a replay revokes the refresh tokens it issued and the session. Refresh tokens rotate on
+every use; presenting an old one revokes the whole family and the session. ``resource`` (RFC
+8707) is checked at ``/oauth/authorize``, bound to the code, and checked again at
+``/oauth/token``.
+
+Errors before the client's redirect URI is trusted (unknown client, unregistered redirect URI)
+are shown to the user, never redirected (RFC 6749 section 4.1.2.1); later ones go back to the
+client with ``error``, ``state`` and ``iss`` (RFC 9207).
+
+Not an OpenID provider: no ID tokens, so discovery does not claim any (both well-known paths serve
+the same RFC 8414 document).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import orjson
+import trio
+
+from ..auth.identity import Identity
+from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_empty, send_json, send_text
+from ..http.client import HttpClient
+from ..resources.plan import AuthServerPlan
+from .keys import SigningKeys
+from .opaque import OpaqueTokens
+from .storage import (
+    CodeGrant,
+    PendingAuthorization,
+    RefreshFamily,
+    RegisteredClient,
+    Storage,
+    StorageUnavailable,
+    StoredUpstream,
+)
+from .upstream import UpstreamError, UpstreamProvider
+from .validation import (
+    OAuthError,
+    check_pkce_request,
+    check_resource,
+    parse_scope,
+    redirect_uri_matches,
+    validate_client_metadata,
+    verify_pkce,
+)
+
+__all__ = ["AuthorizationServer"]
+
+log = logging.getLogger("vmcp.authserver")
+
+MAX_REGISTRATION_BYTES = 64 * 1024
+MAX_FORM_BYTES = 16 * 1024
+CLIENT_LIFETIME = 30 * 24 * 3600.0
+PENDING_LIFETIME = 600.0
+REGISTRATIONS_PER_MINUTE = 20
+_NO_STORE = [("cache-control", "no-store"), ("pragma", "no-cache")]
+_CORS = [("access-control-allow-origin", "*")]
+
+
+class _RateLimit:
+    """A token bucket per client address, bounded in addresses."""
+
+    def __init__(self, per_minute: int, max_addresses: int = 10_000) -> None:
+        self.rate = per_minute / 60.0
+        self.burst = float(per_minute)
+        self.max_addresses = max_addresses
+        self.buckets: dict[str, tuple[float, float]] = {}
+
+    def retry_after(self, address: str, now: float) -> int:
+        """0 when allowed (and counted), else seconds to wait."""
+        tokens, last = self.buckets.get(address, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if tokens < 1.0:
+            self.buckets[address] = (tokens, now)
+            return max(1, int((1.0 - tokens) / self.rate) + 1)
+        if len(self.buckets) >= self.max_addresses and address not in self.buckets:
+            self.buckets.clear()
+        self.buckets[address] = (tokens - 1.0, now)
+        return 0
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class AuthorizationServer:
+    def __init__(self, plan: AuthServerPlan, *, resources: tuple[str, ...],
+                 scopes: tuple[str, ...], client: HttpClient, storage: Storage) -> None:
+        self.plan = plan
+        self.issuer = plan.issuer.rstrip("/")
+        self.base_path = urlsplit(self.issuer).path
+        self.resources = resources
+        """The resource indicators (and audiences) this server issues tokens for."""
+        self.scopes = scopes
+        self.storage = storage
+        self.keys = SigningKeys([key.value for key in plan.signing_keys])
+        self.opaque = OpaqueTokens([secret.value for secret in plan.hmac_secrets])
+        self.providers = {p.name: UpstreamProvider(p, client, allow_http=plan.insecure_allow_http,
+                                                   allow_private=plan.insecure_allow_http)
+                          for p in plan.providers}
+        self.revoked_sessions: dict[str, float] = {}
+        """Sessions revoked in this process (replayed code, reused refresh token, revocation),
+        until their tokens would have expired anyway: their access tokens stop working."""
+        self.registrations = _RateLimit(REGISTRATIONS_PER_MINUTE)
+        self.access_lifetime = plan.access_token_lifespan.total_seconds()
+        self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
+        self.code_lifetime = plan.auth_code_lifespan.total_seconds()
+        if self.keys.ephemeral or self.opaque.ephemeral:
+            log.warning("authServerConfig has no %s: using ephemeral ones, so tokens and codes "
+                        "do not survive a restart and replicas cannot verify each other's",
+                        " and ".join(n for n, e in (("signingKeySecretRefs", self.keys.ephemeral),
+                                                    ("hmacSecretRefs", self.opaque.ephemeral))
+                                     if e))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            for provider in self.providers.values():
+                for task in provider.supervised():
+                    await nursery.start(task)
+            task_status.started()
+
+    # --- routing -------------------------------------------------------------------------------
+
+    def _path(self, suffix: str) -> str:
+        return self.base_path + suffix
+
+    def url(self, suffix: str) -> str:
+        return self.issuer + suffix
+
+    async def handle(self, request: HttpRequest, send: Send) -> bool:
+        """Serve ``request`` if it is one of ours; False otherwise."""
+        path = request.path
+        well_known = {f"/.well-known/oauth-authorization-server{self.base_path}",
+                      f"/.well-known/openid-configuration{self.base_path}",
+                      self._path("/.well-known/openid-configuration"),
+                      self._path("/.well-known/oauth-authorization-server")}
+        try:
+            if path in well_known:
+                await send_json(send, 200, self.metadata(),
+                                [*_CORS, ("cache-control", "public, max-age=3600")])
+            elif path == self._path("/.well-known/jwks.json"):
+                await send_json(send, 200, self.keys.jwks(),
+                                [*_CORS, ("cache-control", "public, max-age=300")])
+            elif path == self._path("/oauth/register"):
+                await self.register(request, send)
+            elif path == self._path("/oauth/authorize"):
+                await self.authorize(request, send)
+            elif path == self._path("/oauth/callback"):
+                await self.callback(request, send)
+            elif path == self._path("/oauth/token"):
+                await self.token(request, send)
+            elif path == self._path("/oauth/revoke"):
+                await self.revoke(request, send)
+            else:
+                return False
+        except StorageUnavailable as exc:
+            log.error("authorization server storage: %s", exc)
+            await send_json(send, 503, {"error": "temporarily_unavailable",
+                                        "error_description": f"the token storage is "
+                                                             f"unavailable: {exc}"},
+                            [("retry-after", "5")])
+        return True
+
+    def metadata(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "issuer": self.issuer,
+            "authorization_endpoint": self.plan.authorization_endpoint,
+            "token_endpoint": self.url("/oauth/token"),
+            "registration_endpoint": self.url("/oauth/register"),
+            "revocation_endpoint": self.url("/oauth/revoke"),
+            "jwks_uri": self.url("/.well-known/jwks.json"),
+            "response_types_supported": ["code"],
+            "response_modes_supported": ["query"],
+            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "code_challenge_methods_supported": ["S256"],
+            "token_endpoint_auth_methods_supported": ["none"],
+            "revocation_endpoint_auth_methods_supported": ["none"],
+            "authorization_response_iss_parameter_supported": True,
+        }
+        if self.scopes:
+            document["scopes_supported"] = list(self.scopes)
+        return document
+
+    # --- registration (RFC 7591) ---------------------------------------------------------------
+
+    async def register(self, request: HttpRequest, send: Send) -> None:
+        if request.method != "POST":
+            await send_json(send, 405, {"error": "invalid_request",
+                                        "error_description": "use POST"}, [("allow", "POST")])
+            return
+        wait = self.registrations.retry_after(request.client, time.monotonic())
+        if wait:
+            await send_json(send, 429, {"error": "invalid_request", "error_description":
+                                        "too many registrations from this address"},
+                            [("retry-after", str(wait))])
+            return
+        content_type = (request.header("content-type") or "").split(";")[0].strip().lower()
+        try:
+            if content_type != "application/json":
+                raise OAuthError("invalid_client_metadata",
+                                 "the registration must be JSON (Content-Type: "
+                                 "application/json)")
+            try:
+                body = await request.body(MAX_REGISTRATION_BYTES)
+            except BodyTooLarge:
+                raise OAuthError("invalid_client_metadata", f"the registration is larger than "
+                                 f"{MAX_REGISTRATION_BYTES} bytes") from None
+            try:
+                document = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                raise OAuthError("invalid_client_metadata",
+                                 "the registration is not valid JSON") from None
+            metadata = validate_client_metadata(document, allow_confidential=False)
+        except OAuthError as exc:
+            await send_json(send, exc.status, {"error": exc.error,
+                                               "error_description": exc.description})
+            return
+        now = time.time()
+        client = RegisteredClient(
+            client_id=secrets.token_urlsafe(24), redirect_uris=metadata.redirect_uris,
+            token_endpoint_auth_method=metadata.token_endpoint_auth_method,
+            grant_types=metadata.grant_types, client_name=metadata.client_name,
+            scope=metadata.scope, secret_sha256=None, created_at=now,
+            expires_at=now + CLIENT_LIFETIME)
+        await self.storage.put_client(client)
+        answer: dict[str, Any] = {
+            "client_id": client.client_id, "client_id_issued_at": int(now),
+            "redirect_uris": list(client.redirect_uris),
+            "token_endpoint_auth_method": client.token_endpoint_auth_method,
+            "grant_types": list(client.grant_types), "response_types": ["code"]}
+        if client.client_name:
+            answer["client_name"] = client.client_name
+        if client.scope:
+            answer["scope"] = client.scope
+        await send_json(send, 201, answer, _NO_STORE)
+
+    # --- authorization ---------------------------------------------------------------------------
+
+    async def _show_error(self, send: Send, status: int, message: str) -> None:
+        """An error the user sees (the redirect URI is not trusted, so nothing is redirected)."""
+        await send_text(send, status, f"Authorization failed: {message}\n")
+
+    async def _redirect(self, send: Send, url: str) -> None:
+        await send_empty(send, 302, [("location", url), *_NO_STORE])
+
+    def _client_redirect(self, redirect_uri: str, params: dict[str, str | None]) -> str:
+        query = urlencode({k: v for k, v in {**params, "iss": self.issuer}.items()
+                           if v is not None})
+        return redirect_uri + ("&" if urlsplit(redirect_uri).query else "?") + query
+
+    async def authorize(self, request: HttpRequest, send: Send) -> None:
+        query = {k: v[0] for k, v in request.query.items() if v}
+        if any(len(v) > 1 for v in request.query.values()):
+            await self._show_error(send, 400, "a parameter is repeated")
+            return
+        client = await self.storage.get_client(query.get("client_id", ""))
+        if client is None:
+            await self._show_error(send, 400, "unknown client_id")
+            return
+        redirect_uri = query.get("redirect_uri")
+        if redirect_uri is None:
+            if len(client.redirect_uris) != 1:
+                await self._show_error(send, 400, "redirect_uri is required")
+                return
+            redirect_uri = client.redirect_uris[0]
+        if not redirect_uri_matches(client.redirect_uris, redirect_uri):
+            await self._show_error(send, 400, "redirect_uri is not registered for this client")
+            return
+        state = query.get("state")
+        try:
+            if query.get("response_type") != "code":
+                raise OAuthError("unsupported_response_type", "response_type must be code")
+            check_pkce_request(query.get("code_challenge"), query.get("code_challenge_method"))
+            scopes = parse_scope(query.get("scope"), allowed=self.scopes or None)
+            resource = check_resource(query.get("resource"), allowed=self.resources)
+        except OAuthError as exc:
+            await self._redirect(send, self._client_redirect(redirect_uri, {
+                "error": exc.error, "error_description": exc.description, "state": state}))
+            return
+        providers = tuple(self.providers)
+        pending = PendingAuthorization(
+            state="", client_id=client.client_id, redirect_uri=redirect_uri, client_state=state,
+            code_challenge=str(query["code_challenge"]), scopes=scopes, resource=resource,
+            session_id=secrets.token_urlsafe(24), providers=providers, leg=0, verifier="",
+            nonce=None, expires_at=time.time() + PENDING_LIFETIME)
+        await self._start_leg(send, pending)
+
+    async def _start_leg(self, send: Send, pending: PendingAuthorization) -> None:
+        provider = self.providers[pending.providers[pending.leg]]
+        pending.state = secrets.token_urlsafe(32)
+        try:
+            leg = await provider.start(state=pending.state,
+                                       redirect_uri=self.url("/oauth/callback"))
+        except UpstreamError as exc:
+            log.warning("authorize: %s", exc)
+            await self._redirect(send, self._client_redirect(pending.redirect_uri, {
+                "error": "temporarily_unavailable", "error_description": str(exc)[:300],
+                "state": pending.client_state}))
+            return
+        pending.verifier, pending.nonce = leg.verifier, leg.nonce
+        await self.storage.put_pending(pending)
+        await self._redirect(send, leg.url)
+
+    async def callback(self, request: HttpRequest, send: Send) -> None:
+        query = {k: v[0] for k, v in request.query.items() if v}
+        pending = await self.storage.take_pending(query.get("state", ""))
+        if pending is None:
+            await self._show_error(send, 400, "this login is unknown, expired or already "
+                                              "finished (state)")
+            return
+        name = pending.providers[pending.leg]
+        provider = self.providers[name]
+        if "error" in query or "code" not in query:
+            detail = query.get("error", "no code")[:100]
+            await self._fail_chain(send, pending, "access_denied",
+                                   f"the login at {name} did not complete ({detail})")
+            return
+        try:
+            tokens, identity = await provider.finish(
+                code=query["code"], verifier=pending.verifier, nonce=pending.nonce,
+                redirect_uri=self.url("/oauth/callback"))
+        except UpstreamError as exc:
+            log.warning("callback: %s", exc)
+            await self._fail_chain(send, pending, "server_error", str(exc)[:300])
+            return
+        if pending.subject is None:
+            pending.subject = "u-" + _sha256(f"{name}\0{identity.subject}")[:32]
+        pending.name = pending.name or identity.name
+        pending.email = pending.email or identity.email
+        pending.upstream.append(StoredUpstream(
+            session_id=pending.session_id, provider=name, access_token=tokens.access_token,
+            refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
+            scope=tokens.scope, subject=identity.subject))
+        if pending.leg + 1 < len(pending.providers):
+            pending.leg += 1
+            await self._start_leg(send, pending)
+            return
+        now = time.time()
+        for upstream in pending.upstream:
+            await self.storage.put_upstream(upstream, now + self.refresh_lifetime)
+        code, code_id = self.opaque.mint("code")
+        await self.storage.put_code(CodeGrant(
+            code_id=code_id, client_id=pending.client_id, redirect_uri=pending.redirect_uri,
+            code_challenge=pending.code_challenge, scopes=pending.scopes,
+            resource=pending.resource, subject=pending.subject, session_id=pending.session_id,
+            name=pending.name, email=pending.email, expires_at=now + self.code_lifetime))
+        await self._redirect(send, self._client_redirect(pending.redirect_uri, {
+            "code": code, "state": pending.client_state}))
+
+    async def _fail_chain(self, send: Send, pending: PendingAuthorization, error: str,
+                          description: str) -> None:
+        pending.upstream.clear()  # nothing of an abandoned chain is kept
+        await self._redirect(send, self._client_redirect(pending.redirect_uri, {
+            "error": error, "error_description": description, "state": pending.client_state}))
+
+    # --- tokens -----------------------------------------------------------------------------
+
+    async def _form(self, request: HttpRequest) -> dict[str, str]:
+        content_type = (request.header("content-type") or "").split(";")[0].strip().lower()
+        if request.method != "POST" or content_type != "application/x-www-form-urlencoded":
+            raise OAuthError("invalid_request", "POST an application/x-www-form-urlencoded "
+                                                "body")
+        try:
+            body = await request.body(MAX_FORM_BYTES)
+        except BodyTooLarge:
+            raise OAuthError("invalid_request", "the request body is too large") from None
+        parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+        repeated = [k for k, v in parsed.items() if len(v) > 1]
+        if repeated:
+            raise OAuthError("invalid_request", f"the parameter {repeated[0][:40]} is repeated")
+        return {k: v[0] for k, v in parsed.items()}
+
+    async def token(self, request: HttpRequest, send: Send) -> None:
+        try:
+            form = await self._form(request)
+            grant_type = form.get("grant_type")
+            if grant_type == "authorization_code":
+                answer = await self._redeem_code(form)
+            elif grant_type == "refresh_token":
+                answer = await self._refresh(form)
+            else:
+                raise OAuthError("unsupported_grant_type",
+                                 "grant_type must be authorization_code or refresh_token")
+        except OAuthError as exc:
+            await send_json(send, exc.status, {"error": exc.error,
+                                               "error_description": exc.description},
+                            _NO_STORE)
+            return
+        await send_json(send, 200, answer, _NO_STORE)
+
+    async def _client(self, form: dict[str, str]) -> RegisteredClient:
+        client = await self.storage.get_client(form.get("client_id", ""))
+        if client is None:
+            raise OAuthError("invalid_client", "unknown client_id", status=401)
+        return client
+
+    async def _redeem_code(self, form: dict[str, str]) -> dict[str, Any]:
+        client = await self._client(form)
+        code_id = self.opaque.check("code", form.get("code", ""))
+        if code_id is None:
+            raise OAuthError("invalid_grant", "the code is invalid")
+        grant, first = await self.storage.redeem_code(code_id)
+        if grant is None:
+            raise OAuthError("invalid_grant", "the code is unknown or expired")
+        if not first:
+            await self._revoke_session(grant.session_id)
+            if grant.family_id is not None:
+                await self.storage.revoke_family(grant.family_id)
+            raise OAuthError("invalid_grant", "the code was already used; the tokens it "
+                                              "issued are revoked")
+        if grant.client_id != client.client_id:
+            raise OAuthError("invalid_grant", "the code was issued to another client")
+        if form.get("redirect_uri", grant.redirect_uri) != grant.redirect_uri:
+            raise OAuthError("invalid_grant", "redirect_uri differs from the authorization "
+                                              "request's")
+        verify_pkce(grant.code_challenge, "S256", form.get("code_verifier"))
+        resource = self._same_resource(form, grant.resource)
+        family_id = secrets.token_urlsafe(18)
+        answer = await self._issue(client.client_id, grant.subject, grant.session_id,
+                                   grant.scopes, resource, grant.name, grant.email, family_id,
+                                   new_family=True)
+        await self.storage.set_code_family(code_id, family_id)
+        return answer
+
+    def _same_resource(self, form: dict[str, str], bound: str | None) -> str | None:
+        """RFC 8707 at the token endpoint: a resource, when given, must be the one the
+        authorization request named."""
+        asked = check_resource(form.get("resource"), allowed=self.resources)
+        if asked is not None and asked != bound:
+            raise OAuthError("invalid_target", "resource differs from the authorization "
+                                               "request's")
+        return bound
+
+    async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
+        client = await self._client(form)
+        family_id, _, token = form.get("refresh_token", "").partition("~")
+        presented = self.opaque.check("rt", token)
+        family = await self.storage.get_family(family_id) if presented else None
+        if family is None or presented is None:
+            raise OAuthError("invalid_grant", "the refresh token is invalid or expired")
+        if family.client_id != client.client_id:
+            raise OAuthError("invalid_grant", "the refresh token was issued to another client")
+        if family.revoked:
+            raise OAuthError("invalid_grant", "the refresh token was revoked")
+        resource = self._same_resource(form, family.resource)
+        scopes = family.scopes
+        if form.get("scope"):
+            narrowed = parse_scope(form["scope"])
+            if not set(narrowed) <= set(scopes):
+                raise OAuthError("invalid_scope", "scope may only narrow the granted scopes")
+            scopes = narrowed
+        return await self._issue(client.client_id, family.subject, family.session_id, scopes,
+                                 resource, family.name, family.email, family_id,
+                                 rotate_from=presented)
+
+    async def _issue(self, client_id: str, subject: str, session_id: str,
+                     scopes: tuple[str, ...], resource: str | None, name: str | None,
+                     email: str | None, family_id: str, *, new_family: bool = False,
+                     rotate_from: str | None = None) -> dict[str, Any]:
+        now = int(time.time())
+        refresh, refresh_id = self.opaque.mint("rt")
+        refresh_expires = now + self.refresh_lifetime
+        if new_family:
+            await self.storage.put_family(RefreshFamily(
+                family_id=family_id, current_id=refresh_id, client_id=client_id,
+                subject=subject, session_id=session_id, scopes=scopes, resource=resource,
+                name=name, email=email, expires_at=refresh_expires))
+        else:
+            assert rotate_from is not None
+            rotated = await self.storage.rotate(family_id, rotate_from, refresh_id,
+                                                refresh_expires)
+            if rotated is None:
+                await self._revoke_session(session_id)
+                raise OAuthError("invalid_grant", "the refresh token was already used (reuse "
+                                                  "after rotation); its family is revoked")
+        audience = resource or (self.resources[0] if self.resources else self.issuer)
+        claims: dict[str, Any] = {
+            "iss": self.issuer, "sub": subject, "aud": [audience], "iat": now,
+            "exp": now + int(self.access_lifetime), "jti": secrets.token_urlsafe(16),
+            "client_id": client_id, "scope": " ".join(scopes), "scp": list(scopes),
+            "tsid": session_id}
+        if name:
+            claims["name"] = name
+        if email:
+            claims["email"] = email
+        answer: dict[str, Any] = {
+            "access_token": self.keys.sign(claims), "token_type": "Bearer",
+            "expires_in": int(self.access_lifetime), "refresh_token": f"{family_id}~{refresh}"}
+        if scopes:
+            answer["scope"] = " ".join(scopes)
+        return answer
+
+    # --- revocation -------------------------------------------------------------------------
+
+    async def _revoke_session(self, session_id: str) -> None:
+        until = time.time() + max(self.access_lifetime, 60.0)
+        self.revoked_sessions[session_id] = until
+        await self.storage.drop_session(session_id, until)
+
+    def session_valid(self, identity: Identity) -> bool:
+        """For the incoming authenticator: False when the token's session was revoked."""
+        session = identity.claims.get("tsid")
+        if not isinstance(session, str):
+            return True
+        until = self.revoked_sessions.get(session)
+        if until is None:
+            return True
+        if until < time.time():
+            del self.revoked_sessions[session]
+            return True
+        return False
+
+    async def revoke(self, request: HttpRequest, send: Send) -> None:
+        """RFC 7009: always 200 for a well-formed request (an unknown token is no error)."""
+        try:
+            form = await self._form(request)
+            await self._client(form)
+        except OAuthError as exc:
+            await send_json(send, exc.status, {"error": exc.error,
+                                               "error_description": exc.description})
+            return
+        token = form.get("token", "")
+        family_id, _, opaque = token.partition("~")
+        if opaque and self.opaque.check("rt", opaque) is not None:
+            family = await self.storage.get_family(family_id)
+            if family is not None:
+                await self.storage.revoke_family(family_id)
+                await self._revoke_session(family.session_id)
+        await send_empty(send, 200, _NO_STORE)

@@ -1,0 +1,150 @@
+"""What the embedded authorization server keeps between requests, and the storage contract.
+
+Records (all with an expiry; storage drops them after it):
+
+* :class:`RegisteredClient`: a client registered with RFC 7591 (its metadata, and the SHA-256 of
+  its secret for a confidential client).
+* :class:`PendingAuthorization`: an ``/oauth/authorize`` in progress, keyed by the internal state
+  of its current upstream leg (a fresh one per leg, single use: :meth:`Storage.take_pending`).
+* :class:`CodeGrant`: an issued authorization code, keyed by the code's id. Redeemed once; a
+  second redemption finds it marked used, which revokes what the first one issued.
+* :class:`RefreshFamily`: the chain of refresh tokens of one grant. Only the newest id is valid;
+  presenting an older one (reuse after rotation) revokes the family.
+* Upstream tokens per (session, provider): what the user's upstream logins returned, for the
+  outgoing ``upstreamInject``/token-exchange strategies. A storage that persists them outside
+  the process must encrypt them at rest.
+
+``session_id`` (the ``tsid`` claim of our access tokens) ties an access token to its upstream
+tokens. A revoked session (a replayed code, a reused refresh token) makes its access tokens
+invalid before their ``exp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+__all__ = ["CodeGrant", "PendingAuthorization", "RefreshFamily", "RegisteredClient", "Storage",
+           "StorageUnavailable", "StoredUpstream"]
+
+
+class StorageUnavailable(Exception):
+    """The storage cannot be reached (Redis down or failing over); the message says so."""
+
+
+@dataclass(frozen=True)
+class RegisteredClient:
+    client_id: str
+    redirect_uris: tuple[str, ...]
+    token_endpoint_auth_method: str
+    grant_types: tuple[str, ...]
+    client_name: str | None
+    scope: str | None
+    secret_sha256: str | None
+    """Hex SHA-256 of the client secret (confidential clients); the secret is never stored."""
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True)
+class StoredUpstream:
+    session_id: str
+    provider: str
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(repr=False)
+    expires_at: float | None
+    scope: str | None
+    subject: str
+
+
+@dataclass
+class PendingAuthorization:
+    state: str
+    """The internal state of the current upstream leg (the key)."""
+    client_id: str
+    redirect_uri: str
+    client_state: str | None
+    code_challenge: str
+    scopes: tuple[str, ...]
+    resource: str | None
+    session_id: str
+    providers: tuple[str, ...]
+    leg: int
+    verifier: str = field(repr=False)
+    nonce: str | None
+    expires_at: float
+    subject: str | None = None
+    """The user's internal id, once the first leg named them."""
+    name: str | None = None
+    email: str | None = None
+    upstream: list[StoredUpstream] = field(default_factory=list, repr=False)
+    """The tokens of the legs finished so far: stored only once the whole chain is done."""
+
+
+@dataclass
+class CodeGrant:
+    code_id: str
+    client_id: str
+    redirect_uri: str
+    code_challenge: str
+    scopes: tuple[str, ...]
+    resource: str | None
+    subject: str
+    session_id: str
+    name: str | None
+    email: str | None
+    expires_at: float
+    used: bool = False
+    family_id: str | None = None
+    """The refresh family the redemption created (revoked if the code is replayed)."""
+
+
+@dataclass
+class RefreshFamily:
+    family_id: str
+    current_id: str
+    client_id: str
+    subject: str
+    session_id: str
+    scopes: tuple[str, ...]
+    resource: str | None
+    name: str | None
+    email: str | None
+    expires_at: float
+    revoked: bool = False
+
+
+class Storage(Protocol):
+    """Every method may raise :class:`StorageUnavailable`."""
+
+    async def put_client(self, client: RegisteredClient) -> None: ...
+    async def get_client(self, client_id: str) -> RegisteredClient | None: ...
+
+    async def put_pending(self, pending: PendingAuthorization) -> None: ...
+    async def take_pending(self, state: str) -> PendingAuthorization | None:
+        """The pending authorization of this leg state, removed (single use)."""
+        ...
+
+    async def put_code(self, grant: CodeGrant) -> None: ...
+    async def redeem_code(self, code_id: str) -> tuple[CodeGrant | None, bool]:
+        """``(grant, first)``: the grant and whether this is its first redemption (it is
+        marked used either way, and kept until it expires so that a replay is recognised)."""
+        ...
+    async def set_code_family(self, code_id: str, family_id: str) -> None: ...
+
+    async def put_family(self, family: RefreshFamily) -> None: ...
+    async def get_family(self, family_id: str) -> RefreshFamily | None: ...
+    async def rotate(self, family_id: str, presented_id: str, new_id: str,
+                     expires_at: float) -> RefreshFamily | None:
+        """Atomically: if ``presented_id`` is the family's current id, make ``new_id``
+        current and return the family; otherwise (reuse, or revoked) revoke the family and
+        return None."""
+        ...
+    async def revoke_family(self, family_id: str) -> None: ...
+
+    async def put_upstream(self, tokens: StoredUpstream, expires_at: float) -> None: ...
+    async def get_upstream(self, session_id: str, provider: str) -> StoredUpstream | None: ...
+    async def drop_session(self, session_id: str, until: float) -> None:
+        """Forget the session's upstream tokens and remember it as revoked until ``until``."""
+        ...
+    async def session_revoked(self, session_id: str) -> bool: ...

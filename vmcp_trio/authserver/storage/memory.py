@@ -1,0 +1,125 @@
+"""The in-process storage (``storage.type: memory``, the default): nothing survives a restart,
+and replicas do not share it (use Redis for either).
+
+Every table is bounded: when one is full, expired records go first, then the oldest. Expiry is
+checked on every read, so an expired record is never returned even before a sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from typing import Generic, TypeVar
+
+from . import CodeGrant, PendingAuthorization, RefreshFamily, RegisteredClient, StoredUpstream
+
+__all__ = ["MemoryStorage"]
+
+T = TypeVar("T")
+
+
+class _Table(Generic[T]):
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.rows: OrderedDict[str, tuple[float, T]] = OrderedDict()
+
+    def put(self, key: str, value: T, expires_at: float) -> None:
+        self.rows[key] = (expires_at, value)
+        self.rows.move_to_end(key)
+        if len(self.rows) > self.limit:
+            now = time.time()
+            for stale in [k for k, (exp, _) in self.rows.items() if exp <= now]:
+                del self.rows[stale]
+            while len(self.rows) > self.limit:
+                self.rows.popitem(last=False)
+
+    def get(self, key: str) -> T | None:
+        row = self.rows.get(key)
+        if row is None:
+            return None
+        if row[0] <= time.time():
+            del self.rows[key]
+            return None
+        return row[1]
+
+    def pop(self, key: str) -> T | None:
+        value = self.get(key)
+        self.rows.pop(key, None)
+        return value
+
+
+class MemoryStorage:
+    def __init__(self, *, limit: int = 100_000) -> None:
+        self.clients: _Table[RegisteredClient] = _Table(limit)
+        self.pending: _Table[PendingAuthorization] = _Table(limit)
+        self.codes: _Table[CodeGrant] = _Table(limit)
+        self.families: _Table[RefreshFamily] = _Table(limit)
+        self.upstream: _Table[StoredUpstream] = _Table(limit)
+        self.revoked: _Table[bool] = _Table(limit)
+
+    async def put_client(self, client: RegisteredClient) -> None:
+        self.clients.put(client.client_id, client, client.expires_at)
+
+    async def get_client(self, client_id: str) -> RegisteredClient | None:
+        return self.clients.get(client_id)
+
+    async def put_pending(self, pending: PendingAuthorization) -> None:
+        self.pending.put(pending.state, pending, pending.expires_at)
+
+    async def take_pending(self, state: str) -> PendingAuthorization | None:
+        return self.pending.pop(state)
+
+    async def put_code(self, grant: CodeGrant) -> None:
+        self.codes.put(grant.code_id, grant, grant.expires_at)
+
+    async def redeem_code(self, code_id: str) -> tuple[CodeGrant | None, bool]:
+        grant = self.codes.get(code_id)
+        if grant is None:
+            return None, False
+        first = not grant.used
+        grant.used = True
+        return grant, first
+
+    async def set_code_family(self, code_id: str, family_id: str) -> None:
+        grant = self.codes.get(code_id)
+        if grant is not None:
+            grant.family_id = family_id
+
+    async def put_family(self, family: RefreshFamily) -> None:
+        self.families.put(family.family_id, family, family.expires_at)
+
+    async def get_family(self, family_id: str) -> RefreshFamily | None:
+        return self.families.get(family_id)
+
+    async def rotate(self, family_id: str, presented_id: str, new_id: str,
+                     expires_at: float) -> RefreshFamily | None:
+        family = self.families.get(family_id)
+        if family is None:
+            return None
+        if family.revoked or family.current_id != presented_id:
+            family.revoked = True
+            return None
+        family.current_id = new_id
+        family.expires_at = expires_at
+        self.families.put(family_id, family, expires_at)
+        return family
+
+    async def revoke_family(self, family_id: str) -> None:
+        family = self.families.get(family_id)
+        if family is not None:
+            family.revoked = True
+
+    async def put_upstream(self, tokens: StoredUpstream, expires_at: float) -> None:
+        self.upstream.put(f"{tokens.session_id}:{tokens.provider}", tokens, expires_at)
+
+    async def get_upstream(self, session_id: str, provider: str) -> StoredUpstream | None:
+        return self.upstream.get(f"{session_id}:{provider}")
+
+    async def drop_session(self, session_id: str, until: float) -> None:
+        prefix = f"{session_id}:"
+        for key in [k for k in self.upstream.rows if k.startswith(prefix)]:
+            del self.upstream.rows[key]
+        self.revoked.put(session_id, True, until)
+
+    async def session_revoked(self, session_id: str) -> bool:
+        return self.revoked.get(session_id) is not None

@@ -1,0 +1,547 @@
+"""One upstream identity provider of the embedded authorization server's chained login.
+
+The authorization server sends the user through each configured provider in turn (one *leg*
+each): :meth:`UpstreamProvider.start` builds the provider's authorization URL (authorization code
+with S256 PKCE, and an OIDC nonce), :meth:`UpstreamProvider.finish` redeems the code the callback
+received and finds out who the user is, and :meth:`UpstreamProvider.refresh` renews the provider's
+tokens later (for ``upstreamInject``).
+
+Two kinds of provider, as ToolHive has them:
+
+* ``oidc``: endpoints and signing keys come from the issuer's discovery document, fetched lazily
+  at first use (a provider that is down at startup does not stop the server); the user is the
+  ``sub`` of the ID token, which is checked fully (signature with the provider's JWKS, ``iss`` =
+  the discovered issuer, ``aud`` contains our client id, ``azp``, ``exp``, the leg's ``nonce``,
+  and ``at_hash`` when present).
+* ``oauth2``: explicit endpoints; the user comes from the ``userInfo`` endpoint through its
+  ``fieldMapping`` (ordered candidate fields, the first non-empty one wins, numbers become
+  integer strings as GitHub's numeric ``id`` needs). ``tokenResponseMapping`` reads tokens that a
+  provider nests in its token response (also on refresh).
+
+Errors are :class:`UpstreamError`; their messages name the provider and what went wrong (HTTP
+status, the provider's OAuth error code and description, a missing field, the ID token check)
+and never contain a token, a code, a verifier or a secret. Every network call is bounded in
+time (``timeout``) and size (:data:`~vmcp_trio.auth.discovery.MAX_DOCUMENT_BYTES`).
+
+Only the URLs the provider's discovery document names are put through the SSRF guard
+(:func:`~vmcp_trio.auth.ssrf.check_fetch_url`, with ``allow_http``/``allow_private``); configured
+URLs (the issuer, the ``oauth2`` endpoints) were checked by the configuration rules.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import math
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, quote_plus, urlencode, urlsplit
+
+import orjson
+import trio
+
+from ..auth.discovery import MAX_DOCUMENT_BYTES, DiscoveryError, FetchError, discover
+from ..auth.incoming.jwks import JwksCache, KeysUnavailable
+from ..auth.jwt import TokenError, UnverifiedToken, check_claims, parse_jws, verify_signature
+from ..auth.ssrf import UnsafeUrl, check_fetch_url
+from ..http.client import HttpClient, HttpError
+from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan
+
+__all__ = ["LegStart", "UpstreamError", "UpstreamIdentity", "UpstreamProvider",
+           "UpstreamTokens"]
+
+log = logging.getLogger("vmcp.authserver.upstream")
+
+DEFAULT_TIMEOUT = 10.0
+#: After a failed discovery, calls within this many seconds fail at once with the same reason
+#: instead of each waiting for the issuer again (a login storm while the issuer is down).
+DISCOVERY_RETRY_AFTER = 2.0
+#: expires_in beyond this (about 300 years) is not a lifetime but garbage.
+MAX_EXPIRES_IN = 10**10
+_MESSAGE_LIMIT = 200
+
+# The standard token response: what an unmapped provider's answer is read with.
+_STANDARD_MAPPING = TokenResponseMappingPlan(access_token_path="access_token")
+# Headers the provider's configuration may not set: the client owns them.
+_RESERVED_HEADERS = frozenset({"authorization", "host", "content-length", "transfer-encoding",
+                               "connection"})
+_HEADER_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE = re.compile(r"(?:[\x21-\x7e](?:[\x20-\x7e\t]*[\x21-\x7e])?)?")
+# What an access token may hold to be sent as "Authorization: Bearer <token>" (RFC 6750's
+# b64token is stricter; some providers use other visible characters).
+_BEARER_SAFE = re.compile(r"[\x21-\x7e]+")
+# OIDC Core 3.1.3.6: at_hash is the left half of the hash the JWS alg uses.
+_AT_HASH: dict[str, Callable[[bytes], Any]] = {
+    "RS256": hashlib.sha256, "PS256": hashlib.sha256, "ES256": hashlib.sha256,
+    "RS384": hashlib.sha384, "PS384": hashlib.sha384, "ES384": hashlib.sha384,
+    "RS512": hashlib.sha512, "PS512": hashlib.sha512, "ES512": hashlib.sha512,
+    "EdDSA": hashlib.sha512, "Ed25519": hashlib.sha512,
+}
+_ID_TOKEN_TYPS = frozenset({"jwt"})  # never "at+jwt": an access token is not an ID token
+
+
+class UpstreamError(Exception):
+    """The provider refused or failed. The message says which provider and what (HTTP status,
+    the provider's OAuth error code and description, a missing field, an ID token check); it
+    never contains tokens, codes or secrets. ``oauth_error`` is the provider's OAuth error code
+    when it gave one (``invalid_grant`` on refresh means: log in again)."""
+
+    def __init__(self, message: str, *, oauth_error: str | None = None) -> None:
+        super().__init__(message)
+        self.oauth_error = oauth_error
+
+
+@dataclass(frozen=True)
+class UpstreamTokens:
+    access_token: str = field(repr=False)
+    refresh_token: str | None = field(repr=False)
+    expires_at: float | None  # epoch seconds (from expires_in); None when not given
+    scope: str | None
+    token_type: str | None
+    id_token: str | None = field(repr=False, default=None)
+
+
+@dataclass(frozen=True)
+class UpstreamIdentity:
+    subject: str
+    name: str | None = None
+    email: str | None = None
+
+
+@dataclass(frozen=True)
+class LegStart:
+    url: str  # where to send the user's browser
+    verifier: str = field(repr=False)  # PKCE verifier of this leg (for the pending record)
+    nonce: str | None = field(repr=False)  # OIDC nonce of this leg (None for oauth2)
+
+
+@dataclass(frozen=True)
+class _Endpoints:
+    issuer: str | None  # the discovered issuer (oidc), None for oauth2
+    authorization: str
+    token: str
+    jwks_uri: str | None
+
+
+# --- reading provider JSON ---------------------------------------------------------------------
+
+def _dig(document: object, path: str) -> object:
+    """The value at a dot path (``data.auth.token``; a number indexes an array), or None."""
+    node = document
+    for part in path.split("."):
+        if isinstance(node, dict):
+            node = node.get(part)
+        elif isinstance(node, list) and part.isascii() and part.isdigit():
+            index = int(part)
+            node = node[index] if index < len(node) else None
+        else:
+            return None
+        if node is None:
+            return None
+    return node
+
+
+def _as_text(value: object) -> str | None:
+    """A claim as text: a non-blank string as is; a number as an integer string when it is one
+    (JSON decoders elsewhere turn GitHub's ``id`` 12345 into 12345.0: both give "12345")."""
+    if isinstance(value, str):
+        return value if value.strip() else None
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return str(int(value)) if value.is_integer() else repr(value)
+    return None
+
+
+def _first(document: object, paths: Sequence[str]) -> str | None:
+    for path in paths:
+        text = _as_text(_dig(document, path))
+        if text is not None:
+            return text
+    return None
+
+
+def _seconds(value: object) -> float | None:
+    """expires_in: a non-negative number, or a string of digits. Raises ValueError."""
+    if value is None:
+        return None
+    number: float
+    if isinstance(value, bool):
+        raise ValueError("a boolean")
+    if isinstance(value, int | float):
+        number = value
+    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        number = int(value.strip())
+    else:
+        raise ValueError("not a number")
+    if not (math.isfinite(number) and 0 <= number <= MAX_EXPIRES_IN):
+        raise ValueError("out of range")
+    return number
+
+
+def _clean(value: str) -> str:
+    """Provider-supplied text fit for a message and a log line: bounded, one line."""
+    text = "".join(ch if ch.isprintable() else " " for ch in value[:_MESSAGE_LIMIT])
+    return text + ("..." if len(value) > _MESSAGE_LIMIT else "")
+
+
+def _oauth_error(document: object) -> tuple[str, str] | None:
+    """``(code, "code: description")`` of an OAuth error response (RFC 6749 section 5.2)."""
+    if not isinstance(document, dict):
+        return None
+    code = document.get("error")
+    if not isinstance(code, str) or not code:
+        return None
+    text = _clean(code)
+    description = document.get("error_description")
+    if isinstance(description, str) and description:
+        text += f": {_clean(description)}"
+    return _clean(code), text
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _pkce_pair() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)  # 64 characters (RFC 7636: 43..128)
+    return verifier, _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
+
+
+# --- the provider ------------------------------------------------------------------------------
+
+class UpstreamProvider:
+    """One configured provider. Built from a :data:`ProviderPlan`; ``oidc`` discovers its
+    endpoints (and keys, through a :class:`JwksCache`) from ``issuerUrl`` lazily, at first use;
+    ``oauth2`` uses the explicit endpoints."""
+
+    def __init__(self, plan: ProviderPlan, client: HttpClient, *, allow_http: bool = False,
+                 allow_private: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.plan = plan
+        self.name = plan.name
+        self.client = client
+        self.allow_http = allow_http
+        self.allow_private = allow_private
+        self.timeout = timeout
+        self._scope = " ".join(plan.scopes)
+        self._basic_auth: str | None = None
+        if plan.client_secret is not None:
+            try:
+                secret = plan.client_secret.value.decode("utf-8")
+            except UnicodeDecodeError:
+                raise self._error("the client secret is not UTF-8 text") from None
+            # RFC 6749 section 2.3.1: both parts form-encoded before the Basic encoding.
+            pair = f"{quote_plus(plan.client_id, safe='')}:{quote_plus(secret, safe='')}"
+            self._basic_auth = "Basic " + base64.b64encode(pair.encode("ascii")).decode("ascii")
+        self._endpoints: _Endpoints | None = None
+        self._jwks: JwksCache | None = None
+        self._userinfo_headers: list[tuple[str, str]] = []
+        self._discovery_lock = trio.Lock()
+        self._discovery_failure: tuple[float, str] | None = None  # (when, why)
+        if isinstance(plan, OIDCProvider):
+            self._jwks = JwksCache(plan.issuer_url, self._jwks_uri, client,
+                                   allow_http=allow_http, allow_private=allow_private,
+                                   fetch_timeout=timeout)
+            self._mapping = _STANDARD_MAPPING
+        else:
+            self._endpoints = _Endpoints(None, plan.authorization_endpoint, plan.token_endpoint,
+                                         None)
+            self._mapping = plan.token_response_mapping or _STANDARD_MAPPING
+            if plan.user_info is not None:
+                self._userinfo_headers = self._build_userinfo_headers(
+                    plan.user_info.additional_headers)
+
+    def __repr__(self) -> str:
+        return f"UpstreamProvider({self.name!r}, {self.plan.type})"
+
+    def _error(self, message: str, *, oauth_error: str | None = None) -> UpstreamError:
+        return UpstreamError(f"upstream provider {self.name!r}: {message}",
+                             oauth_error=oauth_error)
+
+    def _build_userinfo_headers(self, extra: Sequence[tuple[str, str]]) -> list[tuple[str, str]]:
+        """``Accept: application/json`` and the configured additionalHeaders (which may replace
+        Accept, never Authorization, Host or the framing headers). Invalid ones are refused
+        here, at construction, because the HTTP layer's own error would quote the value."""
+        headers = {"accept": ("accept", "application/json")}
+        for name, value in extra:
+            if not _HEADER_NAME.fullmatch(name):
+                raise self._error(f"userInfo additional header {name[:100]!r} is not a valid "
+                                  "header name")
+            if name.lower() in _RESERVED_HEADERS:
+                raise self._error(f"userInfo additional header {name!r} cannot be set: vmcp "
+                                  "sets it")
+            if not _HEADER_VALUE.fullmatch(value):
+                raise self._error(f"the value of userInfo additional header {name!r} is not a "
+                                  "valid header value (visible ASCII only)")
+            headers[name.lower()] = (name, value)
+        return list(headers.values())
+
+    def supervised(self) -> list[Callable[..., Awaitable[None]]]:
+        """Tasks to run under the server's nursery (``nursery.start``): the JWKS refresher of an
+        ``oidc`` provider. Without it the keys are still fetched on demand at first use."""
+        return [self._jwks.run] if self._jwks is not None else []
+
+    # --- endpoints -----------------------------------------------------------------------------
+
+    async def _discover(self) -> _Endpoints:
+        """The oidc provider's endpoints, discovered once; raises FetchError (the JwksCache
+        calls this for its URL and reports FetchError as a failed fetch)."""
+        if self._endpoints is not None:
+            return self._endpoints
+        assert isinstance(self.plan, OIDCProvider)
+        async with self._discovery_lock:
+            if self._endpoints is not None:  # discovered while we waited
+                return self._endpoints
+            failure = self._discovery_failure
+            if failure is not None and trio.current_time() - failure[0] < DISCOVERY_RETRY_AFTER:
+                raise DiscoveryError(failure[1])
+            try:
+                endpoints = await self._fetch_endpoints(self.plan.issuer_url)
+            except FetchError as exc:
+                self._discovery_failure = (trio.current_time(), str(exc))
+                raise
+            self._endpoints, self._discovery_failure = endpoints, None
+            log.debug("upstream provider %s: discovered %s", self.name, self.plan.issuer_url)
+            return endpoints
+
+    async def _fetch_endpoints(self, issuer: str) -> _Endpoints:
+        try:
+            with trio.fail_after(self.timeout):
+                meta = await discover(self.client, issuer, allow_http=self.allow_http,
+                                      allow_private=self.allow_private)
+        except trio.TooSlowError:
+            raise DiscoveryError(f"the metadata of {issuer} did not arrive within "
+                                 f"{self.timeout:g}s") from None
+        values: dict[str, str] = {}
+        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
+            value = meta.get(name)
+            if not isinstance(value, str) or not value:
+                raise DiscoveryError(f"the metadata of {issuer} has no {name}")
+            values[name] = value
+        # The browser goes to the authorization endpoint: it must be a web URL, and https unless
+        # http is allowed. vmcp itself calls the token endpoint: the full SSRF guard.
+        parts = urlsplit(values["authorization_endpoint"])
+        if not parts.hostname or parts.scheme not in (("https", "http") if self.allow_http
+                                                      else ("https",)):
+            raise DiscoveryError(f"the metadata of {issuer} names an authorization_endpoint "
+                                 f"that is not an {'http(s)' if self.allow_http else 'https'} "
+                                 "URL")
+        try:
+            await check_fetch_url(values["token_endpoint"], allow_http=self.allow_http,
+                                  allow_private=self.allow_private)
+        except UnsafeUrl as exc:
+            raise DiscoveryError(f"the token_endpoint is refused: {exc}") from None
+        return _Endpoints(str(meta["issuer"]), values["authorization_endpoint"],
+                          values["token_endpoint"], values["jwks_uri"])
+
+    async def _jwks_uri(self) -> str:
+        endpoints = await self._discover()
+        assert endpoints.jwks_uri is not None
+        return endpoints.jwks_uri
+
+    async def _get_endpoints(self) -> _Endpoints:
+        try:
+            return await self._discover()
+        except FetchError as exc:
+            raise self._error(f"discovery failed: {exc}") from None
+
+    # --- HTTP ----------------------------------------------------------------------------------
+
+    async def _call(self, what: str, method: str, url: str, headers: list[tuple[str, str]],
+                    body: bytes = b"") -> tuple[int, object]:
+        """``(status, decoded JSON or None)`` of one bounded exchange."""
+        try:
+            with trio.fail_after(self.timeout):
+                status, _, data = await self.client.request(method, url, headers=headers,
+                                                            body=body, limit=MAX_DOCUMENT_BYTES)
+        except trio.TooSlowError:
+            raise self._error(f"the {what} did not answer within {self.timeout:g}s") from None
+        except HttpError as exc:
+            raise self._error(f"the {what} failed: {exc}") from None
+        try:
+            document: object = orjson.loads(data) if data else None
+        except orjson.JSONDecodeError:
+            document = None  # the caller reports the status; a 200 needs an object anyway
+        return status, document
+
+    async def _token_request(self, form: dict[str, str], what: str) -> UpstreamTokens:
+        endpoints = await self._get_endpoints()
+        headers = [("accept", "application/json"),
+                   ("content-type", "application/x-www-form-urlencoded")]
+        if self._basic_auth is not None:
+            headers.append(("authorization", self._basic_auth))
+        else:  # a public client names itself in the form (RFC 6749 section 3.2.1)
+            form = {**form, "client_id": self.plan.client_id}
+        status, document = await self._call("token endpoint", "POST", endpoints.token, headers,
+                                            urlencode(form).encode("ascii"))
+        # GitHub answers errors with 200 and an "error" member: an error wherever it appears.
+        error = _oauth_error(document)
+        if error is not None:
+            raise self._error(f"the token endpoint refused the {what} (HTTP {status}): "
+                              f"{error[1]}", oauth_error=error[0])
+        if status != 200:
+            raise self._error(f"the token endpoint answered HTTP {status} to the {what}")
+        if not isinstance(document, dict):
+            raise self._error("the token endpoint's answer is not a JSON object")
+        return self._read_tokens(document)
+
+    def _read_tokens(self, document: dict[str, Any]) -> UpstreamTokens:
+        """The tokens of a 200 token response, through tokenResponseMapping when configured
+        (else the standard member names)."""
+        mapping = self._mapping
+        access = _dig(document, mapping.access_token_path)
+        if not isinstance(access, str) or not access:
+            raise self._error(f"the token response has no access token at "
+                              f"{mapping.access_token_path!r}")
+        refresh = _dig(document, mapping.refresh_token_path)
+        try:
+            lifetime = _seconds(_dig(document, mapping.expires_in_path))
+        except ValueError:
+            raise self._error(f"the token response's {mapping.expires_in_path!r} is not a "
+                              "number of seconds") from None
+        scope = _dig(document, mapping.scope_path)
+        if isinstance(scope, list) and all(isinstance(item, str) for item in scope):
+            scope = " ".join(scope)
+        token_type = document.get("token_type")
+        id_token = document.get("id_token")
+        return UpstreamTokens(
+            access_token=access,
+            refresh_token=refresh if isinstance(refresh, str) and refresh else None,
+            # 0 means "not said" to most clients (Go's oauth2 too), not "already expired".
+            expires_at=time.time() + lifetime if lifetime else None,
+            scope=scope if isinstance(scope, str) else None,
+            token_type=token_type if isinstance(token_type, str) else None,
+            id_token=id_token if isinstance(id_token, str) and id_token else None)
+
+    # --- the leg -------------------------------------------------------------------------------
+
+    async def start(self, *, state: str, redirect_uri: str) -> LegStart:
+        """The authorization URL of this leg: ``response_type=code``, ``client_id``,
+        ``redirect_uri``, ``scope`` (the plan's scopes), ``state``, ``code_challenge`` (S256 of a
+        fresh verifier), ``code_challenge_method=S256``, and for oidc a fresh ``nonce``. An oidc
+        provider's endpoint comes from discovery (UpstreamError when that fails)."""
+        endpoints = await self._get_endpoints()
+        verifier, challenge = _pkce_pair()
+        params = {"response_type": "code", "client_id": self.plan.client_id,
+                  "redirect_uri": redirect_uri}
+        if self._scope:
+            params["scope"] = self._scope
+        params |= {"state": state, "code_challenge": challenge,
+                   "code_challenge_method": "S256"}
+        nonce = None
+        if isinstance(self.plan, OIDCProvider):
+            nonce = params["nonce"] = secrets.token_urlsafe(32)
+        base = endpoints.authorization
+        separator = "&" if urlsplit(base).query else ("" if base.endswith("?") else "?")
+        return LegStart(f"{base}{separator}{urlencode(params, quote_via=quote)}", verifier,
+                        nonce)
+
+    async def finish(self, *, code: str, verifier: str, nonce: str | None,
+                     redirect_uri: str) -> tuple[UpstreamTokens, UpstreamIdentity]:
+        """Redeem the leg's code (with its PKCE verifier) and find out who the user is: the ID
+        token of an oidc provider, the userInfo endpoint of an oauth2 one."""
+        user_info = None if isinstance(self.plan, OIDCProvider) else self.plan.user_info
+        if user_info is None and not isinstance(self.plan, OIDCProvider):
+            # Refused before the code is spent: there would be no way to know the user.
+            raise self._error("has no userInfo endpoint, so the user cannot be identified "
+                              "(configure oauth2Config.userInfo)")
+        if isinstance(self.plan, OIDCProvider) and not nonce:
+            raise self._error("the login leg has no nonce to check the ID token with")
+        tokens = await self._token_request(
+            {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
+             "code_verifier": verifier}, "authorization code")
+        if user_info is None:
+            assert nonce is not None
+            return tokens, await self._id_token_identity(tokens, nonce)
+        return tokens, await self._userinfo_identity(tokens.access_token)
+
+    async def refresh(self, refresh_token: str) -> UpstreamTokens:
+        """The refresh_token grant (tokenResponseMapping applies too). A response without a
+        refresh_token gives None: the caller keeps the one it has. Any new ID token is passed
+        on unchecked, in ``id_token``."""
+        return await self._token_request(
+            {"grant_type": "refresh_token", "refresh_token": refresh_token}, "refresh token")
+
+    # --- identity ------------------------------------------------------------------------------
+
+    async def _id_token_identity(self, tokens: UpstreamTokens, nonce: str) -> UpstreamIdentity:
+        if tokens.id_token is None:
+            raise self._error("the token response has no id_token (is 'openid' among the "
+                              "scopes?)")
+        endpoints = await self._get_endpoints()
+        assert endpoints.issuer is not None and self._jwks is not None
+        try:
+            token = parse_jws(tokens.id_token)
+            try:
+                key = await self._jwks.key_for(token.kid)
+            except KeysUnavailable as exc:
+                raise self._error(f"the signing keys are unavailable: {exc}") from None
+            if key is None:
+                raise self._error("the ID token is signed with a key that the provider's JWKS "
+                                  "does not hold")
+            verify_signature(token, key)
+            check_claims(token, issuer=endpoints.issuer, audience=self.plan.client_id,
+                         now=time.time(), typs=_ID_TOKEN_TYPS)
+        except TokenError as exc:
+            raise self._error(f"the ID token was refused: {exc.reason}") from None
+        self._check_id_token_bindings(token, tokens.access_token, nonce)
+        claims = token.claims
+        subject = claims.get("sub")
+        if not isinstance(subject, str) or not subject.strip():
+            raise self._error("the ID token has no sub")
+        email = claims.get("email")
+        return UpstreamIdentity(subject, _as_text(claims.get("name")),
+                                email if isinstance(email, str) and email.strip() else None)
+
+    def _check_id_token_bindings(self, token: UnverifiedToken, access_token: str,
+                                 nonce: str) -> None:
+        """OIDC Core 3.1.3.7: azp, nonce (against replay of another login's ID token), and
+        at_hash (3.2.2.9, the access token is the one this ID token was issued with)."""
+        claims = token.claims
+        azp = claims.get("azp")
+        if azp is not None and azp != self.plan.client_id:
+            raise self._error("the ID token's azp is not our client id")
+        claimed = claims.get("nonce")
+        if not isinstance(claimed, str):
+            raise self._error("the ID token has no nonce")
+        if not hmac.compare_digest(claimed.encode("utf-8"), nonce.encode("utf-8")):
+            raise self._error("the ID token's nonce is not the one of this login")
+        at_hash = claims.get("at_hash")
+        hash_ = _AT_HASH.get(token.alg)
+        if at_hash is not None and hash_ is not None:
+            digest = hash_(access_token.encode("utf-8")).digest()
+            expected = _b64url(digest[:len(digest) // 2])
+            if not isinstance(at_hash, str) or not hmac.compare_digest(
+                    at_hash.encode("utf-8"), expected.encode("ascii")):
+                raise self._error("the ID token's at_hash does not match the access token")
+
+    async def _userinfo_identity(self, access_token: str) -> UpstreamIdentity:
+        assert not isinstance(self.plan, OIDCProvider) and self.plan.user_info is not None
+        info = self.plan.user_info
+        if not _BEARER_SAFE.fullmatch(access_token):
+            raise self._error("the access token holds characters that cannot be sent in an "
+                              "Authorization header")
+        headers = [*self._userinfo_headers, ("authorization", f"Bearer {access_token}")]
+        status, document = await self._call("userInfo endpoint", info.http_method,
+                                            info.endpoint_url, headers)
+        if status != 200:
+            error = _oauth_error(document)
+            raise self._error(f"the userInfo endpoint answered HTTP {status}"
+                              + (f": {error[1]}" if error else ""),
+                              oauth_error=error[0] if error else None)
+        if not isinstance(document, dict):
+            raise self._error("the userInfo endpoint's answer is not a JSON object")
+        subject = _first(document, info.subject_fields)
+        if subject is None:
+            raise self._error("the userInfo response has none of the subject fields "
+                              + ", ".join(info.subject_fields))
+        return UpstreamIdentity(subject, _first(document, info.name_fields),
+                                _first(document, info.email_fields))
