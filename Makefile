@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FUZZ_SECONDS ?= 60
 
-.PHONY: test pytest lint fuzz clean run peers mcp1 bench
+.PHONY: test pytest lint fuzz clean run peers mcp1 bench redis
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
@@ -18,8 +18,12 @@ $(STAMP): pyproject.toml
 ## test: lint, then the whole test suite (what .ci/run runs)
 test: lint pytest
 
-pytest: $(STAMP) peers mcp1
+pytest: $(STAMP) peers mcp1 redis
 	$(BIN)/pytest
+
+## redis: Debian redis-server + redis-sentinel (7.0) for the Redis tests (no-op when installed)
+redis: $(STAMP)
+	$(BIN)/python scripts/redis_install.py
 
 ## peers: npm test peers (conformance suite, server-everything, inspector) with `npm ci`
 peers: $(STAMP)

@@ -10,15 +10,10 @@ headless login), and a raw flow for the security cases, each its own test.
 
 from __future__ import annotations
 
-import base64
-import copy
-import hashlib
 import json
-import secrets
-from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 import httpx2
 import pytest
@@ -28,70 +23,26 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import OAuthClientMetadata
 
-from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
+from vmcp_trio.authserver.keygen import generate_signing_key
 from vmcp_trio.authserver.keys import SigningKeys
-from vmcp_trio.gateway.core import Gateway
 
-from .fixtures.idp import HeadlessBrowser, Idp, MemoryTokenStorage, browse, running_idp
-from .gateway_helpers import RawClient, quickstart_docs, running_gateway
-from .helpers import free_port
+from .authserver_helpers import (
+    CLIENT_REDIRECT,
+    Stack,
+    as_docs,
+    authorize_url,
+    call,
+    claims_of,
+    login,
+    mcp_status,
+    pkce,
+    register,
+    tokens,
+)
+from .fixtures.idp import HeadlessBrowser, Idp, MemoryTokenStorage
+from .gateway_helpers import running_gateway
 
-CLIENT_REDIRECT = "http://127.0.0.1:9/callback"
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-
-
-@dataclass
-class Stack:
-    issuer: str
-    mcp: str
-    corp: Idp
-    hub: Idp
-    gateway: Gateway
-
-
-def as_docs(issuer: str, corp: Idp, hub: Idp) -> list[dict[str, Any]]:
-    docs = copy.deepcopy(quickstart_docs())
-    docs[:0] = [
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "as-keys"},
-         "stringData": {"key.pem": generate_signing_key("ec").decode(),
-                        "hmac": generate_hmac_secret().decode()}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "upstreams"},
-         "stringData": {"corp": corp.clients["confidential"].client_secret,
-                        "hub": hub.clients["confidential"].client_secret}},
-        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPOIDCConfig",
-         "metadata": {"name": "self"},
-         "spec": {"type": "inline", "inline": {"issuer": issuer, "insecureAllowHTTP": True}}},
-    ]
-    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
-    vmcp["spec"]["incomingAuth"] = {"type": "oidc", "oidcConfigRef": {
-        "name": "self", "audience": issuer + "/mcp", "scopes": ["mcp:tools"]}}
-    vmcp["spec"]["authServerConfig"] = {
-        "issuer": issuer, "insecureAllowHTTP": True,
-        "signingKeySecretRefs": [{"name": "as-keys", "key": "key.pem"}],
-        "hmacSecretRefs": [{"name": "as-keys", "key": "hmac"}],
-        "upstreamProviders": [
-            {"name": "corp", "type": "oidc", "oidcConfig": {
-                "issuerUrl": corp.issuer, "clientId": "confidential",
-                "clientSecretRef": {"name": "upstreams", "key": "corp"},
-                "scopes": ["openid"]}},
-            {"name": "hub", "type": "oauth2", "oauth2Config": {
-                "authorizationEndpoint": hub.authorization_endpoint,
-                "tokenEndpoint": hub.token_endpoint, "clientId": "confidential",
-                "clientSecretRef": {"name": "upstreams", "key": "hub"},
-                "scopes": ["openid"],
-                "userInfo": {"endpointUrl": f"{hub.issuer}/me",
-                             "fieldMapping": {"subjectFields": ["sub"]}}}},
-        ]}
-    return docs
-
-
-@pytest.fixture(scope="module")
-def upstreams() -> Iterator[tuple[int, Idp, Idp]]:
-    port = free_port()
-    callback = (f"http://127.0.0.1:{port}/oauth/callback",)
-    with running_idp(redirect_uris=callback) as corp, \
-            running_idp(redirect_uris=callback) as hub:
-        yield port, corp, hub
 
 
 @pytest.fixture
@@ -100,85 +51,6 @@ async def stack(upstreams: tuple[int, Idp, Idp]) -> AsyncIterator[Stack]:
     issuer = f"http://127.0.0.1:{port}"
     async with running_gateway(as_docs(issuer, corp, hub), port=port) as (url, gateway):
         yield Stack(issuer, url, corp, hub, gateway)
-
-
-# --- a raw client of the authorization server ----------------------------------------------------
-
-async def call(stack: Stack, method: str, path: str, *, form: dict[str, str] | None = None,
-               body: Any = None, raw: bytes | None = None,
-               headers: list[tuple[str, str]] | None = None) -> tuple[int, dict[str, str], Any]:
-    client = RawClient(stack.mcp)
-    data, extra = b"", list(headers or [])
-    if form is not None:
-        data = urlencode(form).encode()
-        extra.append(("content-type", "application/x-www-form-urlencoded"))
-    elif body is not None or raw is not None:
-        data = raw if raw is not None else json.dumps(body).encode()
-        extra.append(("content-type", "application/json"))
-    try:
-        status, raw_headers, answer = await client.http.request(
-            method, stack.issuer + path, headers=extra, body=data)
-    finally:
-        await client.aclose()
-    found = {k.decode().lower(): v.decode() for k, v in raw_headers}
-    try:
-        decoded = json.loads(answer) if answer else None
-    except ValueError:
-        decoded = answer.decode()
-    return status, found, decoded
-
-
-async def register(stack: Stack, **metadata: Any) -> str:
-    status, _, answer = await call(stack, "POST", "/oauth/register", body={
-        "redirect_uris": [CLIENT_REDIRECT], "client_name": "raw", **metadata})
-    assert status == 201, answer
-    return str(answer["client_id"])
-
-
-def pkce() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)
-    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
-    return verifier, challenge.rstrip(b"=").decode()
-
-
-def authorize_url(stack: Stack, client_id: str, challenge: str, **extra: str) -> str:
-    params = {"response_type": "code", "client_id": client_id, "redirect_uri": CLIENT_REDIRECT,
-              "state": "client-state", "code_challenge": challenge,
-              "code_challenge_method": "S256", "scope": "mcp:tools",
-              "resource": stack.mcp, **extra}
-    return f"{stack.issuer}/oauth/authorize?{urlencode(params)}"
-
-
-async def login(stack: Stack, client_id: str, challenge: str, user: str = "alice",
-                **extra: str) -> dict[str, str]:
-    """The chained headless login (both upstreams); the query of the redirect to the client."""
-    url = authorize_url(stack, client_id, challenge, **extra)
-    return await trio.to_thread.run_sync(browse, url, user)
-
-
-async def tokens(stack: Stack, user: str = "alice") -> tuple[str, dict[str, Any], str]:
-    client_id = await register(stack)
-    verifier, challenge = pkce()
-    redirect = await login(stack, client_id, challenge, user)
-    status, _, answer = await call(stack, "POST", "/oauth/token", form={
-        "grant_type": "authorization_code", "code": redirect["code"], "client_id": client_id,
-        "redirect_uri": CLIENT_REDIRECT, "code_verifier": verifier, "resource": stack.mcp})
-    assert status == 200, answer
-    return client_id, answer, redirect["code"]
-
-
-async def mcp_status(stack: Stack, access_token: str) -> int:
-    client = RawClient(stack.mcp)
-    client.token = access_token
-    try:
-        return (await client.initialize()).status
-    finally:
-        await client.aclose()
-
-
-def claims_of(token: str) -> dict[str, Any]:
-    payload = token.split(".")[1]
-    return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -233,12 +105,23 @@ async def test_issued_tokens_and_refresh_rotation(stack: Stack) -> None:
     _, other, _ = await tokens(stack, "bob")
     assert claims_of(other["access_token"])["sub"] != claims["sub"]
 
-    status, _, rotated = await call(stack, "POST", "/oauth/token", form={
+    status, _, first = await call(stack, "POST", "/oauth/token", form={
         "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
         "client_id": client_id})
-    assert status == 200 and rotated["refresh_token"] != answer["refresh_token"]
+    assert status == 200 and first["refresh_token"] != answer["refresh_token"]
+    # A retry with the replaced token, while its successor is unused (a lost answer), is
+    # not reuse: it rotates again.
+    status, _, retried = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
+        "client_id": client_id})
+    assert status == 200
+    status, _, rotated = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": retried["refresh_token"],
+        "client_id": client_id})
+    assert status == 200
     assert await mcp_status(stack, rotated["access_token"]) == 200
-    # reuse after rotation: refused, and the whole family (and its session) is revoked
+    # Reuse after rotation (the successor was used): refused, and the whole family (and its
+    # session) is revoked.
     status, _, reused = await call(stack, "POST", "/oauth/token", form={
         "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
         "client_id": client_id})

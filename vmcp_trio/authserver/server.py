@@ -133,7 +133,11 @@ class AuthorizationServer:
                                      if e))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The storage's connection (Redis) and the providers' key refreshers."""
         async with trio.open_nursery() as nursery:
+            storage_run = getattr(self.storage, "run", None)
+            if storage_run is not None:
+                await nursery.start(storage_run)
             for provider in self.providers.values():
                 for task in provider.supervised():
                     await nursery.start(task)

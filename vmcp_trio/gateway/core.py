@@ -9,6 +9,7 @@ idle for longer than the TTL; a client holding a stream open is not idle.
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,9 +17,11 @@ from typing import Any
 import trio
 
 from ..auth.identity import Identity
-from ..auth.incoming.build import AuthSettings, IncomingAuthError, build_authenticator
+from ..auth.incoming.build import AuthSettings, build_authenticator
 from ..authserver.server import AuthorizationServer
+from ..authserver.storage import Storage
 from ..authserver.storage.memory import MemoryStorage as MemoryStore
+from ..authserver.storage.redis import RedisStorage
 from ..http.client import HttpClient
 from ..protocol.jsonrpc import Message
 from ..protocol.revisions import STATELESS, Revision
@@ -26,9 +29,9 @@ from ..resources.plan import (
     EmbeddedIncoming,
     GatewayPlan,
     HttpEndpoint,
-    MemoryStorage,
     StdioEndpoint,
 )
+from ..resources.plan import RedisStorage as RedisStoragePlan
 from ..runtime.metrics import Metrics
 from .backends.base import BackendError, BackendLink, FallbackToLegacy, Sink
 from .backends.http import HttpBackendLink
@@ -78,9 +81,6 @@ def _authorization_server(plan: GatewayPlan, client: HttpClient) -> Authorizatio
     config = plan.auth_server
     if config is None:
         return None
-    if not isinstance(config.storage, MemoryStorage):
-        raise IncomingAuthError("authServerConfig.storage type redis is not available yet in "
-                                "this version; use type memory")
     incoming = plan.incoming
     resources: tuple[str, ...] = ()
     scopes: tuple[str, ...] = ()
@@ -88,8 +88,14 @@ def _authorization_server(plan: GatewayPlan, client: HttpClient) -> Authorizatio
         resources = tuple(dict.fromkeys(r for r in (incoming.audience, incoming.resource_url)
                                         if r))
         scopes = incoming.scopes
+    storage: Storage = MemoryStore()
+    if isinstance(config.storage, RedisStoragePlan):
+        # Sealed with the HMAC secrets (ephemeral ones: nothing readable after a restart, as
+        # the tokens themselves).
+        seal_secrets = [s.value for s in config.hmac_secrets] or [os.urandom(32)]
+        storage = RedisStorage(config.storage, seal_secrets)
     return AuthorizationServer(config, resources=resources, scopes=scopes, client=client,
-                               storage=MemoryStore())
+                               storage=storage)
 
 
 class Gateway:

@@ -24,8 +24,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["CodeGrant", "PendingAuthorization", "RefreshFamily", "RegisteredClient", "Storage",
-           "StorageUnavailable", "StoredUpstream"]
+__all__ = ["ROTATION_GRACE", "CodeGrant", "PendingAuthorization", "RefreshFamily",
+           "RegisteredClient", "Storage", "StorageUnavailable", "StoredUpstream"]
+
+
+ROTATION_GRACE = 10.0
+"""Seconds during which the refresh token a rotation replaced may be presented again, as long
+as the one it was replaced with was never used: a client whose answer was lost (a network
+error, a Redis failover between the write and the reply) retries with the token it still
+holds, and that is not reuse. Any other old token, or the replaced one after its successor
+was used, revokes the family."""
 
 
 class StorageUnavailable(Exception):
@@ -112,6 +120,8 @@ class RefreshFamily:
     email: str | None
     expires_at: float
     revoked: bool = False
+    previous_id: str | None = None
+    previous_until: float = 0.0
 
 
 class Storage(Protocol):
@@ -136,9 +146,9 @@ class Storage(Protocol):
     async def get_family(self, family_id: str) -> RefreshFamily | None: ...
     async def rotate(self, family_id: str, presented_id: str, new_id: str,
                      expires_at: float) -> RefreshFamily | None:
-        """Atomically: if ``presented_id`` is the family's current id, make ``new_id``
-        current and return the family; otherwise (reuse, or revoked) revoke the family and
-        return None."""
+        """Atomically: if ``presented_id`` is the family's current id (or the one the current
+        one replaced, within :data:`ROTATION_GRACE`), make ``new_id`` current and return the
+        family; otherwise (reuse, or revoked) revoke the family and return None."""
         ...
     async def revoke_family(self, family_id: str) -> None: ...
 

@@ -11,7 +11,14 @@ import time
 from collections import OrderedDict
 from typing import Generic, TypeVar
 
-from . import CodeGrant, PendingAuthorization, RefreshFamily, RegisteredClient, StoredUpstream
+from . import (
+    ROTATION_GRACE,
+    CodeGrant,
+    PendingAuthorization,
+    RefreshFamily,
+    RegisteredClient,
+    StoredUpstream,
+)
 
 __all__ = ["MemoryStorage"]
 
@@ -96,9 +103,11 @@ class MemoryStorage:
         family = self.families.get(family_id)
         if family is None:
             return None
-        if family.revoked or family.current_id != presented_id:
+        retry = (family.previous_id == presented_id and time.time() < family.previous_until)
+        if family.revoked or (family.current_id != presented_id and not retry):
             family.revoked = True
             return None
+        family.previous_id, family.previous_until = presented_id, time.time() + ROTATION_GRACE
         family.current_id = new_id
         family.expires_at = expires_at
         self.families.put(family_id, family, expires_at)

@@ -1,0 +1,181 @@
+"""The authorization server on Redis Sentinel: restarts, failover, and what Redis holds.
+
+Redis here is real: one master, one replica and three sentinels (``tests/fixtures/
+redis_cluster.py``, Debian's redis-server and redis-sentinel), fresh per test. The upstreams are
+the two ``oidc-provider`` instances of the other authorization server tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
+
+from .authserver_helpers import Stack, as_docs, call, mcp_status, tokens
+from .fixtures.idp import Idp
+from .fixtures.redis_cluster import RedisCluster, running_redis_cluster
+from .gateway_helpers import running_gateway
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[RedisCluster]:
+    with running_redis_cluster(tmp_path, password="s3cret-redis") as redis:
+        yield redis
+
+
+def redis_storage(cluster: RedisCluster) -> dict[str, Any]:
+    return {"type": "redis", "redis": {
+        "sentinelConfig": {"masterName": cluster.master_name,
+                           "sentinelAddrs": cluster.sentinel_addrs()},
+        "aclUserConfig": {"passwordSecretRef": {"name": "redis", "key": "password"}},
+        "dialTimeout": "1s", "readTimeout": "1s", "writeTimeout": "1s"}}
+
+
+def docs_for(upstreams: tuple[int, Idp, Idp], cluster: RedisCluster,
+             keys: tuple[str, str]) -> list[dict[str, Any]]:
+    port, corp, hub = upstreams
+    docs = as_docs(f"http://127.0.0.1:{port}", corp, hub, storage=redis_storage(cluster),
+                   keys=keys)
+    docs.insert(0, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "redis"},
+                    "stringData": {"password": str(cluster.password)}})
+    return docs
+
+
+def stack_of(upstreams: tuple[int, Idp, Idp], url: str, gateway: Any) -> Stack:
+    port, corp, hub = upstreams
+    return Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway)
+
+
+def redis_keys(cluster: RedisCluster) -> list[str]:
+    host, port = cluster.current_master()
+    out = subprocess.run(["redis-cli", "-h", host, "-p", str(port), "--no-auth-warning", "-a",
+                          str(cluster.password), "--scan"], capture_output=True, text=True,
+                         timeout=10, check=True)
+    return out.stdout.split()
+
+
+def redis_get(cluster: RedisCluster, key: str) -> str:
+    host, port = cluster.current_master()
+    out = subprocess.run(["redis-cli", "-h", host, "-p", str(port), "--no-auth-warning", "-a",
+                          str(cluster.password), "GET", key], capture_output=True, text=True,
+                         timeout=10, check=True)
+    return out.stdout
+
+
+async def refresh(stack: Stack, client_id: str, token: str) -> tuple[int, dict[str, Any]]:
+    status, _, answer = await call(stack, "POST", "/oauth/token", form={
+        "grant_type": "refresh_token", "refresh_token": token, "client_id": client_id})
+    return status, answer
+
+
+async def test_a_restart_keeps_tokens_with_persistent_keys(
+        upstreams: tuple[int, Idp, Idp], cluster: RedisCluster) -> None:
+    """Same keys and HMAC secrets, Redis storage: after a restart the access token still works
+    and the refresh token still refreshes. What Redis holds is prefixed per VirtualMCPServer and
+    the upstream tokens in it are sealed (no token in clear)."""
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    port = upstreams[0]
+    docs = docs_for(upstreams, cluster, keys)
+    async with running_gateway(docs, port=port) as (url, gateway):
+        stack = stack_of(upstreams, url, gateway)
+        client_id, answer, _ = await tokens(stack)
+        assert await mcp_status(stack, answer["access_token"]) == 200
+    stored = await trio.to_thread.run_sync(redis_keys, cluster)
+    assert stored and all(k.startswith("vmcp:auth:{default:quickstart}:") for k in stored)
+    upstream_rows = [k for k in stored if ":upstream:" in k]
+    assert {k.rsplit(":", 1)[1] for k in upstream_rows} == {"corp", "hub"}
+    sealed = await trio.to_thread.run_sync(redis_get, cluster, upstream_rows[0])
+    assert "access_token" not in sealed and "eyJ" not in sealed
+
+    async with running_gateway(docs, port=port) as (url, gateway):
+        stack = stack_of(upstreams, url, gateway)
+        assert await mcp_status(stack, answer["access_token"]) == 200
+        status, rotated = await refresh(stack, client_id, answer["refresh_token"])
+        assert status == 200, rotated
+        assert await mcp_status(stack, rotated["access_token"]) == 200
+
+
+async def test_a_restart_with_ephemeral_keys_means_a_clean_relogin(
+        upstreams: tuple[int, Idp, Idp], cluster: RedisCluster) -> None:
+    port = upstreams[0]
+    docs = docs_for(upstreams, cluster, ("", ""))
+    async with running_gateway(docs, port=port) as (url, gateway):
+        client_id, answer, _ = await tokens(stack_of(upstreams, url, gateway))
+    async with running_gateway(docs, port=port) as (url, gateway):
+        stack = stack_of(upstreams, url, gateway)
+        assert await mcp_status(stack, answer["access_token"]) == 401
+        status, refused = await refresh(stack, client_id, answer["refresh_token"])
+        assert status == 400 and refused["error"] == "invalid_grant"
+        _, again, _ = await tokens(stack)
+        assert await mcp_status(stack, again["access_token"]) == 200
+
+
+async def test_a_sentinel_failover_during_logins_and_refreshes_loses_nothing(
+        upstreams: tuple[int, Idp, Idp], cluster: RedisCluster) -> None:
+    """kill -9 of the Redis master while refresh tokens rotate: requests during the failover
+    may get 503 (and are retried, as a client would), but every rotation that was answered
+    survives: the newest refresh token of each family still refreshes afterwards, and logins
+    work again on the new master."""
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    port = upstreams[0]
+    async with running_gateway(docs_for(upstreams, cluster, keys), port=port) as (url, gateway):
+        stack = stack_of(upstreams, url, gateway)
+        families = []
+        for _ in range(3):
+            client_id, answer, _ = await tokens(stack)
+            families.append([client_id, answer["refresh_token"]])
+        unavailable = 0
+        killed = False
+
+        async def rotate_all(rounds: int) -> None:
+            nonlocal unavailable
+            for _ in range(rounds):
+                for family in families:
+                    status, answer = await refresh(stack, family[0], family[1])
+                    if status == 503:
+                        unavailable += 1
+                        await trio.sleep(0.2)
+                        continue
+                    assert status == 200, answer
+                    family[1] = answer["refresh_token"]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(rotate_all, 12)
+            await trio.sleep(0.5)
+            old = await trio.to_thread.run_sync(cluster.kill_master)
+            killed = True
+            await trio.to_thread.run_sync(cluster.wait_for_failover, old)
+        assert killed
+        storage = gateway.authserver.storage  # type: ignore[union-attr]
+        with trio.fail_after(10):
+            while storage.failovers == 0:  # type: ignore[attr-defined]
+                await trio.sleep(0.1)
+        for client_id, token in families:
+            status, answer = await refresh(stack, client_id, token)
+            assert status == 200, answer
+        _, fresh, _ = await tokens(stack)
+        assert await mcp_status(stack, fresh["access_token"]) == 200
+
+
+async def test_redis_away_gives_a_clear_503(upstreams: tuple[int, Idp, Idp],
+                                            tmp_path: Path) -> None:
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    port = upstreams[0]
+    with running_redis_cluster(tmp_path, password="pw-of-redis") as cluster:
+        docs = docs_for(upstreams, cluster, keys)
+        async with running_gateway(docs, port=port) as (url, gateway):
+            stack = stack_of(upstreams, url, gateway)
+            await trio.to_thread.run_sync(cluster.stop)
+            with trio.fail_after(15):
+                status, headers, answer = await call(stack, "POST", "/oauth/register", body={
+                    "redirect_uris": ["http://127.0.0.1:9/callback"]})
+            assert status == 503 and headers["retry-after"] == "5"
+            assert answer["error"] == "temporarily_unavailable"
+            assert "Redis" in answer["error_description"]
+            assert "pw-of-redis" not in answer["error_description"]

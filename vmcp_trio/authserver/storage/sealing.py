@@ -1,0 +1,61 @@
+"""Encryption at rest for what the authorization server stores outside the process.
+
+Upstream tokens (and pending logins, which carry the tokens of finished legs and PKCE verifiers)
+are sealed with AES-256-GCM before they reach Redis. The key is derived (HKDF-SHA256) from the
+``hmacSecretRefs`` secrets: the first seals, every one opens (rotation), so a Secret rotation
+needs no separate key. A sealed value is ``<key id>.<base64url(nonce || ciphertext)>``; the key
+id (8 hex characters of the derived key's hash) picks the key without trying them all, and the
+storage key is bound as associated data, so a value moved to another key does not open.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from collections.abc import Sequence
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+__all__ = ["Sealer", "SealingError"]
+
+_INFO = b"vmcp-trio authserver storage sealing v1"
+
+
+class SealingError(Exception):
+    """A stored value that does not open (another key, altered, or not sealed)."""
+
+
+def _derive(secret: bytes) -> AESGCM:
+    return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                       info=_INFO).derive(secret))
+
+
+class Sealer:
+    def __init__(self, secrets: Sequence[bytes]) -> None:
+        if not secrets:
+            raise ValueError("sealing needs at least one secret")
+        self._keys: dict[str, AESGCM] = {}
+        for secret in secrets:
+            key_id = hashlib.sha256(_INFO + secret).hexdigest()[:8]
+            self._keys.setdefault(key_id, _derive(secret))
+        self._current = next(iter(self._keys))
+
+    def seal(self, plaintext: bytes, *, context: str) -> str:
+        nonce = os.urandom(12)
+        sealed = self._keys[self._current].encrypt(nonce, plaintext, context.encode())
+        return f"{self._current}.{base64.urlsafe_b64encode(nonce + sealed).decode()}"
+
+    def open(self, value: str, *, context: str) -> bytes:
+        key_id, _, body = value.partition(".")
+        key = self._keys.get(key_id)
+        if key is None:
+            raise SealingError("sealed with a key that is no longer configured")
+        try:
+            raw = base64.urlsafe_b64decode(body)
+            return key.decrypt(raw[:12], raw[12:], context.encode())
+        except (ValueError, InvalidTag):
+            raise SealingError("the sealed value is altered or not sealed") from None
