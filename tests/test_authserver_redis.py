@@ -21,6 +21,7 @@ from .authserver_helpers import Stack, as_docs, call, mcp_status, tokens
 from .fixtures.idp import Idp
 from .fixtures.redis_cluster import RedisCluster, running_redis_cluster
 from .gateway_helpers import running_gateway
+from .helpers import free_port
 
 
 @pytest.fixture
@@ -179,3 +180,34 @@ async def test_redis_away_gives_a_clear_503(upstreams: tuple[int, Idp, Idp],
             assert answer["error"] == "temporarily_unavailable"
             assert "Redis" in answer["error_description"]
             assert "pw-of-redis" not in answer["error_description"]
+
+
+async def test_a_revocation_reaches_every_replica(upstreams: tuple[int, Idp, Idp],
+                                                  cluster: RedisCluster) -> None:
+    """Two vmcp replicas share one issuer, keys and Redis (behind a load balancer in real
+    life). A token works at both; revoked at one, it stops working at the other at once (the
+    revocations channel), even where it was already cached, and a replica started after the
+    revocation refuses it too (the shared record)."""
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    port = upstreams[0]
+    docs = docs_for(upstreams, cluster, keys)
+    async with running_gateway(docs, port=port) as (url_a, gateway_a), \
+            running_gateway(docs, port=free_port()) as (url_b, gateway_b):
+        a, b = stack_of(upstreams, url_a, gateway_a), stack_of(upstreams, url_b, gateway_b)
+        client_id, answer, _ = await tokens(a)
+        other_client, unseen, _ = await tokens(a)
+        assert await mcp_status(b, answer["access_token"]) == 200  # now cached at b
+        for client, token in ((client_id, answer), (other_client, unseen)):
+            status, _, _ = await call(a, "POST", "/oauth/revoke", form={
+                "token": token["refresh_token"], "client_id": client})
+            assert status == 200
+        with trio.fail_after(5):
+            while await mcp_status(b, answer["access_token"]) != 401:
+                await trio.sleep(0.1)
+        assert await mcp_status(b, unseen["access_token"]) == 401
+        # a replica started after the revocations heard none of them: the shared record
+        async with running_gateway(docs, port=free_port()) as (url_c, gateway_c):
+            c = stack_of(upstreams, url_c, gateway_c)
+            assert await mcp_status(c, unseen["access_token"]) == 401
+            _, fresh, _ = await tokens(a)
+            assert await mcp_status(c, fresh["access_token"]) == 200

@@ -28,12 +28,14 @@ the same RFC 8414 document).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import logging
 import secrets
 import time
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 
 import orjson
 import trio
@@ -122,6 +124,7 @@ class AuthorizationServer:
         """Sessions revoked in this process (replayed code, reused refresh token, revocation),
         until their tokens would have expired anyway: their access tokens stop working."""
         self.registrations = _RateLimit(REGISTRATIONS_PER_MINUTE)
+        storage.on_revoked = self.heard_revocation
         self.access_lifetime = plan.access_token_lifespan.total_seconds()
         self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
         self.code_lifetime = plan.auth_code_lifespan.total_seconds()
@@ -197,13 +200,18 @@ class AuthorizationServer:
             "response_modes_supported": ["query"],
             "grant_types_supported": ["authorization_code", "refresh_token"],
             "code_challenge_methods_supported": ["S256"],
-            "token_endpoint_auth_methods_supported": ["none"],
-            "revocation_endpoint_auth_methods_supported": ["none"],
+            "token_endpoint_auth_methods_supported": self._auth_methods(),
+            "revocation_endpoint_auth_methods_supported": self._auth_methods(),
             "authorization_response_iss_parameter_supported": True,
         }
         if self.scopes:
             document["scopes_supported"] = list(self.scopes)
         return document
+
+    def _auth_methods(self) -> list[str]:
+        if self.plan.allow_confidential_clients:
+            return ["none", "client_secret_basic", "client_secret_post"]
+        return ["none"]
 
     # --- registration (RFC 7591) ---------------------------------------------------------------
 
@@ -234,24 +242,30 @@ class AuthorizationServer:
             except orjson.JSONDecodeError:
                 raise OAuthError("invalid_client_metadata",
                                  "the registration is not valid JSON") from None
-            metadata = validate_client_metadata(document, allow_confidential=False)
+            metadata = validate_client_metadata(
+                document, allow_confidential=self.plan.allow_confidential_clients)
         except OAuthError as exc:
             await send_json(send, exc.status, {"error": exc.error,
                                                "error_description": exc.description})
             return
         now = time.time()
+        secret = None if metadata.token_endpoint_auth_method == "none" else \
+            secrets.token_urlsafe(32)
         client = RegisteredClient(
             client_id=secrets.token_urlsafe(24), redirect_uris=metadata.redirect_uris,
             token_endpoint_auth_method=metadata.token_endpoint_auth_method,
             grant_types=metadata.grant_types, client_name=metadata.client_name,
-            scope=metadata.scope, secret_sha256=None, created_at=now,
-            expires_at=now + CLIENT_LIFETIME)
+            scope=metadata.scope, secret_sha256=_sha256(secret) if secret else None,
+            created_at=now, expires_at=now + CLIENT_LIFETIME)
         await self.storage.put_client(client)
         answer: dict[str, Any] = {
             "client_id": client.client_id, "client_id_issued_at": int(now),
             "redirect_uris": list(client.redirect_uris),
             "token_endpoint_auth_method": client.token_endpoint_auth_method,
             "grant_types": list(client.grant_types), "response_types": ["code"]}
+        if secret is not None:  # shown once; only its hash is kept
+            answer["client_secret"] = secret
+            answer["client_secret_expires_at"] = int(client.expires_at)
         if client.client_name:
             answer["client_name"] = client.client_name
         if client.scope:
@@ -397,29 +411,51 @@ class AuthorizationServer:
     async def token(self, request: HttpRequest, send: Send) -> None:
         try:
             form = await self._form(request)
+            client = await self._client(request, form)
             grant_type = form.get("grant_type")
             if grant_type == "authorization_code":
-                answer = await self._redeem_code(form)
+                answer = await self._redeem_code(client, form)
             elif grant_type == "refresh_token":
-                answer = await self._refresh(form)
+                answer = await self._refresh(client, form)
             else:
                 raise OAuthError("unsupported_grant_type",
                                  "grant_type must be authorization_code or refresh_token")
         except OAuthError as exc:
-            await send_json(send, exc.status, {"error": exc.error,
-                                               "error_description": exc.description},
-                            _NO_STORE)
+            await self._oauth_error(send, exc)
             return
         await send_json(send, 200, answer, _NO_STORE)
 
-    async def _client(self, form: dict[str, str]) -> RegisteredClient:
-        client = await self.storage.get_client(form.get("client_id", ""))
+    async def _oauth_error(self, send: Send, exc: OAuthError) -> None:
+        headers = list(_NO_STORE)
+        if exc.status == 401:
+            headers.append(("www-authenticate", 'Basic realm="oauth"'))
+        await send_json(send, exc.status, {"error": exc.error,
+                                           "error_description": exc.description}, headers)
+
+    async def _client(self, request: HttpRequest, form: dict[str, str]) -> RegisteredClient:
+        """The calling client, authenticated as it registered: public clients by client_id,
+        confidential ones with their secret (HTTP Basic, RFC 6749 section 2.3.1 encoding, or
+        client_secret in the form), compared as SHA-256 in constant time."""
+        client_id, secret = form.get("client_id", ""), form.get("client_secret")
+        basic = request.header("authorization")
+        if basic is not None and basic[:6].lower() == "basic ":
+            try:
+                decoded = base64.b64decode(basic[6:].strip(), validate=True).decode()
+            except (ValueError, UnicodeDecodeError):
+                raise OAuthError("invalid_client", "the Authorization header is not valid "
+                                 "Basic credentials", status=401) from None
+            user, _, password = decoded.partition(":")
+            client_id, secret = unquote_plus(user), unquote_plus(password)
+        client = await self.storage.get_client(client_id)
         if client is None:
             raise OAuthError("invalid_client", "unknown client_id", status=401)
+        if client.secret_sha256 is not None and not hmac.compare_digest(
+                _sha256(secret or ""), client.secret_sha256):
+            raise OAuthError("invalid_client", "client authentication failed", status=401)
         return client
 
-    async def _redeem_code(self, form: dict[str, str]) -> dict[str, Any]:
-        client = await self._client(form)
+    async def _redeem_code(self, client: RegisteredClient,
+                           form: dict[str, str]) -> dict[str, Any]:
         code_id = self.opaque.check("code", form.get("code", ""))
         if code_id is None:
             raise OAuthError("invalid_grant", "the code is invalid")
@@ -455,8 +491,7 @@ class AuthorizationServer:
                                                "request's")
         return bound
 
-    async def _refresh(self, form: dict[str, str]) -> dict[str, Any]:
-        client = await self._client(form)
+    async def _refresh(self, client: RegisteredClient, form: dict[str, str]) -> dict[str, Any]:
         family_id, _, token = form.get("refresh_token", "").partition("~")
         presented = self.opaque.check("rt", token)
         family = await self.storage.get_family(family_id) if presented else None
@@ -534,20 +569,36 @@ class AuthorizationServer:
             return True
         return False
 
+    def heard_revocation(self, session_id: str, until: float) -> None:
+        """Another replica revoked a session (the storage's broadcast)."""
+        self.revoked_sessions[session_id] = until
+
+    async def session_not_revoked(self, identity: Identity) -> bool:
+        """For a token this process sees for the first time: is its session revoked in the
+        shared storage? Storage trouble does not lock everyone out (the signature is valid and
+        no revocation is known): it answers True."""
+        session = identity.claims.get("tsid")
+        if not isinstance(session, str):
+            return True
+        try:
+            return not await self.storage.session_revoked(session)
+        except StorageUnavailable:
+            return True
+
     async def revoke(self, request: HttpRequest, send: Send) -> None:
         """RFC 7009: always 200 for a well-formed request (an unknown token is no error)."""
         try:
             form = await self._form(request)
-            await self._client(form)
+            client = await self._client(request, form)
         except OAuthError as exc:
-            await send_json(send, exc.status, {"error": exc.error,
-                                               "error_description": exc.description})
+            await self._oauth_error(send, exc)
             return
         token = form.get("token", "")
         family_id, _, opaque = token.partition("~")
         if opaque and self.opaque.check("rt", opaque) is not None:
             family = await self.storage.get_family(family_id)
-            if family is not None:
+            # Only the client the token was issued to may revoke it (RFC 7009 section 2.1).
+            if family is not None and family.client_id == client.client_id:
                 await self.storage.revoke_family(family_id)
                 await self._revoke_session(family.session_id)
         await send_empty(send, 200, _NO_STORE)

@@ -107,7 +107,8 @@ class Gateway:
         self.authenticator = build_authenticator(
             plan.incoming, settings.auth, self.http,
             embedded_keys=self.authserver.keys if self.authserver else None,
-            still_valid=self.authserver.session_valid if self.authserver else None)
+            still_valid=self.authserver.session_valid if self.authserver else None,
+            first_seen_valid=self.authserver.session_not_revoked if self.authserver else None)
         """Boundary 1 (raises IncomingAuthError when the mode cannot be set up)."""
         self.sessions: dict[str, ClientSession] = {}
         self.stdio: dict[str, StdioProcess] = {}

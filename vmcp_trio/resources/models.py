@@ -322,6 +322,9 @@ class AuthServerConfig(Model):
                                                                        max_length=16)]
     storage: Storage | None = None
     insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
+    allow_confidential_clients: Bool = False
+    """Extension: RFC 7591 registrations may ask for a client secret (client_secret_basic or
+    client_secret_post); public clients (PKCE only) otherwise."""
 
 
 # --- aggregation (extension, ToolHive's names) -------------------------------------------------

@@ -290,6 +290,7 @@ class AuthServerPlan:
     auth_code_lifespan: Duration = Duration.of(minutes=10)
     storage: StoragePlan = MemoryStorage()
     insecure_allow_http: bool = False
+    allow_confidential_clients: bool = False
 
 
 # --- aggregation -------------------------------------------------------------------------------

@@ -109,7 +109,9 @@ class JwtAuthenticator(Authenticator):
                  restrict: Callable[[dict[str, Any]], str | None] | None = None,
                  supervised: tuple[Callable[..., Awaitable[None]], ...] = (),
                  authorization_servers: tuple[str, ...] | None = None,
-                 still_valid: Callable[[Identity], bool] | None = None) -> None:
+                 still_valid: Callable[[Identity], bool] | None = None,
+                 first_seen_valid: Callable[[Identity], Awaitable[bool]] | None = None
+                 ) -> None:
         self.issuer = issuer
         self.audience = audience
         self.keys = keys
@@ -121,7 +123,10 @@ class JwtAuthenticator(Authenticator):
         self.supervised = supervised
         self.still_valid = still_valid
         """Checked on every request, cache hits too: the embedded authorization server says
-        here whether a token's session was revoked."""
+        here whether a token's session was revoked (in memory: no I/O)."""
+        self.first_seen_valid = first_seen_valid
+        """Checked once per token, before it is cached: the revocations this process may not
+        have heard of (another replica's, made before this one started)."""
         self.authorization_servers = (authorization_servers if authorization_servers is not None
                                       else (issuer,))
         self.cache: VerifiedTokenCache[_Accepted] = VerifiedTokenCache(max_entries=cache_entries)
@@ -181,7 +186,8 @@ class JwtAuthenticator(Authenticator):
             raise AuthFailure(403, "insufficient_scope",
                               f"the token lacks the scopes {' '.join(sorted(missing))}")
         identity = Identity(str(claims.get("iss") or self.issuer), subject, claims)
-        if self.still_valid is not None and not self.still_valid(identity):
+        if (self.still_valid is not None and not self.still_valid(identity)) or (
+                self.first_seen_valid is not None and not await self.first_seen_valid(identity)):
             raise AuthFailure(401, "invalid_token", "the token was revoked")
         self.cache.put(token, _Accepted(identity), expires=expires, key_id=key_id, now=now)
         return identity

@@ -89,7 +89,9 @@ class _Metadata:
 
 def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: HttpClient, *,
                         embedded_keys: KeySource | None = None,
-                        still_valid: Callable[[Identity], bool] | None = None) -> Authenticator:
+                        still_valid: Callable[[Identity], bool] | None = None,
+                        first_seen_valid: Callable[[Identity], Awaitable[bool]] | None = None
+                        ) -> Authenticator:
     if isinstance(plan, AnonymousIncoming):
         return AnonymousAuthenticator()
     if isinstance(plan, OIDCIncoming):
@@ -103,7 +105,7 @@ def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: Http
         return JwtAuthenticator(issuer=plan.issuer, audience=plan.audience, keys=embedded_keys,
                                 required_scopes=settings.required_scopes,
                                 scopes_supported=plan.scopes, leeway=settings.leeway,
-                                still_valid=still_valid)
+                                still_valid=still_valid, first_seen_valid=first_seen_valid)
     raise IncomingAuthError(f"unknown incoming mode {plan!r}")
 
 

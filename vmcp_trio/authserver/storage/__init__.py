@@ -21,6 +21,7 @@ invalid before their ``exp``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -126,6 +127,10 @@ class RefreshFamily:
 
 class Storage(Protocol):
     """Every method may raise :class:`StorageUnavailable`."""
+
+    on_revoked: Callable[[str, float], None] | None
+    """Told ``(session id, until)`` of sessions that other processes sharing the storage
+    revoked (a storage shared by replicas broadcasts them)."""
 
     async def put_client(self, client: RegisteredClient) -> None: ...
     async def get_client(self, client_id: str) -> RegisteredClient | None: ...

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from . import (
@@ -63,6 +64,8 @@ class MemoryStorage:
         self.families: _Table[RefreshFamily] = _Table(limit)
         self.upstream: _Table[StoredUpstream] = _Table(limit)
         self.revoked: _Table[bool] = _Table(limit)
+        self.on_revoked: Callable[[str, float], None] | None = None
+        """Unused: nothing outside this process shares this storage."""
 
     async def put_client(self, client: RegisteredClient) -> None:
         self.clients.put(client.client_id, client, client.expires_at)

@@ -106,6 +106,8 @@ class RedisStorage:
         self._client: Redis[str] | None = None
         self._sentinel: Sentinel[str] | None = None
         self.failovers = 0
+        self.on_revoked: Callable[[str, float], None] | None = None
+        """Told of every session revoked by any replica (the revocations channel)."""
 
     # --- connection ----------------------------------------------------------------------------
 
@@ -123,6 +125,7 @@ class RedisStorage:
             self._client = client
             try:
                 async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._hear_revocations, client)
                     if self._sentinel is not None:
                         for sentinel_client in list(self._sentinel.sentinels):
                             nursery.start_soon(self._watch_failovers, sentinel_client, client)
@@ -165,6 +168,21 @@ class RedisStorage:
                             primary.connection_pool.disconnect()
             except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
                 log.info("sentinel subscription lost (%r); again in 1s", group.exceptions[0])
+            await trio.sleep(1)
+
+    async def _hear_revocations(self, client: Redis[str]) -> None:
+        """Sessions revoked by other replicas, so that their cached tokens stop working here
+        at once (``revocations`` channel: ``<session id> <until>``)."""
+        while True:
+            try:
+                async with client.pubsub(channels=[self._key("revocations")],
+                                         ignore_subscribe_messages=True) as pubsub:
+                    async for message in pubsub:
+                        session, _, until = str(message["data"]).partition(" ")
+                        if self.on_revoked is not None and until:
+                            self.on_revoked(session, float(until))
+            except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
+                log.info("revocation subscription lost (%r); again in 1s", group.exceptions[0])
             await trio.sleep(1)
 
     async def _do(self, operation: Callable[[Redis[str]], Any]) -> Any:
@@ -334,6 +352,7 @@ class RedisStorage:
             keys = [self._key("upstream", session_id, p) for p in providers]
             await r.delete([*keys, self._key("upstreams", session_id)])
             await r.set(self._key("revoked", session_id), "1", px=_ms(until - time.time()))
+            await r.publish(self._key("revocations"), f"{session_id} {until}")
             await self._durable(r)
         await self._do(drop)
 
