@@ -4,7 +4,9 @@ What the gateway's token-validation tests rely on: discovery at both well-known 
 tokens for a resource (``typ: at+jwt``, ``aud`` = the resource, signed by a key the tests know),
 opaque tokens that RFC 7662 introspection describes, headless logins for distinct users, key
 rotation on the same issuer, the issuer going down and coming back, and a headless browser for the
-MCP SDK's ``OAuthClientProvider``.
+MCP SDK's ``OAuthClientProvider``. And RFC 8693 token exchange, a stand-in grant we added to the
+provider (no installable program offers RFC 8693): which subject tokens it accepts (its own, a
+trusted external issuer's), what it refuses, its counters and its test-only fail/slow modes.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import functools
 import hashlib
 import json
 import secrets
+import threading
+import time
 from collections.abc import Iterator
-from typing import Any
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
 
 import httpx2
 import hypercorn.trio
@@ -24,7 +29,10 @@ import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
-from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.asymmetric.utils import (
+    decode_dss_signature,
+    encode_dss_signature,
+)
 from hypercorn.config import Config
 from mcp import Client
 from mcp.client.auth import OAuthClientProvider
@@ -35,7 +43,9 @@ from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import OAuthClientMetadata
 
 from .fixtures.idp import (
+    ACCESS_TOKEN_TYPE,
     DEFAULT_RESOURCE,
+    ID_TOKEN_TYPE,
     HeadlessBrowser,
     Idp,
     IdpError,
@@ -344,3 +354,253 @@ async def test_the_sdk_oauth_client_logs_in_through_the_headless_browser() -> No
     assert [tool.name for tool in tools.tools] == ["hello"]
     assert browser.visits == 1
     assert seen and {(c["sub"], c["aud"], c["iss"]) for c in seen} == {("zed", url, idp.issuer)}
+
+
+# --- RFC 8693 token exchange (our stand-in grant in tests/peers/idp.mjs) -----------------------
+
+class ExternalIssuer:
+    """A tiny external issuer: an ES256 key whose JWKS a stdlib HTTP server serves on 127.0.0.1,
+    and JWTs minted for it with ``cryptography``."""
+
+    def __init__(self) -> None:
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        numbers = self.key.public_key().public_numbers()
+        self.kid = "external-1"
+        jwks = {"keys": [{"kty": "EC", "crv": "P-256", "kid": self.kid, "alg": "ES256",
+                          "use": "sig", "x": _b64(numbers.x.to_bytes(32, "big")),
+                          "y": _b64(numbers.y.to_bytes(32, "big"))}]}
+        body = json.dumps(jwks).encode()
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200 if self.path == "/jwks" else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.jwks_uri = f"{self.issuer}/jwks"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ExternalIssuer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+    def mint(self, sub: str, *, key: ec.EllipticCurvePrivateKey | None = None,
+             ttl: int = 300, **claims: Any) -> str:
+        """An ES256 JWT (``iss`` = this issuer unless ``claims`` say otherwise), signed with
+        ``key`` (default: the key the JWKS serves) under this issuer's kid."""
+        now = int(time.time())
+        payload = {"iss": self.issuer, "sub": sub, "aud": "vmcp", "iat": now, "exp": now + ttl,
+                   **claims}
+        header = {"alg": "ES256", "typ": "JWT", "kid": self.kid}
+        signing_input = (_b64(json.dumps(header).encode()) + "."
+                         + _b64(json.dumps(payload).encode())).encode()
+        der = (key or self.key).sign(signing_input, ec.ECDSA(hashes.SHA256()))
+        r, s = decode_dss_signature(der)
+        return f"{signing_input.decode()}.{_b64(r.to_bytes(32, 'big') + s.to_bytes(32, 'big'))}"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+@pytest.fixture(scope="module")
+def external() -> Iterator[ExternalIssuer]:
+    with ExternalIssuer() as issuer:
+        yield issuer
+
+
+@pytest.fixture(scope="module")
+def xidp(external: ExternalIssuer) -> Iterator[Idp]:
+    """A provider with token exchange: audiences backend-a (defaults) and backend-b, trusting
+    ``external``."""
+    with running_idp(resources=RESOURCES, token_exchange={
+        "trustedIssuers": [{"issuer": external.issuer, "jwksUri": external.jwks_uri}],
+        "audiences": {"backend-a": {}, "backend-b": {"scope": "mcp:tools", "accessTokenTTL": 60}},
+    }) as running:
+        yield running
+
+
+@pytest.fixture
+def exchange_mode(xidp: Idp) -> Iterator[Idp]:
+    """``xidp``, put back in mode "ok" after the test."""
+    try:
+        yield xidp
+    finally:
+        xidp.set_exchange_mode("ok")
+
+
+def test_exchange_of_an_own_access_token_gives_a_jwt_for_the_audience(xidp: Idp) -> None:
+    subject = xidp.client_credentials_token(resource=DEFAULT_RESOURCE)["access_token"]
+    original = verify(subject, served_jwks(xidp))
+    response = xidp.exchange(subject, audience="backend-a")
+    assert response["issued_token_type"] == ACCESS_TOKEN_TYPE
+    assert response["token_type"] == "Bearer"
+    assert response["scope"] == "mcp:tools mcp:admin"
+    assert response["expires_in"] == 600
+    header, _ = decode(response["access_token"])
+    assert (header["typ"], header["kid"]) == ("at+jwt", xidp.kid)
+    claims = verify(response["access_token"], served_jwks(xidp))
+    assert claims["aud"] == "backend-a"
+    assert claims["sub"] == original["sub"] == "confidential"
+    assert claims["iss"] == xidp.issuer
+    assert claims["client_id"] == "confidential"
+    assert claims["scope"] == "mcp:tools mcp:admin"
+    assert claims["exp"] - claims["iat"] == 600
+    assert "act" not in claims  # the client exchanged its own token: no delegation
+    meta = httpx2.get(f"{xidp.issuer}/.well-known/openid-configuration", timeout=10).json()
+    assert "urn:ietf:params:oauth:grant-type:token-exchange" in meta["grant_types_supported"]
+
+
+def test_exchange_of_a_users_tokens_keeps_the_user_as_subject(xidp: Idp) -> None:
+    alice = xidp.login_token("alice", resource=DEFAULT_RESOURCE)
+    claims = verify(xidp.exchange(alice["access_token"], audience="backend-b")["access_token"],
+                    served_jwks(xidp))
+    assert (claims["sub"], claims["aud"], claims["scope"]) == ("alice", "backend-b", "mcp:tools")
+    assert claims["exp"] - claims["iat"] == 60
+    assert claims["act"] == {"sub": "confidential"}
+    # Its ID token (subject_token_type id_token), and an opaque access token of this provider.
+    by_id = xidp.exchange(alice["id_token"], audience="backend-a",
+                          subject_token_type=ID_TOKEN_TYPE)
+    assert verify(by_id["access_token"], served_jwks(xidp))["sub"] == "alice"
+    opaque = xidp.login_token("bob")["access_token"]
+    assert "." not in opaque
+    by_opaque = xidp.exchange(opaque, client="other", audience="backend-a")
+    claims = verify(by_opaque["access_token"], served_jwks(xidp))
+    assert (claims["sub"], claims["client_id"]) == ("bob", "other")
+
+
+def test_exchange_accepts_a_jwt_of_a_trusted_external_issuer(xidp: Idp,
+                                                             external: ExternalIssuer) -> None:
+    subject = external.mint("ext-user", act={"sub": "upstream-agent"})
+    response = xidp.exchange(subject, audience="backend-a", scope="mcp:tools")
+    assert response["issued_token_type"] == ACCESS_TOKEN_TYPE
+    claims = verify(response["access_token"], served_jwks(xidp))
+    assert claims["iss"] == xidp.issuer  # re-issued by this provider
+    assert (claims["sub"], claims["aud"], claims["scope"]) == ("ext-user", "backend-a",
+                                                               "mcp:tools")
+    # The caller acts for the subject; the subject token's own actor nests inside.
+    assert claims["act"] == {"sub": "confidential", "act": {"sub": "upstream-agent"}}
+
+
+def _forged(external: ExternalIssuer, idp: Idp) -> str:
+    return external.mint("mallory", key=ec.generate_private_key(ec.SECP256R1()))
+
+
+def _untrusted(external: ExternalIssuer, idp: Idp) -> str:
+    return external.mint("mallory", iss="http://127.0.0.1:9/untrusted")
+
+
+def _expired(external: ExternalIssuer, idp: Idp) -> str:
+    return external.mint("late", iat=int(time.time()) - 600, ttl=-300)
+
+
+def _tampered_own(external: ExternalIssuer, idp: Idp) -> str:
+    header, payload, signature = idp.client_credentials_token(
+        resource=DEFAULT_RESOURCE)["access_token"].split(".")
+    claims = json.loads(_b64decode(payload)) | {"sub": "admin"}
+    return f"{header}.{_b64(json.dumps(claims).encode())}.{signature}"
+
+
+def _garbage(external: ExternalIssuer, idp: Idp) -> str:
+    return "not-a-token-of-anyone"
+
+
+@pytest.mark.parametrize("subject", [_forged, _untrusted, _expired, _tampered_own, _garbage],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_exchange_refuses_an_untrusted_or_forged_subject(xidp: Idp, external: ExternalIssuer,
+                                                         subject: Any) -> None:
+    before = xidp.exchange_stats()["total"]
+    with pytest.raises(IdpError) as refused:
+        xidp.exchange(subject(external, xidp), audience="backend-a")
+    assert refused.value.status == 400
+    assert refused.value.body["error"] == "invalid_grant"
+    assert refused.value.body["error_description"]
+    assert xidp.exchange_stats()["total"] == before
+
+
+def test_exchange_refuses_an_unknown_audience(xidp: Idp, external: ExternalIssuer) -> None:
+    with pytest.raises(IdpError) as refused:
+        xidp.exchange(external.mint("u"), audience="backend-unknown")
+    assert refused.value.status == 400
+    assert refused.value.body["error"] == "invalid_target"
+
+
+def test_exchange_accepts_client_secret_post_as_well_as_basic(xidp: Idp,
+                                                             external: ExternalIssuer) -> None:
+    auths: tuple[Literal["basic", "post"], ...] = ("basic", "post")
+    for auth in auths:
+        response = xidp.exchange(external.mint(f"via-{auth}"), client="other",
+                                 audience="backend-a", auth=auth)
+        claims = verify(response["access_token"], served_jwks(xidp))
+        assert (claims["sub"], claims["client_id"]) == (f"via-{auth}", "other")
+    # A wrong secret is still refused, in the form as in the header.
+    secret = xidp.clients["other"].client_secret
+    xidp.clients["other"].client_secret = "wrong"
+    try:
+        for auth in auths:
+            with pytest.raises(IdpError) as refused:
+                xidp.exchange(external.mint("x"), client="other", audience="backend-a", auth=auth)
+            assert (refused.value.status, refused.value.body["error"]) == (401, "invalid_client")
+    finally:
+        xidp.clients["other"].client_secret = secret
+
+
+def test_exchange_stats_count_per_audience(xidp: Idp, external: ExternalIssuer) -> None:
+    xidp.reset_exchange_stats()
+    assert xidp.exchange_stats() == {"total": 0, "attempts": 0, "failed": 0, "byAudience": {},
+                                     "byClient": {}, "subjects": []}
+    for sub, audience, client in [("s1", "backend-a", "confidential"),
+                                  ("s2", "backend-a", "other"),
+                                  ("s3", "backend-b", "confidential")]:
+        xidp.exchange(external.mint(sub), client=client, audience=audience)
+    with pytest.raises(IdpError):
+        xidp.exchange(external.mint("s4"), audience="backend-unknown")
+    stats = xidp.exchange_stats()
+    assert stats["total"] == 3 and stats["attempts"] == 4
+    assert stats["byAudience"] == {"backend-a": 2, "backend-b": 1}
+    assert stats["byClient"] == {"confidential": {"backend-a": 1, "backend-b": 1},
+                                 "other": {"backend-a": 1}}
+    assert stats["subjects"] == ["s1", "s2", "s3"]
+
+
+def test_exchange_mode_fail_answers_500(exchange_mode: Idp, external: ExternalIssuer) -> None:
+    exchange_mode.set_exchange_mode("fail")
+    failed = exchange_mode.exchange_stats()["failed"]
+    with pytest.raises(IdpError) as refused:
+        exchange_mode.exchange(external.mint("u"), audience="backend-a")
+    assert refused.value.status == 500
+    assert refused.value.body["error"] == "server_error"
+    assert exchange_mode.exchange_stats()["failed"] == failed + 1
+
+
+def test_exchange_mode_slow_delays_the_answer(exchange_mode: Idp,
+                                              external: ExternalIssuer) -> None:
+    exchange_mode.set_exchange_mode("slow", delay_seconds=1.0)
+    started = time.monotonic()
+    response = exchange_mode.exchange(external.mint("patient"), audience="backend-a")
+    assert time.monotonic() - started >= 0.9
+    assert verify(response["access_token"], served_jwks(exchange_mode))["sub"] == "patient"
+
+
+def test_exchange_mode_ok_restores_the_grant(exchange_mode: Idp, external: ExternalIssuer) -> None:
+    exchange_mode.set_exchange_mode("fail")
+    with pytest.raises(IdpError):
+        exchange_mode.exchange(external.mint("u"), audience="backend-a")
+    exchange_mode.set_exchange_mode("ok")
+    response = exchange_mode.exchange(external.mint("back"), audience="backend-a")
+    assert verify(response["access_token"], served_jwks(exchange_mode))["sub"] == "back"
+    with pytest.raises(IdpError) as refused:  # and the mode route checks its input
+        exchange_mode.set_exchange_mode("sideways")  # type: ignore[arg-type]
+    assert refused.value.status == 400

@@ -569,6 +569,13 @@ class AuthorizationServer:
             return True
         return False
 
+    async def upstream_access_token(self, session_id: str, provider: str) -> str | None:
+        """The stored upstream access token of a session (for the outgoing strategies)."""
+        if session_id in self.revoked_sessions:
+            return None
+        stored = await self.storage.get_upstream(session_id, provider)
+        return stored.access_token if stored is not None else None
+
     def heard_revocation(self, session_id: str, until: float) -> None:
         """Another replica revoked a session (the storage's broadcast)."""
         self.revoked_sessions[session_id] = until

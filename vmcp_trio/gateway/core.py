@@ -18,6 +18,8 @@ import trio
 
 from ..auth.identity import Identity
 from ..auth.incoming.build import AuthSettings, build_authenticator
+from ..auth.outgoing.exchange import TokenExchanger
+from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy, build_strategy
 from ..authserver.server import AuthorizationServer
 from ..authserver.storage import Storage
 from ..authserver.storage.memory import MemoryStorage as MemoryStore
@@ -33,7 +35,13 @@ from ..resources.plan import (
 )
 from ..resources.plan import RedisStorage as RedisStoragePlan
 from ..runtime.metrics import Metrics
-from .backends.base import BackendError, BackendLink, FallbackToLegacy, Sink
+from .backends.base import (
+    BackendError,
+    BackendLink,
+    CredentialHook,
+    FallbackToLegacy,
+    Sink,
+)
 from .backends.http import HttpBackendLink
 from .backends.legacy_sse import LegacySseBackendLink
 from .backends.modern import ModernBackendLink
@@ -73,6 +81,22 @@ class GatewaySettings:
 
 class TooManySessions(Exception):
     pass
+
+
+class BackendCredentials:
+    """A backend's outgoing strategy as its links see it: a failure to get a credential is that
+    backend's error (a JSON-RPC error naming it)."""
+
+    def __init__(self, backend: str, strategy: OutgoingStrategy) -> None:
+        self.backend = backend
+        self.strategy = strategy
+
+    async def headers(self) -> list[tuple[str, str]]:
+        try:
+            return await self.strategy.headers()
+        except CredentialError as exc:
+            raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
+                from None
 
 
 def _authorization_server(plan: GatewayPlan, client: HttpClient) -> AuthorizationServer | None:
@@ -127,6 +151,13 @@ class Gateway:
         """Streamable HTTP backends found not to speak 2026-07-28."""
         self.legacy_backends: set[str] = set()
         """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
+        exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
+        self.credentials: dict[str, BackendCredentials] = {
+            backend.name: BackendCredentials(backend.name, build_strategy(
+                backend.outgoing, client=self.http, exchangers=exchangers,
+                tokens=self.authserver)) for backend in plan.backends}
+        """Boundary 2: each backend's outgoing strategy (exchange caches shared per service)."""
+        self.exchangers = exchangers
         self.health = HealthMonitor(self, self._health_changed)
         self.metrics = Metrics()
         self.open_streams = 0
@@ -231,7 +262,8 @@ class Gateway:
             raise BackendError(name, f"is unhealthy ({self.health.backends[name].last_error})")
         if isinstance(endpoint, HttpEndpoint):
             return await self.connect_http(name, endpoint, nursery, session.client_capabilities,
-                                           session.unrelated_sink(name), timeout)
+                                           session.unrelated_sink(name), timeout,
+                                           credentials=self.credentials[name])
         process = self.stdio[name]
         with trio.move_on_after(timeout):
             await process.ready.wait()
@@ -241,7 +273,8 @@ class Gateway:
 
     async def connect_http(self, name: str, endpoint: HttpEndpoint, nursery: trio.Nursery,
                            capabilities: dict[str, Any], sink: Sink, timeout: float, *,
-                           listen: bool = True) -> HttpLink:
+                           listen: bool = True,
+                           credentials: CredentialHook | None = None) -> HttpLink:
         """A started link to an HTTP backend, in the newest revision it speaks: 2026-07-28 when
         it answers ``server/discover``, else a handshake revision over Streamable HTTP, or the
         legacy HTTP+SSE transport when the resource says ``transport: sse`` or the backend
@@ -249,21 +282,21 @@ class Gateway:
         remembered, so later sessions go straight to what it does."""
         if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
             modern = ModernBackendLink(name, endpoint.url, self.http, session_sink=sink,
-                                       timeout=timeout)
+                                       credentials=credentials, timeout=timeout)
             if await modern.start(nursery, capabilities, listen=listen):
                 return modern
             self.handshake_backends.add(name)
         refused: FallbackToLegacy | None = None
         if endpoint.transport == "streamable-http" and name not in self.legacy_backends:
             link = HttpBackendLink(name, endpoint.url, self.http, session_sink=sink,
-                                   timeout=timeout)
+                                   credentials=credentials, timeout=timeout)
             try:
                 await link.start(nursery, capabilities, listen=listen)
                 return link
             except FallbackToLegacy as exc:
                 refused = exc
         legacy = LegacySseBackendLink(name, endpoint.url, self.http, session_sink=sink,
-                                      timeout=timeout)
+                                      credentials=credentials, timeout=timeout)
         try:
             await legacy.start(nursery, capabilities)
         except BackendError:

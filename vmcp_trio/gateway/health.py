@@ -26,7 +26,7 @@ import trio
 
 from ..protocol.jsonrpc import ErrorResponse, Message
 from ..resources.plan import HttpEndpoint
-from .backends.base import BackendError
+from .backends.base import BackendAuthRequired, BackendError
 
 if TYPE_CHECKING:
     from .core import Gateway, HttpLink
@@ -102,6 +102,8 @@ class HealthMonitor:
                         error = f"is not running ({process.last_error or 'starting'})"
                     else:
                         error = f"no answer to ping within {timeout:g}s"
+                except BackendAuthRequired:
+                    error = None  # up: it wants the credential of a caller the probe lacks
                 except BackendError as exc:
                     error = exc.detail
                 await self._record(health, error, trio.current_time() - started, threshold)

@@ -32,6 +32,7 @@ from ..auth.headers import HeaderError, bearer_token
 from ..auth.identity import Identity
 from ..auth.incoming.authenticator import AuthFailure
 from ..auth.metadata import METADATA_PATH, bearer_challenge, resource_metadata, resource_url
+from ..auth.outgoing.caller import CALLER, Caller
 from ..http.asgi import (
     BodyTooLarge,
     HttpRequest,
@@ -186,7 +187,9 @@ class GatewayApp:
         """The caller's identity, or None after answering 400/401/403/503 with a challenge."""
         auth = self.auth
         if auth.anonymous:
-            return await auth.authenticate(None)
+            identity = await auth.authenticate(None)
+            CALLER.set(Caller(identity))
+            return identity
         try:
             if request.query_string and "access_token" in request.query:
                 raise AuthFailure(400, "invalid_request", "tokens in the query string are "
@@ -195,7 +198,9 @@ class GatewayApp:
                 token = bearer_token(request.header("authorization"))
             except HeaderError as exc:
                 raise AuthFailure(400, "invalid_request", exc.reason) from None
-            return await auth.authenticate(token)
+            identity = await auth.authenticate(token)
+            CALLER.set(Caller(identity, token))
+            return identity
         except AuthFailure as failure:
             self.gateway.metrics.auth_failures.labels(str(failure.status),
                                                       failure.error or "none").inc()

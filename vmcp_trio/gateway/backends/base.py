@@ -29,8 +29,8 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import Revision, revision
 
-__all__ = ["BackendError", "BackendLink", "CredentialHook", "FallbackToLegacy", "Sink",
-           "backend_error"]
+__all__ = ["BackendAuthRequired", "BackendError", "BackendLink", "CredentialHook",
+           "FallbackToLegacy", "Sink", "backend_error"]
 
 Sink = Callable[[Message], Awaitable[None]]
 
@@ -53,6 +53,11 @@ class BackendError(Exception):
         super().__init__(f"backend {backend!r} {detail}")
         self.backend = backend
         self.detail = detail
+
+
+class BackendAuthRequired(BackendError):
+    """The backend answered 401 or 403: it is up, but wants a credential this request did not
+    carry (a health probe has no caller to get one for)."""
 
 
 class FallbackToLegacy(BackendError):

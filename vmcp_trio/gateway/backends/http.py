@@ -38,6 +38,7 @@ from ...protocol.jsonrpc import (
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...protocol.sse import SSEParser
 from .base import (
+    BackendAuthRequired,
     BackendError,
     CredentialHook,
     FallbackToLegacy,
@@ -157,6 +158,9 @@ class HttpBackendLink:
         if response.status == 202 or (request_id is None and response.status < 300):
             return None
         media = content_type(response)
+        if response.status in (401, 403):
+            raise BackendAuthRequired(self.name, f"refused the credential (HTTP "
+                                                 f"{response.status})")
         if response.status >= 400 and media != "application/json":
             raise BackendError(self.name, f"answered HTTP {response.status}")
         if media == "application/json":

@@ -67,7 +67,14 @@ from ...protocol.modern import (
 from ...protocol.modern import CLIENT_INFO as META_CLIENT_INFO
 from ...protocol.revisions import STATELESS, Revision
 from ...protocol.sse import SSEParser
-from .base import CLIENT_INFO, BackendError, CredentialHook, NoCredentials, Sink
+from .base import (
+    CLIENT_INFO,
+    BackendAuthRequired,
+    BackendError,
+    CredentialHook,
+    NoCredentials,
+    Sink,
+)
 from .replies import consume_sse, content_type, read_json_reply
 
 __all__ = ["MAX_ROUNDS", "ModernBackendLink"]
@@ -205,6 +212,9 @@ class ModernBackendLink:
             async with self.client.stream("POST", self.url, headers=headers,
                                           body=body) as response:
                 media = content_type(response)
+                if response.status in (401, 403):
+                    raise BackendAuthRequired(self.name, f"refused the credential (HTTP "
+                                                         f"{response.status})")
                 if media == "application/json":
                     return await read_json_reply(self.name, response, self.max_body)
                 if probing and 400 <= response.status < 500:

@@ -1,0 +1,180 @@
+"""RFC 8693 token exchange with a cache: one exchange per subject, audience and scopes per
+token lifetime, not one per request (ToolHive exchanges on every request).
+
+:class:`TokenExchanger` talks to one ``tokenUrl`` as one client. :meth:`TokenExchanger.exchange`
+answers from the cache when it can; concurrent misses for one key share one exchange
+(single-flight); an exchanged token is reused until ``margin`` seconds before it expires (a tenth
+of its lifetime at most, so short tokens are still reused); a failure is remembered for
+``failure_backoff`` seconds only (then tried again), so a broken exchange service is not hammered
+and recovers at once. The cache is bounded (LRU) and keyed by a hash of the subject token (the
+token is never kept).
+
+Client authentication: ``client_secret_basic`` (RFC 6749 section 2.3.1 encoding), and when the
+service answers 401 ``invalid_client`` to that, ``client_secret_post`` (remembered). The answer
+must be a JSON object with ``access_token``, ``token_type`` Bearer (case-insensitive; N_A is
+accepted for non-access-token types, RFC 8693 section 2.2.1), ``issued_token_type`` and a
+positive ``expires_in`` (default: ``default_lifetime`` when absent).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import trio
+
+from ...http.client import HttpClient
+from ..discovery import FetchError, fetch_json
+
+__all__ = ["ExchangeError", "ExchangedToken", "TokenExchanger"]
+
+GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+
+
+class ExchangeError(Exception):
+    """The exchange failed; the message says why (never a token or the secret)."""
+
+
+@dataclass(frozen=True)
+class ExchangedToken:
+    access_token: str = field(repr=False)
+    token_type: str
+    expires_at: float
+
+
+@dataclass
+class _Flight:
+    done: trio.Event = field(default_factory=trio.Event)
+    result: ExchangedToken | None = None
+    error: ExchangeError | None = None
+
+
+class TokenExchanger:
+    def __init__(self, client: HttpClient, *, token_url: str, client_id: str | None,
+                 client_secret: str | None, timeout: float = 10.0, max_entries: int = 10_000,
+                 margin: float = 30.0, failure_backoff: float = 2.0,
+                 default_lifetime: float = 300.0) -> None:
+        self.client = client
+        self.token_url = token_url
+        self.client_id = client_id
+        self.client_secret = client_secret
+        self.timeout = timeout
+        self.max_entries = max_entries
+        self.margin = margin
+        self.failure_backoff = failure_backoff
+        self.default_lifetime = default_lifetime
+        self.use_post = False
+        self.exchanges = 0
+        """Exchanges made (cache misses that reached the service), for metrics and tests."""
+        self._cache: OrderedDict[str, tuple[float, ExchangedToken]] = OrderedDict()
+        self._failures: dict[str, tuple[float, ExchangeError]] = {}
+        self._flights: dict[str, _Flight] = {}
+
+    def _key(self, subject: str, audience: str, scopes: tuple[str, ...],
+             subject_type: str) -> str:
+        material = "\0".join((subject, self.token_url, self.client_id or "", audience,
+                              " ".join(scopes), subject_type))
+        return hashlib.sha256(material.encode()).hexdigest()
+
+    async def exchange(self, subject: str, *, audience: str, scopes: tuple[str, ...] = (),
+                       subject_type: str = ACCESS_TOKEN_TYPE) -> ExchangedToken:
+        key = self._key(subject, audience, scopes, subject_type)
+        now = time.time()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            self._cache.move_to_end(key)
+            return cached[1]
+        failed = self._failures.get(key)
+        if failed is not None and failed[0] > now:
+            raise failed[1]
+        flight = self._flights.get(key)
+        if flight is not None:
+            await flight.done.wait()
+            if flight.result is None:
+                assert flight.error is not None
+                raise flight.error
+            return flight.result
+        flight = self._flights[key] = _Flight()
+        try:
+            token = await self._exchange(subject, audience, scopes, subject_type)
+        except ExchangeError as exc:
+            flight.error = exc
+            self._failures[key] = (time.time() + self.failure_backoff, exc)
+            if len(self._failures) > self.max_entries:
+                self._failures.clear()
+            raise
+        finally:
+            del self._flights[key]
+            flight.done.set()
+        flight.result = token
+        self._failures.pop(key, None)
+        lifetime = token.expires_at - time.time()
+        reuse_until = token.expires_at - min(self.margin, lifetime / 10)
+        self._cache[key] = (reuse_until, token)
+        self._cache.move_to_end(key)
+        while len(self._cache) > self.max_entries:
+            self._cache.popitem(last=False)
+        return token
+
+    async def _exchange(self, subject: str, audience: str, scopes: tuple[str, ...],
+                        subject_type: str) -> ExchangedToken:
+        form = {"grant_type": GRANT, "subject_token": subject,
+                "subject_token_type": subject_type, "requested_token_type": ACCESS_TOKEN_TYPE,
+                "audience": audience}
+        if scopes:
+            form["scope"] = " ".join(scopes)
+        self.exchanges += 1
+        status, document = await self._post(form)
+        if (status == 401 and not self.use_post and self.client_secret is not None
+                and isinstance(document, dict) and document.get("error") == "invalid_client"):
+            self.use_post = True  # the service wants client_secret_post
+            status, document = await self._post(form)
+        if status != 200 or not isinstance(document, dict):
+            error = document.get("error") if isinstance(document, dict) else None
+            raise ExchangeError(f"the token exchange at {self.token_url} answered HTTP {status}"
+                                + (f" ({str(error)[:80]})" if error else ""))
+        return self._read(document)
+
+    async def _post(self, form: dict[str, str]) -> tuple[int, Any]:
+        headers = [("content-type", "application/x-www-form-urlencoded")]
+        form = dict(form)
+        if self.client_id is not None:
+            if self.client_secret is not None and not self.use_post:
+                basic = f"{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}"
+                headers.append(("authorization",
+                                "Basic " + base64.b64encode(basic.encode()).decode()))
+            else:
+                form["client_id"] = self.client_id
+                if self.client_secret is not None:
+                    form["client_secret"] = self.client_secret
+        try:
+            status, _, document = await fetch_json(self.client, self.token_url, method="POST",
+                                                   headers=headers,
+                                                   body=urlencode(form).encode(),
+                                                   timeout=self.timeout)
+        except FetchError as exc:
+            raise ExchangeError(f"the token exchange failed: {exc}") from None
+        return status, document
+
+    def _read(self, document: dict[str, Any]) -> ExchangedToken:
+        token = document.get("access_token")
+        token_type = document.get("token_type")
+        issued = document.get("issued_token_type")
+        if not isinstance(token, str) or not token:
+            raise ExchangeError("the token exchange answer has no access_token")
+        if not isinstance(issued, str) or not issued:
+            raise ExchangeError("the token exchange answer has no issued_token_type")
+        if not isinstance(token_type, str) or token_type.lower() not in ("bearer", "n_a"):
+            raise ExchangeError("the token exchange answer's token_type is not Bearer")
+        expires_in = document.get("expires_in", self.default_lifetime)
+        if isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or \
+                expires_in <= 0:
+            raise ExchangeError("the token exchange answer's expires_in is not a positive "
+                                "number")
+        return ExchangedToken(token, token_type, time.time() + float(expires_in))
