@@ -26,17 +26,12 @@ Run: ``python bench/auth_hot_path.py [--iterations 2000] [--batches 5]``.
 from __future__ import annotations
 
 import argparse
-import base64
 import gc
-import json
 import statistics
 import sys
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import trio
@@ -47,7 +42,9 @@ from common import (  # type: ignore[import-not-found]
     free_port,
     gateway_config,
     generate_load,
+    jwks_server,
     pin_self,
+    rsa_jwk,
     started,
 )
 from cryptography.hazmat.primitives import hashes
@@ -237,43 +234,6 @@ async def _never() -> str:
 # --- through vmcp ------------------------------------------------------------------------------
 
 
-@contextmanager
-def jwks_server(document: dict[str, Any]) -> Iterator[str]:
-    """A local JWKS endpoint (stdlib server in a thread); yields its URL."""
-    body = json.dumps(document).encode()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("cache-control", "max-age=3600")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/jwks"
-    finally:
-        server.shutdown()
-
-
-def _jwk(public: rsa.RSAPublicKey, kid: str) -> dict[str, Any]:
-    numbers = public.public_numbers()
-
-    def b64(value: int) -> str:
-        raw = value.to_bytes((value.bit_length() + 7) // 8, "big")
-        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
-
-    return {"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig", "n": b64(numbers.n),
-            "e": b64(numbers.e)}
-
-
 def _vmcp_cpu_per_call(backend_url: str, incoming: str, auth: bytes, server_cpu: int,
                        args: argparse.Namespace) -> dict[str, float]:
     port = free_port()
@@ -305,7 +265,7 @@ def through_vmcp(args: argparse.Namespace) -> tuple[Metrics, Ratios]:
                          headers={"kid": "bench", "typ": "at+jwt"})
     auth = b"authorization: Bearer " + token.encode() + b"\r\n"
     floor = [sys.executable, "bench/floor_backend.py", "--port", "0"]
-    with jwks_server({"keys": [_jwk(key.public_key(), "bench")]}) as jwks_url, \
+    with jwks_server({"keys": [rsa_jwk(key.public_key(), "bench")]}) as jwks_url, \
             started(floor, cpu=load_cpu, ready_line="listening") as (_, line):
         backend_url = line.split()[-1]
         oidc = (f"{{type: oidc, oidcConfig: {{type: inline, inline: {{issuer: '{ISSUER}', "

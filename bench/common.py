@@ -3,16 +3,19 @@ of concurrent MCP sessions, and the one-JSON-line result format of CONTRACT.md."
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
 import socket
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -146,8 +149,8 @@ def _request(path: str, host: bytes, extra: bytes, body: bytes) -> bytes:
 
 async def _exchange(stream: trio.SocketStream,
                     request: bytes) -> tuple[int, dict[bytes, bytes], bytes]:
-    """One request/response on a keep-alive connection (Content-Length bodies only: the
-    servers measured here answer JSON). Deliberately minimal, so the load generator costs
+    """One request/response on a keep-alive connection (Content-Length bodies, or a chunked
+    event stream read to its end, undecoded). Deliberately minimal, so the load generator costs
     little and the servers, not it, are what saturates."""
     await stream.send_all(request)
     buffer = b""
@@ -163,6 +166,13 @@ async def _exchange(stream: trio.SocketStream,
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         headers[name.strip().lower()] = value.strip()
+    if headers.get(b"transfer-encoding", b"").lower() == b"chunked":  # an SSE reply
+        while not rest.endswith(b"0\r\n\r\n"):
+            chunk = await stream.receive_some(65536)
+            if not chunk:
+                raise ConnectionError("closed")
+            rest += chunk
+        return status, headers, rest
     length = int(headers.get(b"content-length", b"0"))
     while len(rest) < length:
         chunk = await stream.receive_some(65536)
@@ -221,3 +231,81 @@ async def generate_load(url: str, *, sessions: int, warmup: float, duration: flo
 def emit(name: str, metrics: dict[str, Any], ratios: dict[str, float]) -> None:
     """The last line of every benchmark (CONTRACT.md)."""
     print(json.dumps({"bench": name, "metrics": metrics, "ratios": ratios}))
+
+
+@contextmanager
+def jwks_server(document: dict[str, Any]) -> Iterator[str]:
+    """A local JWKS endpoint (stdlib server in a thread); yields its URL."""
+    body = json.dumps(document).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("cache-control", "max-age=3600")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/jwks"
+    finally:
+        server.shutdown()
+
+
+def rsa_jwk(public: Any, kid: str) -> dict[str, Any]:
+    """The public JWK (RS256) of an RSA public key."""
+    numbers = public.public_numbers()
+
+    def b64(value: int) -> str:
+        raw = value.to_bytes((value.bit_length() + 7) // 8, "big")
+        return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+    return {"kty": "RSA", "kid": kid, "alg": "RS256", "use": "sig", "n": b64(numbers.n),
+            "e": b64(numbers.e)}
+
+
+async def fixed_calls(url: str, *, auths: Sequence[bytes], calls: int) -> LoadResult:
+    """``calls`` tools/call spread evenly over one MCP session per entry of ``auths`` (each an
+    ``authorization: ...\r\n`` header line, or b""), all sessions concurrent. Each session is
+    opened and makes one unmeasured call first, one session at a time, so that no reply in the
+    measured part is slow enough to turn into an event stream (this load generator reads only
+    JSON replies)."""
+    result = LoadResult()
+    ids = itertools.count(1)
+    path = urlsplit(url).path
+    per_client = calls // len(auths)
+
+    def call_body() -> bytes:
+        return orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
+                             "params": {"name": "echo", "arguments": {"text": "x"}}})
+
+    sessions = []
+    for auth in auths:
+        stream, host, extra = await _open(url, auth)
+        await _exchange(stream, _request(path, host, extra, call_body()))
+        sessions.append((stream, host, extra))
+
+    async def worker(stream: trio.SocketStream, host: bytes, extra: bytes) -> None:
+        for _ in range(per_client):
+            started_at = time.perf_counter()
+            status, _, data = await _exchange(stream, _request(path, host, extra, call_body()))
+            if status == 200 and b'"result"' in data:
+                result.calls += 1
+                result.latencies.append(time.perf_counter() - started_at)
+            else:
+                result.errors += 1
+        await stream.aclose()
+
+    began = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for session in sessions:
+            nursery.start_soon(worker, *session)
+    result.seconds = time.perf_counter() - began
+    return result

@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--trust-forwarded-headers", action="store_true",
                        help="derive the resource URL from X-Forwarded-Proto/-Host (only behind "
                             "a proxy that sets them)")
+    serve.add_argument("--no-token-exchange-cache", action="store_true",
+                       help="exchange tokens on every backend request (for comparisons)")
     serve.set_defaults(handler=_serve, parser=serve)
 
     keys = commands.add_parser("keys", help="signing keys and HMAC secrets for authServerConfig")
@@ -233,6 +235,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
         allowed_origins=tuple(args.allowed_origin),
         trust_forwarded_headers=args.trust_forwarded_headers,
+        token_exchange_cache=not args.no_token_exchange_cache,
         auth=AuthSettings(leeway=args.auth_leeway, required_scopes=tuple(args.required_scope),
                           introspection_cache_ttl=args.introspection_cache_ttl,
                           service_account_dir=args.service_account_dir))

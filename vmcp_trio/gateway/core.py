@@ -73,6 +73,8 @@ class GatewaySettings:
     """How long a request may wait for its backend before the reply switches to SSE."""
     allowed_origins: tuple[str, ...] = ()
     auth: AuthSettings = field(default_factory=AuthSettings)
+    token_exchange_cache: bool = True
+    """False exchanges tokens on every backend request (ToolHive's behaviour; benchmarks)."""
     trust_forwarded_headers: bool = False
     """Take the resource URL's scheme and host from X-Forwarded-Proto/-Host (behind a trusted
     load balancer that sets them) when no resourceUrl is configured."""
@@ -155,7 +157,8 @@ class Gateway:
         self.credentials: dict[str, BackendCredentials] = {
             backend.name: BackendCredentials(backend.name, build_strategy(
                 backend.outgoing, client=self.http, exchangers=exchangers,
-                tokens=self.authserver)) for backend in plan.backends}
+                tokens=self.authserver, cache=settings.token_exchange_cache))
+            for backend in plan.backends}
         """Boundary 2: each backend's outgoing strategy (exchange caches shared per service)."""
         self.exchangers = exchangers
         self.health = HealthMonitor(self, self._health_changed)

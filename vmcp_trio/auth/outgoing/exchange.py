@@ -59,7 +59,7 @@ class TokenExchanger:
     def __init__(self, client: HttpClient, *, token_url: str, client_id: str | None,
                  client_secret: str | None, timeout: float = 10.0, max_entries: int = 10_000,
                  margin: float = 30.0, failure_backoff: float = 2.0,
-                 default_lifetime: float = 300.0) -> None:
+                 default_lifetime: float = 300.0, cache: bool = True) -> None:
         self.client = client
         self.token_url = token_url
         self.client_id = client_id
@@ -69,6 +69,8 @@ class TokenExchanger:
         self.margin = margin
         self.failure_backoff = failure_backoff
         self.default_lifetime = default_lifetime
+        self.cache = cache
+        """False: exchange on every request, as ToolHive does (for comparisons only)."""
         self.use_post = False
         self.exchanges = 0
         """Exchanges made (cache misses that reached the service), for metrics and tests."""
@@ -84,6 +86,8 @@ class TokenExchanger:
 
     async def exchange(self, subject: str, *, audience: str, scopes: tuple[str, ...] = (),
                        subject_type: str = ACCESS_TOKEN_TYPE) -> ExchangedToken:
+        if not self.cache:
+            return await self._exchange(subject, audience, scopes, subject_type)
         key = self._key(subject, audience, scopes, subject_type)
         now = time.time()
         cached = self._cache.get(key)

@@ -107,7 +107,7 @@ class TokenExchange:
 
 def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
                    exchangers: dict[tuple[str, str | None], TokenExchanger],
-                   tokens: UpstreamTokens | None) -> OutgoingStrategy:
+                   tokens: UpstreamTokens | None, cache: bool = True) -> OutgoingStrategy:
     """The strategy of one backend. Exchangers are shared per (tokenUrl, clientId), so that
     backends exchanging at one service share its cache."""
     if isinstance(plan, NoOutgoingAuth):
@@ -119,5 +119,6 @@ def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
     if exchanger is None:
         exchanger = exchangers[key] = TokenExchanger(
             client, token_url=plan.token_url, client_id=plan.client_id,
-            client_secret=plan.client_secret.value.decode() if plan.client_secret else None)
+            client_secret=plan.client_secret.value.decode() if plan.client_secret else None,
+            cache=cache)
     return TokenExchange(plan, exchanger, tokens)
