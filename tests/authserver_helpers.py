@@ -4,10 +4,12 @@ drives registration, the chained headless login and the token endpoint."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
 import json
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -17,8 +19,9 @@ import trio
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 from vmcp_trio.gateway.core import Gateway
 
-from .fixtures.idp import Idp, browse
+from .fixtures.idp import Idp, browse, running_idp
 from .gateway_helpers import RawClient, quickstart_docs
+from .helpers import free_port
 
 CLIENT_REDIRECT = "http://127.0.0.1:9/callback"
 
@@ -154,3 +157,14 @@ async def mcp_status(stack: Stack, access_token: str) -> int:
 def claims_of(token: str) -> dict[str, Any]:
     payload = token.split(".")[1]
     return dict(json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))))
+
+
+@contextlib.contextmanager
+def chained_upstreams(*, access_token_ttl: int = 600) -> Iterator[tuple[int, Idp, Idp]]:
+    """vmcp's port (chosen first: the upstreams must know its callback) and two oidc-provider
+    instances, ``corp`` and ``hub``, for the embedded authorization server's chained login."""
+    port = free_port()
+    callback = (f"http://127.0.0.1:{port}/oauth/callback",)
+    with running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl) as corp, \
+            running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl) as hub:
+        yield port, corp, hub

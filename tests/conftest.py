@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from .fixtures.idp import Idp, running_idp
-from .helpers import example_docs, free_port
+from .authserver_helpers import chained_upstreams
+from .fixtures.idp import Idp
+from .helpers import example_docs
 
 
 @pytest.fixture
@@ -29,10 +30,6 @@ def anonymous() -> list[dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def upstreams() -> Iterator[tuple[int, Idp, Idp]]:
-    """vmcp's port (chosen first: the upstreams must know its callback) and two oidc-provider
-    instances, ``corp`` and ``hub``, for the embedded authorization server's chained login."""
-    port = free_port()
-    callback = (f"http://127.0.0.1:{port}/oauth/callback",)
-    with running_idp(redirect_uris=callback) as corp, \
-            running_idp(redirect_uris=callback) as hub:
-        yield port, corp, hub
+    """vmcp's port and the two upstream providers of the embedded authorization server."""
+    with chained_upstreams() as started:
+        yield started

@@ -46,6 +46,7 @@ from ..http.client import HttpClient
 from ..resources.plan import AuthServerPlan
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
+from .refresher import UpstreamRefresher
 from .storage import (
     CodeGrant,
     PendingAuthorization,
@@ -128,6 +129,9 @@ class AuthorizationServer:
         self.access_lifetime = plan.access_token_lifespan.total_seconds()
         self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
         self.code_lifetime = plan.auth_code_lifespan.total_seconds()
+        self.refresher = UpstreamRefresher(storage, self.providers,
+                                           end_session=self._revoke_session,
+                                           keep_for=self.refresh_lifetime)
         if self.keys.ephemeral or self.opaque.ephemeral:
             log.warning("authServerConfig has no %s: using ephemeral ones, so tokens and codes "
                         "do not survive a restart and replicas cannot verify each other's",
@@ -144,6 +148,7 @@ class AuthorizationServer:
             for provider in self.providers.values():
                 for task in provider.supervised():
                     await nursery.start(task)
+            await nursery.start(self.refresher.run)
             task_status.started()
 
     # --- routing -------------------------------------------------------------------------------
@@ -368,7 +373,7 @@ class AuthorizationServer:
         pending.upstream.append(StoredUpstream(
             session_id=pending.session_id, provider=name, access_token=tokens.access_token,
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
-            scope=tokens.scope, subject=identity.subject))
+            scope=tokens.scope, subject=identity.subject, issued_at=time.time()))
         if pending.leg + 1 < len(pending.providers):
             pending.leg += 1
             await self._start_leg(send, pending)

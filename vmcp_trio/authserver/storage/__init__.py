@@ -64,6 +64,8 @@ class StoredUpstream:
     expires_at: float | None
     scope: str | None
     subject: str
+    issued_at: float | None = None
+    """When the provider issued the access token (its lifetime sets the refresh margin)."""
 
 
 @dataclass
@@ -163,3 +165,12 @@ class Storage(Protocol):
         """Forget the session's upstream tokens and remember it as revoked until ``until``."""
         ...
     async def session_revoked(self, session_id: str) -> bool: ...
+
+    async def due_upstreams(self, before: float, limit: int) -> list[tuple[str, str]]:
+        """``(session id, provider)`` of stored upstream tokens with a refresh token that expire
+        before ``before``, soonest first."""
+        ...
+    async def acquire(self, name: str, ttl: float) -> str | None:
+        """A lock shared by every process of this storage: a token when taken, else None."""
+        ...
+    async def release(self, name: str, token: str) -> None: ...

@@ -7,6 +7,7 @@ checked on every read, so an expired record is never returned even before a swee
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -64,6 +65,7 @@ class MemoryStorage:
         self.families: _Table[RefreshFamily] = _Table(limit)
         self.upstream: _Table[StoredUpstream] = _Table(limit)
         self.revoked: _Table[bool] = _Table(limit)
+        self.locks: _Table[str] = _Table(limit)
         self.on_revoked: Callable[[str, float], None] | None = None
         """Unused: nothing outside this process shares this storage."""
 
@@ -135,3 +137,22 @@ class MemoryStorage:
 
     async def session_revoked(self, session_id: str) -> bool:
         return self.revoked.get(session_id) is not None
+
+    async def due_upstreams(self, before: float, limit: int) -> list[tuple[str, str]]:
+        now = time.time()
+        due = sorted((stored.expires_at, stored.session_id, stored.provider)
+                     for expires, stored in self.upstream.rows.values()
+                     if expires > now and stored.refresh_token and stored.expires_at is not None
+                     and stored.expires_at < before)
+        return [(session, provider) for _, session, provider in due[:limit]]
+
+    async def acquire(self, name: str, ttl: float) -> str | None:
+        if self.locks.get(name) is not None:
+            return None
+        token = secrets.token_hex(8)
+        self.locks.put(name, token, time.time() + ttl)
+        return token
+
+    async def release(self, name: str, token: str) -> None:
+        if self.locks.get(name) == token:
+            self.locks.pop(name)

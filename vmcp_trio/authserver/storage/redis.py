@@ -15,6 +15,9 @@ two gateways never read each other's rows) and every key with a TTL:
                                revoked; rotation is one Lua script (compare, move or revoke)
 ``upstream:<sid>:<provider>``  a session's upstream tokens, sealed; ``upstreams:<sid>`` the set
                                of its providers; ``revoked:<sid>`` a revoked session
+``refresh-due``                sorted set of ``<sid> <provider>`` by upstream expiry (the
+                               refresh scheduler's queue)
+``lock:<name>``                a lock shared by the replicas (SET NX PX, released by CAS)
 =============================  ================================================================
 
 Sentinel: the master comes from the sentinels (``masterName``, ``sentinelAddrs``); a watcher
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import secrets
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -67,6 +71,10 @@ warnings.filterwarnings("ignore", message=r"Use the :meth:`Redis\.ensure_replica
 
 T = TypeVar("T")
 WAIT_MS = 250
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 _ROTATE = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local current = redis.call('GET', KEYS[1])
@@ -332,6 +340,11 @@ class RedisStorage:
                 tx.set(key, sealed, px=ttl)
                 tx.sadd(self._key("upstreams", tokens.session_id), [tokens.provider])
                 tx.pexpire(self._key("upstreams", tokens.session_id), ttl)
+                member = f"{tokens.session_id} {tokens.provider}"
+                if tokens.refresh_token and tokens.expires_at is not None:
+                    tx.zadd(self._key("refresh-due"), {member: tokens.expires_at})
+                else:
+                    tx.zrem(self._key("refresh-due"), [member])
             await self._durable(r)
         await self._do(put)
 
@@ -351,10 +364,26 @@ class RedisStorage:
             providers = await r.smembers(self._key("upstreams", session_id))
             keys = [self._key("upstream", session_id, p) for p in providers]
             await r.delete([*keys, self._key("upstreams", session_id)])
+            if providers:
+                await r.zrem(self._key("refresh-due"), [f"{session_id} {p}" for p in providers])
             await r.set(self._key("revoked", session_id), "1", px=_ms(until - time.time()))
             await r.publish(self._key("revocations"), f"{session_id} {until}")
             await self._durable(r)
         await self._do(drop)
+
+    async def due_upstreams(self, before: float, limit: int) -> list[tuple[str, str]]:
+        members = await self._do(lambda r: r.zrangebyscore(
+            self._key("refresh-due"), float("-inf"), before, offset=0, count=limit))
+        return [tuple(str(m).split(" ", 1)) for m in members]  # type: ignore[misc]
+
+    async def acquire(self, name: str, ttl: float) -> str | None:
+        token = secrets.token_hex(8)
+        taken = await self._do(lambda r: r.set(self._key("lock", name), token, px=_ms(ttl),
+                                               condition=PureToken.NX))
+        return token if taken else None
+
+    async def release(self, name: str, token: str) -> None:
+        await self._do(lambda r: r.eval(_RELEASE, keys=[self._key("lock", name)], args=[token]))
 
     async def session_revoked(self, session_id: str) -> bool:
         return bool(await self._do(lambda r: r.exists([self._key("revoked", session_id)])))
