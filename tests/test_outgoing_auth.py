@@ -48,7 +48,10 @@ def idp() -> Iterator[Idp]:
         yield idp
 
 
-def docs_for(idp: Idp, alpha_url: str, beta_url: str) -> list[dict[str, Any]]:
+def docs_for(idp: Idp, alpha_url: str, beta_url: str,
+             source: str = "discovered") -> list[dict[str, Any]]:
+    """alpha exchanges (its own externalAuthConfigRef with ``discovered``, the VirtualMCPServer's
+    ``backends`` map with ``inline``), beta has none; alpha's calls time out after 3 s."""
     docs = copy.deepcopy(quickstart_docs())
     client = idp.clients["confidential"]
     docs[:0] = [
@@ -63,7 +66,8 @@ def docs_for(idp: Idp, alpha_url: str, beta_url: str) -> list[dict[str, Any]]:
         {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
          "metadata": {"name": "alpha"},
          "spec": {"groupRef": {"name": GROUP}, "url": alpha_url,
-                  "externalAuthConfigRef": {"name": "alpha-exchange"}}},
+                  **({"externalAuthConfigRef": {"name": "alpha-exchange"}}
+                     if source == "discovered" else {})}},
         {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
          "metadata": {"name": "beta"}, "spec": {"groupRef": {"name": GROUP}, "url": beta_url}},
     ]
@@ -71,18 +75,24 @@ def docs_for(idp: Idp, alpha_url: str, beta_url: str) -> list[dict[str, Any]]:
     vmcp["spec"]["incomingAuth"] = {"type": "oidc", "oidcConfig": {"type": "inline", "inline": {
         "issuer": idp.issuer, "audience": AUDIENCE, "clientId": client.client_id,
         "insecureAllowHTTP": True, "jwksAllowPrivateIP": True}}}
-    vmcp["spec"]["outgoingAuth"] = {"source": "discovered"}
+    vmcp["spec"]["outgoingAuth"] = {"source": source}
+    if source == "inline":
+        vmcp["spec"]["outgoingAuth"]["backends"] = {"alpha": {
+            "type": "externalAuthConfigRef",
+            "externalAuthConfigRef": {"name": "alpha-exchange"}}}
+    vmcp["spec"]["operational"] = {"timeouts": {"perWorkload": {"alpha": "3s"}}}
     return docs
 
 
-@pytest.fixture
-async def stack(idp: Idp) -> AsyncIterator[Stack]:
+@pytest.fixture(params=["discovered", "inline"])
+async def stack(idp: Idp, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
     alpha, alpha_state = make_server("alpha")
     beta, beta_state = make_server("beta")
     await trio.to_thread.run_sync(idp.set_exchange_mode, "ok")
     async with serving(alpha, alpha_state) as alpha_url, \
             serving(beta, beta_state, handshake_only=True) as beta_url, \
-            running_gateway(docs_for(idp, alpha_url, beta_url)) as (url, gateway):
+            running_gateway(docs_for(idp, alpha_url, beta_url, str(request.param))) as (
+                url, gateway):
         yield Stack(url, idp, alpha_state, beta_state, gateway)
 
 
@@ -201,3 +211,27 @@ async def test_upstream_inject_sends_the_users_stored_upstream_token(
             received = {a for a in gamma_state.authorizations if a}
             assert received == {f"Bearer {stored}"}
             assert answer["access_token"] not in "".join(gamma_state.authorizations)
+
+
+async def test_a_slow_exchange_fails_that_backend_within_its_timeout(stack: Stack) -> None:
+    """The exchange service hangs: alpha's call fails within alpha's timeout (3 s) with an
+    error naming alpha, while beta answers at once, concurrently."""
+    client = await session(stack, await client_token(stack.idp, "other"))
+    try:
+        assert "result" in await add(client, "alpha_add")
+        await trio.to_thread.run_sync(lambda: stack.idp.set_exchange_mode("slow", 20))
+        client.token = await client_token(stack.idp, "other")
+        results: dict[str, Any] = {}
+
+        async def call(tool: str) -> None:
+            results[tool] = await add(client, tool)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, "alpha_add")
+                nursery.start_soon(call, "beta_add")
+        assert results["alpha_add"]["error"]["data"]["backend"] == "alpha"
+        assert results["beta_add"]["result"]["structuredContent"]["total"] == 3
+    finally:
+        await client.aclose()
+        await trio.to_thread.run_sync(stack.idp.set_exchange_mode, "ok")
