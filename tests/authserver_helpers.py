@@ -160,11 +160,14 @@ def claims_of(token: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def chained_upstreams(*, access_token_ttl: int = 600) -> Iterator[tuple[int, Idp, Idp]]:
+def chained_upstreams(*, access_token_ttl: int = 600, token_exchange: dict[str, Any] | None = None
+                      ) -> Iterator[tuple[int, Idp, Idp]]:
     """vmcp's port (chosen first: the upstreams must know its callback) and two oidc-provider
-    instances, ``corp`` and ``hub``, for the embedded authorization server's chained login."""
+    instances, ``corp`` and ``hub``, for the embedded authorization server's chained login
+    (``token_exchange``: corp also offers RFC 8693, see ``running_idp``)."""
     port = free_port()
     callback = (f"http://127.0.0.1:{port}/oauth/callback",)
-    with running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl) as corp, \
+    with running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl,
+                     token_exchange=token_exchange) as corp, \
             running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl) as hub:
         yield port, corp, hub

@@ -22,7 +22,7 @@ import trio
 from vmcp_trio.gateway.core import Gateway
 
 from .authserver_helpers import Stack as AuthStack
-from .authserver_helpers import as_docs, tokens
+from .authserver_helpers import as_docs, chained_upstreams, tokens
 from .fixtures.idp import Idp, running_idp
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
@@ -235,3 +235,54 @@ async def test_a_slow_exchange_fails_that_backend_within_its_timeout(stack: Stac
     finally:
         await client.aclose()
         await trio.to_thread.run_sync(stack.idp.set_exchange_mode, "ok")
+
+
+@pytest.fixture(scope="module")
+def exchanging_upstreams() -> Iterator[tuple[int, Idp, Idp]]:
+    with chained_upstreams(token_exchange={"trustedIssuers": [], "audiences": {
+            "backend-a": {"scope": "a:read", "accessTokenTTL": 600}}}) as started:
+        yield started
+
+
+async def test_exchange_of_a_stored_upstream_token(
+        exchanging_upstreams: tuple[int, Idp, Idp]) -> None:
+    """``subjectProviderName: corp``: the subject of the exchange is the user's stored corp
+    access token, not the vmcp token; the backend gets corp's exchanged token for its audience,
+    naming the user corp knows."""
+    port, corp, hub = exchanging_upstreams
+    issuer = f"http://127.0.0.1:{port}"
+    gamma, gamma_state = make_server("gamma")
+    client_info = corp.clients["confidential"]
+    async with serving(gamma, gamma_state) as gamma_url:
+        docs = as_docs(issuer, corp, hub)
+        docs[:0] = [
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "corp-sts"},
+             "stringData": {"secret": client_info.client_secret}},
+            {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPExternalAuthConfig",
+             "metadata": {"name": "corp-exchange"},
+             "spec": {"type": "tokenExchange", "tokenExchange": {
+                 "tokenUrl": corp.token_endpoint, "clientId": client_info.client_id,
+                 "clientSecretRef": {"name": "corp-sts", "key": "secret"},
+                 "audience": "backend-a", "subjectProviderName": "corp",
+                 "insecureAllowHTTP": True}}},
+            {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+             "metadata": {"name": "gamma"},
+             "spec": {"groupRef": {"name": GROUP}, "url": gamma_url,
+                      "externalAuthConfigRef": {"name": "corp-exchange"}}}]
+        next(d for d in docs if d["kind"] == "VirtualMCPServer")["spec"]["outgoingAuth"] = {
+            "source": "discovered"}
+        async with running_gateway(docs, port=port) as (url, gateway):
+            _, answer, _ = await tokens(AuthStack(issuer, url, corp, hub, gateway))
+            client = RawClient(url)
+            client.token = answer["access_token"]
+            try:
+                assert (await client.initialize()).status == 200
+                assert "result" in await add(client, "gamma_add")
+            finally:
+                await client.aclose()
+    received = [a.removeprefix("Bearer ") for a in gamma_state.authorizations if a]
+    assert received
+    exchanged = claims_of(received[-1])
+    assert exchanged["aud"] == "backend-a" and exchanged["iss"] == corp.issuer
+    assert exchanged["sub"] == "alice"
+    assert answer["access_token"] not in "".join(gamma_state.authorizations)
