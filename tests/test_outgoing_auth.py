@@ -286,3 +286,22 @@ async def test_exchange_of_a_stored_upstream_token(
     assert exchanged["aud"] == "backend-a" and exchanged["iss"] == corp.issuer
     assert exchanged["sub"] == "alice"
     assert answer["access_token"] not in "".join(gamma_state.authorizations)
+
+
+async def test_long_lived_backend_streams_use_the_sessions_latest_token(stack: Stack) -> None:
+    """alpha's listen stream belongs to the session, not to the request that opened it: when
+    it reopens (here for a new resource subscription), its credential is exchanged from the
+    token the client sends now."""
+    client = await session(stack, await client_token(stack.idp))
+    try:
+        assert "result" in await add(client, "alpha_add")
+        client.token = await client_token(stack.idp)
+        subscribed = await client.request("resources/subscribe", {"uri": "alpha://static"})
+        assert "result" in subscribed.messages[-1]
+        assert "result" in await add(client, "alpha_add")
+    finally:
+        await client.aclose()
+    listens = [auth for method, auth in stack.alpha.requests if method == "subscriptions/listen"]
+    calls = [auth for method, auth in stack.alpha.requests if method == "tools/call"]
+    assert len(listens) >= 2 and calls[0] != calls[-1]
+    assert listens[0] == calls[0] and listens[-1] == calls[-1]

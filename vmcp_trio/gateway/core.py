@@ -18,6 +18,7 @@ import trio
 
 from ..auth.identity import Identity
 from ..auth.incoming.build import AuthSettings, build_authenticator
+from ..auth.outgoing.caller import CALLER
 from ..auth.outgoing.exchange import TokenExchanger
 from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy, build_strategy
 from ..authserver.server import AuthorizationServer
@@ -83,6 +84,24 @@ class GatewaySettings:
 
 class TooManySessions(Exception):
     pass
+
+
+class SessionCredentials:
+    """A backend's credentials for one client session's link: computed for the session's
+    latest caller, so that the link's long-lived work (a GET or listen stream reconnecting long
+    after the request that opened it) uses the token the client sends now, not the one it sent
+    then. (Every caller of a session is the same identity.)"""
+
+    def __init__(self, credentials: BackendCredentials, session: ClientSession) -> None:
+        self.credentials = credentials
+        self.session = session
+
+    async def headers(self) -> list[tuple[str, str]]:
+        token = CALLER.set(self.session.caller or CALLER.get())
+        try:
+            return await self.credentials.headers()
+        finally:
+            CALLER.reset(token)
 
 
 class BackendCredentials:
@@ -210,6 +229,7 @@ class Gateway:
         assert self._sessions_nursery is not None
         session = ClientSession(self, secrets.token_urlsafe(24), revision, client_capabilities,
                                 client_info, identity)
+        session.caller = CALLER.get()
         self.sessions[session.id] = session
         await self._sessions_nursery.start(session.run)
         return session
@@ -221,10 +241,12 @@ class Gateway:
         async with self._modern_lock:
             session = self.modern_sessions.get(identity.key)
             if session is not None and not session.closed.is_set():
+                session.caller = CALLER.get()
                 return session
             assert self._sessions_nursery is not None
             session = ClientSession(self, "modern-" + secrets.token_urlsafe(12), STATELESS,
                                     RELAY_CAPABILITIES, {}, identity)
+            session.caller = CALLER.get()
             self.modern_sessions[identity.key] = session
             await self._sessions_nursery.start(session.run)
             return session
@@ -234,6 +256,7 @@ class Gateway:
         session = self.sessions.get(session_id)
         if session is None or session.closed.is_set() or session.identity.key != identity.key:
             return None
+        session.caller = CALLER.get()
         return session
 
     def forget_session(self, session: ClientSession) -> None:
@@ -266,7 +289,8 @@ class Gateway:
         if isinstance(endpoint, HttpEndpoint):
             return await self.connect_http(name, endpoint, nursery, session.client_capabilities,
                                            session.unrelated_sink(name), timeout,
-                                           credentials=self.credentials[name])
+                                           credentials=SessionCredentials(
+                                               self.credentials[name], session))
         process = self.stdio[name]
         with trio.move_on_after(timeout):
             await process.ready.wait()

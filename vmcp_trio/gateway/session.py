@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..auth.identity import Identity
+from ..auth.outgoing.caller import Caller
 from ..protocol.jsonrpc import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -129,6 +130,9 @@ class ClientSession:
         self.client_capabilities = client_capabilities
         self.client_info = client_info
         self.identity = identity
+        self.caller: Caller | None = None
+        """Who sent the session's latest request (its token is the one its backend
+        credentials are computed for)."""
         self.links: dict[str, BackendLink] = {}
         self.failed_backends: dict[str, str] = {}
         self.streams = StreamRegistry(
