@@ -28,10 +28,9 @@ import pytest
 import trio
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import (
     decode_dss_signature,
-    encode_dss_signature,
 )
 from hypercorn.config import Config
 from mcp import Client
@@ -50,8 +49,12 @@ from .fixtures.idp import (
     Idp,
     IdpError,
     MemoryTokenStorage,
+    b64decode,
     browse,
+    decode,
     running_idp,
+    served_jwks,
+    verify,
 )
 from .helpers import free_port
 
@@ -74,48 +77,6 @@ def own_idp() -> Iterator[Idp]:
     """A provider of the test's own, for restarts and key rotation."""
     with running_idp() as running:
         yield running
-
-
-def _b64decode(part: str) -> bytes:
-    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
-
-
-def _int(part: str) -> int:
-    return int.from_bytes(_b64decode(part), "big")
-
-
-def decode(token: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Header and claims of a compact JWS, without verification."""
-    header, payload, _ = token.split(".")
-    return json.loads(_b64decode(header)), json.loads(_b64decode(payload))
-
-
-def verify(token: str, jwks: dict[str, Any]) -> dict[str, Any]:
-    """The claims of ``token`` once its signature checks against the key its kid names."""
-    header, claims = decode(token)
-    [jwk] = [key for key in jwks["keys"] if key["kid"] == header["kid"]]
-    signing_input, signature = token.rsplit(".", 1)[0].encode(), _b64decode(token.rsplit(".", 1)[1])
-    if header["alg"] == "RS256":
-        rsa.RSAPublicNumbers(_int(jwk["e"]), _int(jwk["n"])).public_key().verify(
-            signature, signing_input, padding.PKCS1v15(), hashes.SHA256())
-    elif header["alg"] == "ES256":
-        key = ec.EllipticCurvePublicNumbers(_int(jwk["x"]), _int(jwk["y"]),
-                                            ec.SECP256R1()).public_key()
-        der = encode_dss_signature(int.from_bytes(signature[:32], "big"),
-                                   int.from_bytes(signature[32:], "big"))
-        key.verify(der, signing_input, ec.ECDSA(hashes.SHA256()))
-    else:
-        assert header["alg"] == "EdDSA"
-        ed25519.Ed25519PublicKey.from_public_bytes(_b64decode(jwk["x"])).verify(
-            signature, signing_input)
-    return claims
-
-
-def served_jwks(provider: Idp) -> dict[str, Any]:
-    response = httpx2.get(provider.jwks_uri, timeout=10)
-    assert response.status_code == 200
-    result: dict[str, Any] = response.json()
-    return result
 
 
 def test_discovery_documents_at_both_well_known_paths(idp: Idp) -> None:
@@ -509,7 +470,7 @@ def _expired(external: ExternalIssuer, idp: Idp) -> str:
 def _tampered_own(external: ExternalIssuer, idp: Idp) -> str:
     header, payload, signature = idp.client_credentials_token(
         resource=DEFAULT_RESOURCE)["access_token"].split(".")
-    claims = json.loads(_b64decode(payload)) | {"sub": "admin"}
+    claims = json.loads(b64decode(payload)) | {"sub": "admin"}
     return f"{header}.{_b64(json.dumps(claims).encode())}.{signature}"
 
 

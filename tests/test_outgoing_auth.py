@@ -2,9 +2,11 @@
 
 ``oidc-provider`` is the clients' issuer and, with the RFC 8693 grant added to it for the tests
 (``tests/peers/idp.mjs``: no installable program offers token exchange), the exchange service.
-Behind vmcp: ``alpha`` (an SDK 2.x backend, 2026-07-28) whose MCPExternalAuthConfig exchanges
-the caller's token for audience ``backend-a``, and ``beta`` (SDK 2.x, handshake) with no
-outgoing auth. Both record the ``Authorization`` of every request they receive.
+Behind vmcp: ``alpha`` (an SDK 2.x backend, 2026-07-28, and an OAuth resource server that
+accepts only the provider's JWTs for audience ``backend-a``: anything else is 401) whose
+MCPExternalAuthConfig exchanges the caller's token for that audience, and ``beta`` (SDK 2.x,
+handshake) with no outgoing auth. Both record the ``Authorization`` of every request they
+receive.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from vmcp_trio.gateway.core import Gateway
 
 from .authserver_helpers import Stack as AuthStack
 from .authserver_helpers import as_docs, chained_upstreams, tokens
-from .fixtures.idp import Idp, running_idp
-from .fixtures.sdk_servers import BackendState, make_server, serving
+from .fixtures.idp import Idp, running_idp, served_jwks
+from .fixtures.sdk_servers import BackendState, ResourceServer, make_server, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 
 AUDIENCE = "https://vmcp.test/mcp"
@@ -86,7 +88,9 @@ def docs_for(idp: Idp, alpha_url: str, beta_url: str,
 
 @pytest.fixture(params=["discovered", "inline"])
 async def stack(idp: Idp, request: pytest.FixtureRequest) -> AsyncIterator[Stack]:
-    alpha, alpha_state = make_server("alpha")
+    jwks = await trio.to_thread.run_sync(served_jwks, idp)
+    alpha, alpha_state = make_server("alpha", resource_server=ResourceServer(
+        idp.issuer, "backend-a", jwks))
     beta, beta_state = make_server("beta")
     await trio.to_thread.run_sync(idp.set_exchange_mode, "ok")
     async with serving(alpha, alpha_state) as alpha_url, \
@@ -137,6 +141,7 @@ async def test_each_backend_gets_its_own_credential_never_the_clients(stack: Sta
     assert exchanged["aud"] == "backend-a" and exchanged["iss"] == stack.idp.issuer
     assert exchanged["sub"] == claims_of(token)["sub"]
     assert all(a == "" for a in stack.beta.authorizations)
+    assert stack.alpha.refused == 0  # alpha, as a resource server, accepted every request
 
 
 async def test_two_hundred_concurrent_calls_make_one_exchange(stack: Stack) -> None:
