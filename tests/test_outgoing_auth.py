@@ -249,11 +249,13 @@ def exchanging_upstreams() -> Iterator[tuple[int, Idp, Idp]]:
         yield started
 
 
+@pytest.mark.parametrize("subject_type", ["access_token", "id_token"])
 async def test_exchange_of_a_stored_upstream_token(
-        exchanging_upstreams: tuple[int, Idp, Idp]) -> None:
+        exchanging_upstreams: tuple[int, Idp, Idp], subject_type: str) -> None:
     """``subjectProviderName: corp``: the subject of the exchange is the user's stored corp
-    access token, not the vmcp token; the backend gets corp's exchanged token for its audience,
-    naming the user corp knows."""
+    access token (or, with ``subjectTokenType: id_token``, corp's ID token), not the vmcp
+    token; the backend gets corp's exchanged token for its audience, naming the user corp
+    knows."""
     port, corp, hub = exchanging_upstreams
     issuer = f"http://127.0.0.1:{port}"
     gamma, gamma_state = make_server("gamma")
@@ -269,7 +271,7 @@ async def test_exchange_of_a_stored_upstream_token(
                  "tokenUrl": corp.token_endpoint, "clientId": client_info.client_id,
                  "clientSecretRef": {"name": "corp-sts", "key": "secret"},
                  "audience": "backend-a", "subjectProviderName": "corp",
-                 "insecureAllowHTTP": True}}},
+                 "subjectTokenType": subject_type, "insecureAllowHTTP": True}}},
             {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
              "metadata": {"name": "gamma"},
              "spec": {"groupRef": {"name": GROUP}, "url": gamma_url,

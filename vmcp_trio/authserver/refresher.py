@@ -109,6 +109,7 @@ class UpstreamRefresher:
                 session_id=session, provider=provider_name, access_token=fresh.access_token,
                 refresh_token=fresh.refresh_token or stored.refresh_token,
                 expires_at=fresh.expires_at, scope=fresh.scope or stored.scope,
-                subject=stored.subject, issued_at=now), now + self.keep_for)
+                subject=stored.subject, issued_at=now,
+                id_token=fresh.id_token or stored.id_token), now + self.keep_for)
         finally:
             await self.storage.release(lock, token)

@@ -373,7 +373,8 @@ class AuthorizationServer:
         pending.upstream.append(StoredUpstream(
             session_id=pending.session_id, provider=name, access_token=tokens.access_token,
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
-            scope=tokens.scope, subject=identity.subject, issued_at=time.time()))
+            scope=tokens.scope, subject=identity.subject, issued_at=time.time(),
+            id_token=tokens.id_token))
         if pending.leg + 1 < len(pending.providers):
             pending.leg += 1
             await self._start_leg(send, pending)
@@ -576,10 +577,18 @@ class AuthorizationServer:
 
     async def upstream_access_token(self, session_id: str, provider: str) -> str | None:
         """The stored upstream access token of a session (for the outgoing strategies)."""
+        stored = await self._upstream(session_id, provider)
+        return stored.access_token if stored is not None else None
+
+    async def upstream_id_token(self, session_id: str, provider: str) -> str | None:
+        """The stored upstream ID token of a session (a token-exchange subject)."""
+        stored = await self._upstream(session_id, provider)
+        return stored.id_token if stored is not None else None
+
+    async def _upstream(self, session_id: str, provider: str) -> StoredUpstream | None:
         if session_id in self.revoked_sessions:
             return None
-        stored = await self.storage.get_upstream(session_id, provider)
-        return stored.access_token if stored is not None else None
+        return await self.storage.get_upstream(session_id, provider)
 
     def heard_revocation(self, session_id: str, until: float) -> None:
         """Another replica revoked a session (the storage's broadcast)."""

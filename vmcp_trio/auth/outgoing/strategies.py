@@ -23,6 +23,8 @@ from ...resources.plan import NoOutgoingAuth, OutgoingPlan, TokenExchangeAuth, U
 from .caller import CALLER
 from .exchange import ExchangeError, TokenExchanger
 
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+
 __all__ = ["CredentialError", "OutgoingStrategy", "UpstreamTokens", "build_strategy"]
 
 
@@ -34,6 +36,8 @@ class UpstreamTokens(Protocol):
     """Where the stored upstream tokens live (the embedded authorization server)."""
 
     async def upstream_access_token(self, session_id: str, provider: str) -> str | None: ...
+
+    async def upstream_id_token(self, session_id: str, provider: str) -> str | None: ...
 
 
 class OutgoingStrategy(Protocol):
@@ -81,8 +85,10 @@ class TokenExchange:
             if self.tokens is None:
                 raise CredentialError(f"{self.plan.config} names subjectProviderName, which "
                                       "needs the embedded authorization server")
-            token = await self.tokens.upstream_access_token(_session_of_caller(),
-                                                            self.plan.subject_provider)
+            wants_id_token = self.plan.subject_token_type == ID_TOKEN_TYPE
+            read = (self.tokens.upstream_id_token if wants_id_token
+                    else self.tokens.upstream_access_token)
+            token = await read(_session_of_caller(), self.plan.subject_provider)
             if token is None:
                 raise CredentialError(f"no {self.plan.subject_provider} token is stored for "
                                       "this session (log in again)")

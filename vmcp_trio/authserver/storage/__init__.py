@@ -66,6 +66,8 @@ class StoredUpstream:
     subject: str
     issued_at: float | None = None
     """When the provider issued the access token (its lifetime sets the refresh margin)."""
+    id_token: str | None = field(default=None, repr=False)
+    """The provider's ID token (oidc providers), a possible token-exchange subject."""
 
 
 @dataclass
