@@ -178,46 +178,6 @@ async def test_an_exchange_failure_fails_only_that_backend(stack: Stack) -> None
         await trio.to_thread.run_sync(stack.idp.set_exchange_mode, "ok")
 
 
-async def test_upstream_inject_sends_the_users_stored_upstream_token(
-        upstreams: tuple[int, Idp, Idp]) -> None:
-    """With the embedded authorization server: a backend whose strategy is ``upstreamInject``
-    of ``corp`` receives the corp access token stored for the calling user's session (and
-    never the user's vmcp token)."""
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    gamma, gamma_state = make_server("gamma")
-    async with serving(gamma, gamma_state) as gamma_url:
-        docs = as_docs(issuer, corp, hub)
-        docs[:0] = [
-            {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPExternalAuthConfig",
-             "metadata": {"name": "corp-inject"},
-             "spec": {"type": "upstreamInject", "upstreamInject": {"providerName": "corp"}}},
-            {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
-             "metadata": {"name": "gamma"},
-             "spec": {"groupRef": {"name": GROUP}, "url": gamma_url,
-                      "externalAuthConfigRef": {"name": "corp-inject"}}}]
-        next(d for d in docs if d["kind"] == "VirtualMCPServer")["spec"]["outgoingAuth"] = {
-            "source": "discovered"}
-        async with running_gateway(docs, port=port) as (url, gateway):
-            auth_stack = AuthStack(issuer, url, corp, hub, gateway)
-            _, answer, _ = await tokens(auth_stack)
-            client = RawClient(url)
-            client.token = answer["access_token"]
-            try:
-                assert (await client.initialize()).status == 200
-                result = await add(client, "gamma_add")
-                assert result["result"]["structuredContent"]["backend"] == "gamma"
-            finally:
-                await client.aclose()
-            session = claims_of(answer["access_token"])["tsid"]
-            assert gateway.authserver is not None
-            stored = await gateway.authserver.upstream_access_token(session, "corp")
-            assert stored is not None
-            received = {a for a in gamma_state.authorizations if a}
-            assert received == {f"Bearer {stored}"}
-            assert answer["access_token"] not in "".join(gamma_state.authorizations)
-
-
 async def test_a_slow_exchange_fails_that_backend_within_its_timeout(stack: Stack) -> None:
     """The exchange service hangs: alpha's call fails within alpha's timeout (3 s) with an
     error naming alpha, while beta answers at once, concurrently."""
@@ -252,15 +212,18 @@ def exchanging_upstreams() -> Iterator[tuple[int, Idp, Idp]]:
 @pytest.mark.parametrize("subject_type", ["access_token", "id_token"])
 async def test_exchange_of_a_stored_upstream_token(
         exchanging_upstreams: tuple[int, Idp, Idp], subject_type: str) -> None:
-    """``subjectProviderName: corp``: the subject of the exchange is the user's stored corp
-    access token (or, with ``subjectTokenType: id_token``, corp's ID token), not the vmcp
-    token; the backend gets corp's exchanged token for its audience, naming the user corp
-    knows."""
+    """Both strategies in one deployment, with the embedded authorization server. delta,
+    ``upstreamInject`` of corp, receives the user's stored corp access token. gamma,
+    ``tokenExchange`` with ``subjectProviderName: corp``, receives corp's exchange of that token
+    (or, with ``subjectTokenType: id_token``, of corp's ID token) for its audience, naming the
+    user corp knows. Neither receives the user's vmcp token."""
     port, corp, hub = exchanging_upstreams
     issuer = f"http://127.0.0.1:{port}"
     gamma, gamma_state = make_server("gamma")
+    delta, delta_state = make_server("delta")
     client_info = corp.clients["confidential"]
-    async with serving(gamma, gamma_state) as gamma_url:
+    async with serving(gamma, gamma_state) as gamma_url, \
+            serving(delta, delta_state) as delta_url:
         docs = as_docs(issuer, corp, hub)
         docs[:0] = [
             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "corp-sts"},
@@ -275,7 +238,14 @@ async def test_exchange_of_a_stored_upstream_token(
             {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
              "metadata": {"name": "gamma"},
              "spec": {"groupRef": {"name": GROUP}, "url": gamma_url,
-                      "externalAuthConfigRef": {"name": "corp-exchange"}}}]
+                      "externalAuthConfigRef": {"name": "corp-exchange"}}},
+            {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPExternalAuthConfig",
+             "metadata": {"name": "corp-inject"},
+             "spec": {"type": "upstreamInject", "upstreamInject": {"providerName": "corp"}}},
+            {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+             "metadata": {"name": "delta"},
+             "spec": {"groupRef": {"name": GROUP}, "url": delta_url,
+                      "externalAuthConfigRef": {"name": "corp-inject"}}}]
         next(d for d in docs if d["kind"] == "VirtualMCPServer")["spec"]["outgoingAuth"] = {
             "source": "discovered"}
         async with running_gateway(docs, port=port) as (url, gateway):
@@ -285,8 +255,17 @@ async def test_exchange_of_a_stored_upstream_token(
             try:
                 assert (await client.initialize()).status == 200
                 assert "result" in await add(client, "gamma_add")
+                assert "result" in await add(client, "delta_add")
             finally:
                 await client.aclose()
+            assert gateway.authserver is not None
+            stored = await gateway.authserver.upstream_access_token(
+                claims_of(answer["access_token"])["tsid"], "corp")
+    # upstreamInject: delta got the user's stored corp access token itself
+    assert stored is not None
+    assert {a for a in delta_state.authorizations if a} == {f"Bearer {stored}"}
+    assert answer["access_token"] not in "".join(delta_state.authorizations)
+    # tokenExchange: gamma got corp's exchange of it (or of the ID token)
     received = [a.removeprefix("Bearer ") for a in gamma_state.authorizations if a]
     assert received
     exchanged = claims_of(received[-1])

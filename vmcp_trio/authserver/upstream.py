@@ -41,11 +41,12 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, quote_plus, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import trio
 
+from ..auth.client_auth import basic_authorization
 from ..auth.discovery import MAX_DOCUMENT_BYTES, DiscoveryError, FetchError, discover
 from ..auth.incoming.jwks import JwksCache, KeysUnavailable
 from ..auth.jwt import TokenError, UnverifiedToken, check_claims, parse_jws, verify_signature
@@ -238,9 +239,7 @@ class UpstreamProvider:
                 secret = plan.client_secret.value.decode("utf-8")
             except UnicodeDecodeError:
                 raise self._error("the client secret is not UTF-8 text") from None
-            # RFC 6749 section 2.3.1: both parts form-encoded before the Basic encoding.
-            pair = f"{quote_plus(plan.client_id, safe='')}:{quote_plus(secret, safe='')}"
-            self._basic_auth = "Basic " + base64.b64encode(pair.encode("ascii")).decode("ascii")
+            self._basic_auth = basic_authorization(plan.client_id, secret)
         self._endpoints: _Endpoints | None = None
         self._jwks: JwksCache | None = None
         self._userinfo_headers: list[tuple[str, str]] = []

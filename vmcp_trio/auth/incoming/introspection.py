@@ -13,13 +13,13 @@ Answers are cached by the token's SHA-256: an active one until its ``exp`` but a
 
 from __future__ import annotations
 
-import base64
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from ...http.client import HttpClient
+from ..client_auth import basic_authorization
 from ..discovery import FetchError, fetch_json
 from ..jwt import TokenError
 from ..ssrf import UnsafeUrl, check_fetch_url
@@ -54,8 +54,7 @@ class Introspector:
         self.max_ttl = max_ttl
         self.negative_ttl = negative_ttl
         self.timeout = timeout
-        basic = f"{quote(client_id, safe='')}:{quote(client_secret, safe='')}"
-        self._authorization = "Basic " + base64.b64encode(basic.encode()).decode("ascii")
+        self._authorization = basic_authorization(client_id, client_secret)
         self.cache: VerifiedTokenCache[dict[str, Any]] = VerifiedTokenCache(
             max_entries=max_entries, max_ttl=max_ttl)
         self.calls = 0

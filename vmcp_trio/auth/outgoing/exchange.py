@@ -18,17 +18,17 @@ positive ``expires_in`` (default: ``default_lifetime`` when absent).
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 import trio
 
 from ...http.client import HttpClient
+from ..client_auth import basic_authorization
 from ..discovery import FetchError, fetch_json
 
 __all__ = ["ExchangeError", "ExchangedToken", "TokenExchanger"]
@@ -150,9 +150,8 @@ class TokenExchanger:
         form = dict(form)
         if self.client_id is not None:
             if self.client_secret is not None and not self.use_post:
-                basic = f"{quote(self.client_id, safe='')}:{quote(self.client_secret, safe='')}"
                 headers.append(("authorization",
-                                "Basic " + base64.b64encode(basic.encode()).decode()))
+                                basic_authorization(self.client_id, self.client_secret)))
             else:
                 form["client_id"] = self.client_id
                 if self.client_secret is not None:
