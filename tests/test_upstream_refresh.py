@@ -7,11 +7,14 @@ lifetime (jittered), so each token is refreshed about two seconds before it expi
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
+import yaml
 
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 from vmcp_trio.authserver.storage import StoredUpstream
@@ -21,7 +24,7 @@ from .authserver_helpers import Stack, as_docs, chained_upstreams, claims_of, mc
 from .fixtures.idp import Idp
 from .fixtures.redis_cluster import running_redis_cluster
 from .gateway_helpers import RawClient, running_gateway
-from .helpers import free_port
+from .helpers import ROOT, free_port, stop_process
 
 TTL = 6
 
@@ -59,8 +62,9 @@ async def test_tokens_are_refreshed_before_they_expire(short_lived: tuple[int, I
 
 async def test_two_replicas_refresh_each_token_once(short_lived: tuple[int, Idp, Idp],
                                                     tmp_path: Path) -> None:
-    """Two vmcp processes on one Redis: the lock and the re-read after it make exactly one
-    refresh per token per round."""
+    """Two vmcp processes (this test's and a ``vmcp serve`` subprocess) on one Redis: the lock
+    and the re-read after it make exactly one refresh per token per round, counted by
+    ``vmcp_upstream_refreshes_total`` of both."""
     port, corp, hub = short_lived
     issuer = f"http://127.0.0.1:{port}"
     keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
@@ -68,20 +72,45 @@ async def test_two_replicas_refresh_each_token_once(short_lived: tuple[int, Idp,
         storage = {"type": "redis", "redis": {"sentinelConfig": {
             "masterName": cluster.master_name, "sentinelAddrs": cluster.sentinel_addrs()}}}
         docs = as_docs(issuer, corp, hub, storage=storage, keys=keys)
-        async with running_gateway(docs, port=port) as (url, a), \
-                running_gateway(docs, port=free_port()) as (_, b):
-            _, answer, _ = await tokens(Stack(issuer, url, corp, hub, a))
-            session = claims_of(answer["access_token"])["tsid"]
-            firsts = {p: await stored(a, session, p) for p in ("corp", "hub")}
-            with trio.fail_after(TTL + 4):
-                while True:
-                    current = {p: await stored(a, session, p) for p in ("corp", "hub")}
-                    if all(current[p].access_token != firsts[p].access_token  # type: ignore[union-attr]
-                           for p in current):
-                        break
-                    await trio.sleep(0.05)
-            assert a.authserver is not None and b.authserver is not None
-            assert a.authserver.refresher.refreshes + b.authserver.refresher.refreshes == 2
+        config = tmp_path / "replica.yaml"
+        config.write_text(yaml.safe_dump_all(docs))
+        other_port = free_port()
+        replica = subprocess.Popen(
+            [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
+             str(other_port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            cwd=ROOT)
+        try:
+            assert replica.stdout is not None
+            with trio.fail_after(30):
+                while "MCP endpoint" not in await trio.to_thread.run_sync(
+                        replica.stdout.readline):
+                    pass
+            async with running_gateway(docs, port=port) as (url, a):
+                _, answer, _ = await tokens(Stack(issuer, url, corp, hub, a))
+                session = claims_of(answer["access_token"])["tsid"]
+                firsts = {p: await stored(a, session, p) for p in ("corp", "hub")}
+                with trio.fail_after(TTL + 4):
+                    while True:
+                        current = {p: await stored(a, session, p) for p in ("corp", "hub")}
+                        if all(current[p].access_token != firsts[p].access_token  # type: ignore[union-attr]
+                               for p in current):
+                            break
+                        await trio.sleep(0.05)
+                here = await refreshes_counted(url)
+                there = await refreshes_counted(f"http://127.0.0.1:{other_port}/mcp")
+                assert here + there == 2, (here, there)
+        finally:
+            stop_process(replica)
+
+
+async def refreshes_counted(url: str) -> float:
+    client = RawClient(url)
+    try:
+        _, _, body = await client.http.request("GET", url.removesuffix("/mcp") + "/metrics")
+    finally:
+        await client.aclose()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+               if line.startswith("vmcp_upstream_refreshes_total{") and 'outcome="ok"' in line)
 
 
 async def test_a_refused_refresh_token_makes_the_client_log_in_again(

@@ -48,7 +48,8 @@ def margin(lifetime: float) -> float:
 class UpstreamRefresher:
     def __init__(self, storage: Storage, providers: Mapping[str, UpstreamProvider], *,
                  end_session: Callable[[str], Awaitable[None]], tick: float = 1.0,
-                 keep_for: float = 7 * 24 * 3600.0) -> None:
+                 keep_for: float = 7 * 24 * 3600.0,
+                 on_outcome: Callable[[str, str], None] | None = None) -> None:
         self.storage = storage
         self.providers = providers
         self.end_session = end_session
@@ -56,6 +57,8 @@ class UpstreamRefresher:
         self.keep_for = keep_for
         self.refreshes = 0
         """Refreshes this process made (for metrics and tests)."""
+        self.on_outcome = on_outcome
+        """Told ``(provider, "ok" | "refused" | "failed")`` of every refresh attempt."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
@@ -79,6 +82,10 @@ class UpstreamRefresher:
                 continue
             await self._refresh(session, provider, lifetime)
 
+    def _count(self, provider: str, outcome: str) -> None:
+        if self.on_outcome is not None:
+            self.on_outcome(provider, outcome)
+
     async def _refresh(self, session: str, provider_name: str, lifetime: float) -> None:
         lock = f"refresh:{session}:{provider_name}"
         token = await self.storage.acquire(lock, LOCK_TTL)
@@ -96,6 +103,8 @@ class UpstreamRefresher:
             try:
                 fresh = await provider.refresh(stored.refresh_token)
             except UpstreamError as exc:
+                self._count(provider_name, "refused" if exc.oauth_error == "invalid_grant"
+                            else "failed")
                 if exc.oauth_error == "invalid_grant":
                     log.warning("%s refused the refresh token of a session; ending it so that "
                                 "the user logs in again", provider_name)
@@ -105,6 +114,7 @@ class UpstreamRefresher:
                                 exc)
                 return
             self.refreshes += 1
+            self._count(provider_name, "ok")
             await self.storage.put_upstream(StoredUpstream(
                 session_id=session, provider=provider_name, access_token=fresh.access_token,
                 refresh_token=fresh.refresh_token or stored.refresh_token,

@@ -185,6 +185,10 @@ class Gateway:
         self.open_streams = 0
         self.metrics.watch(self.metrics.sessions, lambda: len(self.sessions))
         self.metrics.watch(self.metrics.open_streams, lambda: self.open_streams)
+        if self.authserver is not None:
+            refreshes = self.metrics.upstream_refreshes
+            self.authserver.refresher.on_outcome = (
+                lambda provider, outcome: refreshes.labels(provider, outcome).inc())
         self.metrics.watch(self.metrics.anonymous_mode,
                            lambda: 1.0 if self.authenticator.anonymous else 0.0)
         if not self.authenticator.anonymous:

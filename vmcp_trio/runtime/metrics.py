@@ -43,6 +43,10 @@ class Metrics:
                                        "1 when the issuer's signing keys were fetched at the last "
                                        "attempt (0: never loaded, or serving stale keys)",
                                        registry=self.registry)
+        self.upstream_refreshes = Counter("vmcp_upstream_refreshes",
+                                          "Refreshes of stored upstream tokens by this process, "
+                                          "by provider and outcome (ok, refused, failed)",
+                                          ["provider", "outcome"], registry=self.registry)
         self.backend_restarts = Gauge("vmcp_backend_restarts",
                                       "Times a stdio backend process was restarted",
                                       ["backend"], registry=self.registry)
