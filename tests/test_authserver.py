@@ -377,3 +377,28 @@ async def test_confidential_clients_when_configured(upstreams: tuple[int, Idp, I
             "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
             "client_id": client_id, "client_secret": secret})
         assert status == 200, rotated
+
+
+async def test_an_issuer_with_a_path(upstreams: tuple[int, Idp, Idp]) -> None:
+    """RFC 8414 section 3: an issuer with a path has its metadata at the well-known prefix with
+    the path appended (and vmcp also serves the OIDC form under the path); its endpoints live
+    under the path."""
+    port, corp, hub = upstreams
+    issuer = f"http://127.0.0.1:{port}/tenant-a"
+    docs = as_docs(issuer, corp, hub)
+    async with running_gateway(docs, port=port) as (url, gateway):
+        stack = Stack(issuer, url, corp, hub, gateway)
+        root = f"http://127.0.0.1:{port}"
+        for path in ("/.well-known/oauth-authorization-server/tenant-a",
+                     "/.well-known/openid-configuration/tenant-a",
+                     "/tenant-a/.well-known/openid-configuration"):
+            status, _, document = await call(Stack(root, url, corp, hub, gateway), "GET", path)
+            assert status == 200, path
+            assert document["issuer"] == issuer
+            assert document["token_endpoint"] == issuer + "/oauth/token"
+            assert document["jwks_uri"] == issuer + "/.well-known/jwks.json"
+        status, _, jwks = await call(stack, "GET", "/.well-known/jwks.json")
+        assert status == 200 and jwks["keys"]
+        status, _, registered = await call(stack, "POST", "/oauth/register",
+                                           body={"redirect_uris": [CLIENT_REDIRECT]})
+        assert status == 201 and registered["client_id"]
