@@ -87,37 +87,28 @@ class TooManySessions(Exception):
 
 
 class SessionCredentials:
-    """A backend's credentials for one client session's link: computed for the session's
-    latest caller, so that the link's long-lived work (a GET or listen stream reconnecting long
-    after the request that opened it) uses the token the client sends now, not the one it sent
-    then. (Every caller of a session is the same identity.)"""
+    """A backend's outgoing strategy as one client session's link sees it.
 
-    def __init__(self, credentials: BackendCredentials, session: ClientSession) -> None:
-        self.credentials = credentials
+    The credential is computed for the session's latest caller, so that the link's long-lived
+    work (a GET or listen stream reconnecting long after the request that opened it) uses the
+    token the client sends now, not the one it sent then (every caller of a session is the same
+    identity). A failure to get one is that backend's error (a JSON-RPC error naming it)."""
+
+    def __init__(self, backend: str, strategy: OutgoingStrategy,
+                 session: ClientSession) -> None:
+        self.backend = backend
+        self.strategy = strategy
         self.session = session
 
     async def headers(self) -> list[tuple[str, str]]:
         token = CALLER.set(self.session.caller or CALLER.get())
         try:
-            return await self.credentials.headers()
-        finally:
-            CALLER.reset(token)
-
-
-class BackendCredentials:
-    """A backend's outgoing strategy as its links see it: a failure to get a credential is that
-    backend's error (a JSON-RPC error naming it)."""
-
-    def __init__(self, backend: str, strategy: OutgoingStrategy) -> None:
-        self.backend = backend
-        self.strategy = strategy
-
-    async def headers(self) -> list[tuple[str, str]]:
-        try:
             return await self.strategy.headers()
         except CredentialError as exc:
             raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
                 from None
+        finally:
+            CALLER.reset(token)
 
 
 def _authorization_server(plan: GatewayPlan, client: HttpClient) -> AuthorizationServer | None:
@@ -173,10 +164,10 @@ class Gateway:
         self.legacy_backends: set[str] = set()
         """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
         exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
-        self.credentials: dict[str, BackendCredentials] = {
-            backend.name: BackendCredentials(backend.name, build_strategy(
-                backend.outgoing, client=self.http, exchangers=exchangers,
-                tokens=self.authserver, cache=settings.token_exchange_cache))
+        self.strategies: dict[str, OutgoingStrategy] = {
+            backend.name: build_strategy(backend.outgoing, client=self.http,
+                                         exchangers=exchangers, tokens=self.authserver,
+                                         cache=settings.token_exchange_cache)
             for backend in plan.backends}
         """Boundary 2: each backend's outgoing strategy (exchange caches shared per service)."""
         self.exchangers = exchangers
@@ -294,7 +285,7 @@ class Gateway:
             return await self.connect_http(name, endpoint, nursery, session.client_capabilities,
                                            session.unrelated_sink(name), timeout,
                                            credentials=SessionCredentials(
-                                               self.credentials[name], session))
+                                               name, self.strategies[name], session))
         process = self.stdio[name]
         with trio.move_on_after(timeout):
             await process.ready.wait()

@@ -93,11 +93,6 @@ def token_scopes(claims: dict[str, Any]) -> set[str]:
     return set()
 
 
-@dataclass(frozen=True)
-class _Accepted:
-    identity: Identity
-
-
 class JwtAuthenticator(Authenticator):
     """Bearer JWTs of one issuer (OIDC, Kubernetes service accounts, the embedded authorization
     server), and opaque tokens by introspection when an :class:`Introspector` is given."""
@@ -129,7 +124,7 @@ class JwtAuthenticator(Authenticator):
         have heard of (another replica's, made before this one started)."""
         self.authorization_servers = (authorization_servers if authorization_servers is not None
                                       else (issuer,))
-        self.cache: VerifiedTokenCache[_Accepted] = VerifiedTokenCache(max_entries=cache_entries)
+        self.cache: VerifiedTokenCache[Identity] = VerifiedTokenCache(max_entries=cache_entries)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
@@ -154,9 +149,9 @@ class JwtAuthenticator(Authenticator):
         now = time.time()
         hit = self.cache.get(token, now)
         if hit is not None:
-            if self.still_valid is not None and not self.still_valid(hit.identity):
+            if self.still_valid is not None and not self.still_valid(hit):
                 raise AuthFailure(401, "invalid_token", "the token was revoked")
-            return hit.identity
+            return hit
         try:
             if token.count(".") == 2:
                 claims, expires, key_id = await self._verify_jwt(token, now)
@@ -189,7 +184,7 @@ class JwtAuthenticator(Authenticator):
         if (self.still_valid is not None and not self.still_valid(identity)) or (
                 self.first_seen_valid is not None and not await self.first_seen_valid(identity)):
             raise AuthFailure(401, "invalid_token", "the token was revoked")
-        self.cache.put(token, _Accepted(identity), expires=expires, key_id=key_id, now=now)
+        self.cache.put(token, identity, expires=expires, key_id=key_id, now=now)
         return identity
 
     async def _verify_jwt(self, token: str, now: float) -> tuple[dict[str, Any], float, str]:

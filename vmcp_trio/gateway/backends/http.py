@@ -42,18 +42,16 @@ from .base import (
     BackendError,
     CredentialHook,
     FallbackToLegacy,
-    NoCredentials,
     Sink,
     initialize_params,
     read_initialize,
 )
-from .replies import consume_sse, content_type, read_json_reply
+from .replies import ACCEPT_BOTH, HttpLinkFields, consume_sse, content_type, read_json_reply
 
 __all__ = ["HttpBackendLink"]
 
 log = logging.getLogger("vmcp.backend.http")
 
-ACCEPT_BOTH = "application/json, text/event-stream"
 MAX_RESUME_ATTEMPTS = 3
 
 
@@ -61,23 +59,13 @@ class _SessionLost(Exception):
     """The backend answered 404 to our session id."""
 
 
-class HttpBackendLink:
+class HttpBackendLink(HttpLinkFields):
     def __init__(self, name: str, url: str, client: HttpClient, *,
                  session_sink: Sink, credentials: CredentialHook | None = None,
-                 timeout: float = 60.0, max_body: int = 16 * 1024 * 1024,
-                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
-        self.name = name
-        self.url = url
-        self.client = client
-        self.session_sink = session_sink
-        self.credentials = credentials or NoCredentials()
-        self.timeout = timeout
-        self.max_body = max_body
-        self.max_event_bytes = max_event_bytes
+                 timeout: float = 60.0) -> None:
+        super().__init__(name, url, client, session_sink=session_sink,
+                         credentials=credentials, timeout=timeout)
         self.revision: Revision = LATEST_HANDSHAKE
-        self.server_capabilities: dict[str, Any] = {}
-        self.server_info: dict[str, Any] = {}
-        self.instructions: str | None = None
         self.session_id: str | None = None
         self._ids = itertools.count(1)
         self._client_capabilities: dict[str, Any] = {}

@@ -39,12 +39,12 @@ from ...protocol.sse import SSEError, SSEParser
 from .base import (
     BackendError,
     CredentialHook,
-    NoCredentials,
     Sink,
     initialize_params,
     read_initialize,
 )
 from .pending import PendingCall, PendingCalls
+from .replies import HttpLinkFields
 
 __all__ = ["LegacySseBackendLink"]
 
@@ -53,20 +53,11 @@ log = logging.getLogger("vmcp.backend.sse")
 LEGACY_VERSION = "2024-11-05"
 
 
-class LegacySseBackendLink:
+class LegacySseBackendLink(HttpLinkFields):
     def __init__(self, name: str, url: str, client: HttpClient, *, session_sink: Sink,
-                 credentials: CredentialHook | None = None, timeout: float = 60.0,
-                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
-        self.name = name
-        self.url = url
-        self.client = client
-        self.session_sink = session_sink
-        self.credentials = credentials or NoCredentials()
-        self.timeout = timeout
-        self.max_event_bytes = max_event_bytes
-        self.server_capabilities: dict[str, Any] = {}
-        self.server_info: dict[str, Any] = {}
-        self.instructions: str | None = None
+                 credentials: CredentialHook | None = None, timeout: float = 60.0) -> None:
+        super().__init__(name, url, client, session_sink=session_sink,
+                         credentials=credentials, timeout=timeout)
         self._revision: Revision | None = None
         self._endpoint: str | None = None
         self._ids = itertools.count(1)

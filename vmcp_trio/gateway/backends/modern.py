@@ -72,16 +72,14 @@ from .base import (
     BackendAuthRequired,
     BackendError,
     CredentialHook,
-    NoCredentials,
     Sink,
 )
-from .replies import consume_sse, content_type, read_json_reply
+from .replies import ACCEPT_BOTH, HttpLinkFields, consume_sse, content_type, read_json_reply
 
 __all__ = ["MAX_ROUNDS", "ModernBackendLink"]
 
 log = logging.getLogger("vmcp.backend.modern")
 
-ACCEPT_BOTH = "application/json, text/event-stream"
 MAX_ROUNDS = 10
 """Input-required rounds of one call answered for a handshake client (the SDK's default)."""
 MAX_INPUT_REQUESTS = 16
@@ -100,24 +98,14 @@ class _Question:
     done: trio.Event = field(default_factory=trio.Event)
 
 
-class ModernBackendLink:
+class ModernBackendLink(HttpLinkFields):
     revision: Revision = STATELESS
 
     def __init__(self, name: str, url: str, client: HttpClient, *,
                  session_sink: Sink, credentials: CredentialHook | None = None,
-                 timeout: float = 60.0, max_body: int = 16 * 1024 * 1024,
-                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
-        self.name = name
-        self.url = url
-        self.client = client
-        self.session_sink = session_sink
-        self.credentials = credentials or NoCredentials()
-        self.timeout = timeout
-        self.max_body = max_body
-        self.max_event_bytes = max_event_bytes
-        self.server_capabilities: dict[str, Any] = {}
-        self.server_info: dict[str, Any] = {}
-        self.instructions: str | None = None
+                 timeout: float = 60.0) -> None:
+        super().__init__(name, url, client, session_sink=session_sink,
+                         credentials=credentials, timeout=timeout)
         self._client_capabilities: dict[str, Any] = {}
         self._log_level: str | None = "debug"
         """The level a handshake caller set; until it sets one, everything (a handshake server

@@ -8,10 +8,11 @@ one message and get back either ``application/json`` (the response) or ``text/ev
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import orjson
 
-from ...http.client import HttpError, HttpResponse
+from ...http.client import HttpClient, HttpError, HttpResponse
 from ...protocol.jsonrpc import (
     ErrorResponse,
     JsonRpcError,
@@ -21,11 +22,35 @@ from ...protocol.jsonrpc import (
     parse_message,
 )
 from ...protocol.sse import SSEError, SSEParser
-from .base import BackendError, Sink
+from .base import BackendError, CredentialHook, NoCredentials, Sink
 
-__all__ = ["consume_sse", "content_type", "read_json_reply"]
+__all__ = ["ACCEPT_BOTH", "HttpLinkFields", "consume_sse", "content_type", "read_json_reply"]
 
 log = logging.getLogger("vmcp.backend.http")
+
+ACCEPT_BOTH = "application/json, text/event-stream"
+
+
+class HttpLinkFields:
+    """What every link to a backend reached by URL holds (Streamable HTTP in either era, legacy
+    HTTP+SSE): where it is, how to reach it, where unrelated messages go, its bounds, and what
+    the backend said about itself."""
+
+    def __init__(self, name: str, url: str, client: HttpClient, *, session_sink: Sink,
+                 credentials: CredentialHook | None = None, timeout: float = 60.0,
+                 max_body: int = 16 * 1024 * 1024,
+                 max_event_bytes: int = 4 * 1024 * 1024) -> None:
+        self.name = name
+        self.url = url
+        self.client = client
+        self.session_sink = session_sink
+        self.credentials = credentials or NoCredentials()
+        self.timeout = timeout
+        self.max_body = max_body
+        self.max_event_bytes = max_event_bytes
+        self.server_capabilities: dict[str, Any] = {}
+        self.server_info: dict[str, Any] = {}
+        self.instructions: str | None = None
 
 
 def content_type(response: HttpResponse) -> str:
