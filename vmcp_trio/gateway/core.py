@@ -45,7 +45,7 @@ from .backends.base import (
 )
 from .backends.http import HttpBackendLink
 from .backends.legacy_sse import LegacySseBackendLink
-from .backends.modern import ModernBackendLink
+from .backends.stateless import StatelessBackendLink
 from .backends.stdio import RELAY_CAPABILITIES, StdioBackendLink, StdioProcess
 from .health import HealthMonitor
 from .mrtr import RequestStateSigner
@@ -55,7 +55,7 @@ __all__ = ["Gateway", "GatewaySettings", "HttpLink", "TooManySessions"]
 
 log = logging.getLogger("vmcp.gateway")
 
-HttpLink = ModernBackendLink | HttpBackendLink | LegacySseBackendLink
+HttpLink = StatelessBackendLink | HttpBackendLink | LegacySseBackendLink
 """The links to a backend reached by URL."""
 
 
@@ -156,8 +156,8 @@ class Gateway:
         self.shutting_down = trio.Event()
         self.request_states = RequestStateSigner()
         """Signs and checks 2026-07-28 ``requestState`` values (per process)."""
-        self.modern_sessions: dict[tuple[str, str], ClientSession] = {}
-        self._modern_lock = trio.Lock()
+        self.stateless_sessions: dict[tuple[str, str], ClientSession] = {}
+        self._stateless_lock = trio.Lock()
         """The stateless clients' context, one per identity: their backend links and catalog."""
         self.handshake_backends: set[str] = set()
         """Streamable HTTP backends found not to speak 2026-07-28."""
@@ -229,20 +229,20 @@ class Gateway:
         await self._sessions_nursery.start(session.run)
         return session
 
-    async def modern_session(self, identity: Identity) -> ClientSession:
+    async def stateless_session(self, identity: Identity) -> ClientSession:
         """The context of an identity's 2026-07-28 requests: a session no client can name,
         whose backend links may relay every question (each request says what its client
         takes)."""
-        async with self._modern_lock:
-            session = self.modern_sessions.get(identity.key)
+        async with self._stateless_lock:
+            session = self.stateless_sessions.get(identity.key)
             if session is not None and not session.closed.is_set():
                 session.caller = CALLER.get()
                 return session
             assert self._sessions_nursery is not None
-            session = ClientSession(self, "modern-" + secrets.token_urlsafe(12), STATELESS,
+            session = ClientSession(self, "stateless-" + secrets.token_urlsafe(12), STATELESS,
                                     RELAY_CAPABILITIES, {}, identity)
             session.caller = CALLER.get()
-            self.modern_sessions[identity.key] = session
+            self.stateless_sessions[identity.key] = session
             await self._sessions_nursery.start(session.run)
             return session
 
@@ -257,8 +257,8 @@ class Gateway:
     def forget_session(self, session: ClientSession) -> None:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
-        if self.modern_sessions.get(session.identity.key) is session:
-            del self.modern_sessions[session.identity.key]
+        if self.stateless_sessions.get(session.identity.key) is session:
+            del self.stateless_sessions[session.identity.key]
         for process in self.stdio.values():
             process.forget(session.id)
 
@@ -267,7 +267,7 @@ class Gateway:
         while True:
             await trio.sleep(min(10.0, ttl / 4))
             now = trio.current_time()
-            for session in [*self.sessions.values(), *self.modern_sessions.values()]:
+            for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
                 if session.open_connections == 0 and now - session.last_active > ttl:
                     log.info("session %s expired after %.0fs idle", session.id[:8], ttl)
                     session.close()
@@ -303,10 +303,10 @@ class Gateway:
         refused ``initialize`` with 400, 404 or 405. What a backend turned out not to speak is
         remembered, so later sessions go straight to what it does."""
         if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
-            modern = ModernBackendLink(name, endpoint.url, self.http, session_sink=sink,
+            stateless = StatelessBackendLink(name, endpoint.url, self.http, session_sink=sink,
                                        credentials=credentials, timeout=timeout)
-            if await modern.start(nursery, capabilities, listen=listen):
-                return modern
+            if await stateless.start(nursery, capabilities, listen=listen):
+                return stateless
             self.handshake_backends.add(name)
         refused: FallbackToLegacy | None = None
         if endpoint.transport == "streamable-http" and name not in self.legacy_backends:
@@ -332,12 +332,12 @@ class Gateway:
         return legacy
 
     async def _health_changed(self, backend: str, usable: bool) -> None:
-        for session in [*self.sessions.values(), *self.modern_sessions.values()]:
+        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
             await session.backend_health_changed(backend, usable)
 
     async def _route_from_stdio(self, backend: str, owner: str | None,
                                 message: Message) -> None:
-        everyone = [*self.sessions.values(), *self.modern_sessions.values()]
+        everyone = [*self.sessions.values(), *self.stateless_sessions.values()]
         targets = everyone if owner is None else [s for s in everyone if s.id == owner]
         for session in targets:
             if backend in session.links:

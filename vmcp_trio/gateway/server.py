@@ -93,7 +93,7 @@ def _request_id(given: str | None) -> str:
     return secrets.token_hex(8)
 
 
-def _is_modern(request: HttpRequest) -> bool:
+def _is_stateless(request: HttpRequest) -> bool:
     """A 2026-07-28 request: its MCP-Protocol-Version is not a handshake revision (an unknown
     one too: it then hears which versions we speak) and it names no session."""
     version = request.header("mcp-protocol-version")
@@ -238,7 +238,7 @@ class GatewayApp:
         identity = await self._authenticate(request, send)
         if identity is None:
             return
-        if request.method in ("GET", "DELETE") and _is_modern(request):
+        if request.method in ("GET", "DELETE") and _is_stateless(request):
             await send_json(send, 405, _error_body(
                 INVALID_REQUEST, "Method not allowed: protocol revision 2026-07-28 has no GET "
                                  "stream and no sessions"), [("allow", "POST")])
@@ -297,7 +297,7 @@ class GatewayApp:
         except JsonRpcError as exc:
             await send_json(send, 400, encode(exc.response()))
             return
-        if _is_modern(request):
+        if _is_stateless(request):
             await self.stateless.post(request, send, identity, messages, batch)
             return
         first = messages[0]

@@ -40,8 +40,8 @@ from ..protocol.jsonrpc import (
     Response,
     encode,
 )
-from ..protocol.modern import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, ModernContext
 from ..protocol.revisions import Revision
+from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
 from .aggregation import BackendListing, Catalog, build_catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .mrtr import MRTR_FIELDS, ParkedCall, params_digest
@@ -87,7 +87,7 @@ class Call:
     questions for it."""
 
     stream: EventStream
-    modern: ModernContext | None = None
+    stateless: StatelessContext | None = None
     parked: ParkedCall | None = None
     backend: str | None = None
     """The backend the request went to, once routed."""
@@ -216,11 +216,11 @@ class ClientSession:
     # --- the client's requests -------------------------------------------------------------------
 
     async def handle(self, request: Request, stream: EventStream, *,
-                     modern: ModernContext | None = None,
+                     stateless: StatelessContext | None = None,
                      parked: ParkedCall | None = None) -> Response | ErrorResponse | None:
         """Answer one request; messages related to it go on ``stream``. None when the client
         cancelled it (a cancelled request gets no response)."""
-        call = parked.call if parked is not None else Call(stream, modern)
+        call = parked.call if parked is not None else Call(stream, stateless)
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         token = _BACKEND.set("vmcp")
@@ -395,7 +395,7 @@ class ClientSession:
             if isinstance(message, Notification) and message.method in _LIST_CHANGED:
                 self.invalidate_catalog()
             if self.revision.stateless:
-                await self._unrelated_modern(link, message)
+                await self._unrelated_stateless(link, message)
             elif link is not None or not isinstance(message, Request):
                 await self._relay(link, message, Call(self.streams.standalone))
         return sink
@@ -412,7 +412,7 @@ class ClientSession:
             if link is None:
                 return
             needed = _CLIENT_CAPABILITY.get(message.method)
-            capabilities = (call.modern.client_capabilities if call.modern is not None
+            capabilities = (call.stateless.client_capabilities if call.stateless is not None
                             else self.client_capabilities)
             if needed is not None and needed not in capabilities:
                 if call.parked is not None and needed != "roots":
@@ -450,14 +450,14 @@ class ClientSession:
             message = Notification(message.method, {**(message.params or {}),
                                                     "requestId": cancelled})
         elif isinstance(message, Notification) and message.method == "notifications/message":
-            level = call.modern.log_level if call.modern is not None else self.log_level
+            level = call.stateless.log_level if call.stateless is not None else self.log_level
             if not _log_wanted(message, level):
                 return  # below the level the client asked for (2026-07-28: or none asked)
         stream.push(encode(message))
 
     # --- 2026-07-28 ----------------------------------------------------------------------------
 
-    async def _unrelated_modern(self, link: BackendLink | None, message: Message) -> None:
+    async def _unrelated_stateless(self, link: BackendLink | None, message: Message) -> None:
         """A stateless client has no back-channel: notifications go to listen streams. A
         backend's request on its own stream (not on a call's) goes to the one call waiting on
         that backend if there is exactly one (as a backend that asks roots/list on its GET
@@ -524,8 +524,8 @@ class ClientSession:
                 except BackendError as exc:
                     log.info("session %s: %s", self.id[:8], exc)
 
-    async def handle_modern(self, request: Request, stream: EventStream,
-                            context: ModernContext) -> Response | ErrorResponse | None:
+    async def handle_stateless(self, request: Request, stream: EventStream,
+                            context: StatelessContext) -> Response | ErrorResponse | None:
         """A 2026-07-28 ``tools/call``, ``prompts/get`` or ``resources/read`` with
         multi-round-trip support. Routed to a backend that speaks 2026-07-28, the round trip is
         the client's and the backend's (its ``InputRequiredResult`` and the client's retry pass
@@ -533,7 +533,7 @@ class ClientSession:
         as an ``InputRequiredResult`` and its retry continues the same backend call."""
         link = await self._route(request)
         if link is not None and link.revision.stateless:
-            return await self.handle(request, stream, modern=context)
+            return await self.handle(request, stream, stateless=context)
         params = request.params or {}
         signer = self.gateway.request_states
         digest = params_digest(params)
@@ -594,7 +594,7 @@ class ClientSession:
 
     async def _run_parked(self, parked: ParkedCall, request: Request) -> None:
         with parked.scope:
-            reply = await self.handle(request, parked.call.stream, modern=parked.call.modern,
+            reply = await self.handle(request, parked.call.stream, stateless=parked.call.stateless,
                                       parked=parked)
             parked.finish(reply)
 

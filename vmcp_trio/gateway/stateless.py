@@ -1,9 +1,9 @@
 """``/mcp`` for protocol revision 2026-07-28: stateless requests, on the same endpoint.
 
 A POST whose ``MCP-Protocol-Version`` is not a handshake revision (and that names no session)
-is served here. Each request stands alone: it is checked by :func:`~vmcp_trio.protocol.modern.
+is served here. Each request stands alone: it is checked by :func:`~vmcp_trio.protocol.stateless.
 check_request`, answered from the caller's hidden context session (its backend links and
-catalog, see :meth:`Gateway.modern_session`), and its reply is a complete result
+catalog, see :meth:`Gateway.stateless_session`), and its reply is a complete result
 (``resultType``, and ``ttlMs``/``cacheScope`` on lists and reads, ``serverInfo`` in ``_meta``).
 
 * ``server/discover`` describes the gateway; the handshake-only methods and unknown methods are
@@ -38,19 +38,19 @@ from ..protocol.jsonrpc import (
     Response,
     encode,
 )
-from ..protocol.modern import (
+from ..protocol.revisions import REVISIONS, STATELESS
+from ..protocol.stateless import (
     HEADER_MISMATCH,
     MISSING_CLIENT_CAPABILITY,
     REMOVED_METHODS,
     SERVER_INFO,
     SUBSCRIPTION_ID,
     UNSUPPORTED_VERSION,
-    ModernContext,
-    ModernRejection,
+    StatelessContext,
+    StatelessRejection,
     check_param_headers,
     check_request,
 )
-from ..protocol.revisions import REVISIONS, STATELESS
 from .session import ClientSession, SessionClosed, Subscription
 
 if TYPE_CHECKING:
@@ -124,11 +124,11 @@ class StatelessFront:
                 METHOD_NOT_FOUND, f"Method not found: {request.method[:100]}"))))
             return
         checked = check_request(request, http.headers, SUPPORTED)
-        if isinstance(checked, ModernRejection):
+        if isinstance(checked, StatelessRejection):
             await send_json(send, checked.status, encode(ErrorResponse(request.id,
                                                                        checked.error)))
             return
-        session = await self.gateway.modern_session(identity)
+        session = await self.gateway.stateless_session(identity)
         session.touch()
         if request.method == "tools/call":
             rejection = await self._check_param_headers(session, request, http.headers)
@@ -145,7 +145,7 @@ class StatelessFront:
             await self.answer(http, send, session, request, checked)
 
     async def _check_param_headers(self, session: ClientSession, request: Request,
-                                   headers: dict[str, str]) -> ModernRejection | None:
+                                   headers: dict[str, str]) -> StatelessRejection | None:
         params = request.params or {}
         catalog = await session.catalog()
         tool = next((t for t in catalog.tools if t.get("name") == params.get("name")), None)
@@ -171,7 +171,7 @@ class StatelessFront:
         return result
 
     async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
-                     request: Request, context: ModernContext) -> None:
+                     request: Request, context: StatelessContext) -> None:
         stream = session.streams.open()
         work_scope = trio.CancelScope()
         holder: list[Response | ErrorResponse] = []
@@ -179,9 +179,9 @@ class StatelessFront:
         async def work() -> None:
             with work_scope:
                 if request.method in MULTI_ROUND:
-                    reply = await session.handle_modern(request, stream, context)
+                    reply = await session.handle_stateless(request, stream, context)
                 else:
-                    reply = await session.handle(request, stream, modern=context)
+                    reply = await session.handle(request, stream, stateless=context)
                 if reply is not None:
                     completed = self._complete(request.method, reply)
                     holder.append(completed)

@@ -9,11 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vmcp_trio.protocol.jsonrpc import Request
-from vmcp_trio.protocol.modern import (
+from vmcp_trio.protocol.stateless import (
     HEADER_MISMATCH,
     UNSUPPORTED_VERSION,
-    ModernContext,
-    ModernRejection,
+    StatelessContext,
+    StatelessRejection,
     check_param_headers,
     check_request,
     decode_header_value,
@@ -42,7 +42,7 @@ def test_a_valid_request_gives_its_context() -> None:
             "io.modelcontextprotocol/logLevel": "info"}
     context = check_request(Request(1, "tools/call", {"_meta": meta, "name": "echo"}),
                             headers("tools/call", "echo"), SUPPORTED)
-    assert context == ModernContext("2026-07-28", {"sampling": {}},
+    assert context == StatelessContext("2026-07-28", {"sampling": {}},
                                     {"name": "c", "version": "1"}, "info")
 
 
@@ -55,7 +55,7 @@ def test_a_valid_request_gives_its_context() -> None:
 def test_missing_meta_is_invalid_params(params: dict[str, Any]) -> None:
     result = check_request(Request(1, "server/discover", params), headers("server/discover"),
                            SUPPORTED)
-    assert isinstance(result, ModernRejection)
+    assert isinstance(result, StatelessRejection)
     assert (result.status, result.error.code) == (400, -32602)
 
 
@@ -63,7 +63,7 @@ def test_unsupported_version_names_what_is_supported() -> None:
     meta = {**META, "io.modelcontextprotocol/protocolVersion": "v999.0.0"}
     result = check_request(Request(1, "server/discover", {"_meta": meta}),
                            headers("server/discover", version="v999.0.0"), SUPPORTED)
-    assert isinstance(result, ModernRejection)
+    assert isinstance(result, StatelessRejection)
     assert (result.status, result.error.code) == (400, UNSUPPORTED_VERSION)
     assert result.error.data == {"supported": ["2026-07-28"], "requested": "v999.0.0"}
 
@@ -82,19 +82,19 @@ def test_unsupported_version_names_what_is_supported() -> None:
 ])
 def test_header_mismatches(req: Request, hdrs: dict[str, str], fragment: str) -> None:
     result = check_request(req, hdrs, SUPPORTED)
-    assert isinstance(result, ModernRejection)
+    assert isinstance(result, StatelessRejection)
     assert (result.status, result.error.code) == (400, HEADER_MISMATCH)
     assert fragment in result.error.message
 
 
 def test_name_header_is_trimmed_and_may_be_base64() -> None:
     assert isinstance(check_request(request("tools/call", name="echo"),
-                                    headers("tools/call", "  echo  "), SUPPORTED), ModernContext)
+                                    headers("tools/call", "  echo  "), SUPPORTED), StatelessContext)
     odd = "héllo wörld "
     encoded = encode_header_value(odd)
     assert encoded.startswith("=?base64?") and encoded.endswith("?=")
     assert isinstance(check_request(request("prompts/get", name=odd),
-                                    headers("prompts/get", encoded), SUPPORTED), ModernContext)
+                                    headers("prompts/get", encoded), SUPPORTED), StatelessContext)
     assert decode_header_value("=?base64?***?=") is None
 
 

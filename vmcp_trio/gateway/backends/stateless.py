@@ -1,6 +1,6 @@
 """A backend that speaks protocol revision 2026-07-28, as one client session's link.
 
-There is no handshake and no backend session: :meth:`ModernBackendLink.start` POSTs
+There is no handshake and no backend session: :meth:`StatelessBackendLink.start` POSTs
 ``server/discover`` (the answer says whether the backend speaks 2026-07-28 at all, and gives its
 capabilities), and every request is a POST that stands alone, carrying what a session used to
 hold: the ``MCP-Protocol-Version``, ``Mcp-Method``, ``Mcp-Name`` and ``Mcp-Param-*`` headers
@@ -54,7 +54,9 @@ from ...protocol.jsonrpc import (
     Response,
     encode,
 )
-from ...protocol.modern import (
+from ...protocol.revisions import STATELESS, Revision
+from ...protocol.sse import SSEParser
+from ...protocol.stateless import (
     CLIENT_CAPABILITIES,
     LOG_LEVEL,
     NAMED_METHODS,
@@ -64,9 +66,7 @@ from ...protocol.modern import (
     encode_header_value,
     param_headers,
 )
-from ...protocol.modern import CLIENT_INFO as META_CLIENT_INFO
-from ...protocol.revisions import STATELESS, Revision
-from ...protocol.sse import SSEParser
+from ...protocol.stateless import CLIENT_INFO as META_CLIENT_INFO
 from .base import (
     CLIENT_INFO,
     BackendAuthRequired,
@@ -76,15 +76,15 @@ from .base import (
 )
 from .replies import ACCEPT_BOTH, HttpLinkFields, consume_sse, content_type, read_json_reply
 
-__all__ = ["MAX_ROUNDS", "ModernBackendLink"]
+__all__ = ["MAX_ROUNDS", "StatelessBackendLink"]
 
-log = logging.getLogger("vmcp.backend.modern")
+log = logging.getLogger("vmcp.backend.stateless")
 
 MAX_ROUNDS = 10
 """Input-required rounds of one call answered for a handshake client (the SDK's default)."""
 MAX_INPUT_REQUESTS = 16
 MAX_KNOWN_TOOLS = 10_000
-_MODERN_ONLY = ("resultType", "ttlMs", "cacheScope")
+_STATELESS_ONLY = ("resultType", "ttlMs", "cacheScope")
 """Result fields a handshake client does not know."""
 _LIST_FILTERS = (("tools", "toolsListChanged"), ("prompts", "promptsListChanged"),
                  ("resources", "resourcesListChanged"))
@@ -98,7 +98,7 @@ class _Question:
     done: trio.Event = field(default_factory=trio.Event)
 
 
-class ModernBackendLink(HttpLinkFields):
+class StatelessBackendLink(HttpLinkFields):
     revision: Revision = STATELESS
 
     def __init__(self, name: str, url: str, client: HttpClient, *,
@@ -168,14 +168,14 @@ class ModernBackendLink(HttpLinkFields):
         carry the 2026 ``_meta``, whose capabilities and log level are then the caller's)."""
         given = params.get("_meta")
         meta = dict(given) if isinstance(given, dict) else {}
-        modern_caller = PROTOCOL_VERSION in meta
+        stateless_caller = PROTOCOL_VERSION in meta
         meta[PROTOCOL_VERSION] = STATELESS.version
         if not isinstance(meta.get(CLIENT_CAPABILITIES), dict):
             meta[CLIENT_CAPABILITIES] = self._client_capabilities
         meta[META_CLIENT_INFO] = CLIENT_INFO
-        if not modern_caller and self._log_level is not None:
+        if not stateless_caller and self._log_level is not None:
             meta[LOG_LEVEL] = self._log_level
-        return meta, modern_caller
+        return meta, stateless_caller
 
     async def _headers(self, method: str, params: dict[str, Any]) -> list[tuple[str, str]]:
         headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json"),
@@ -251,7 +251,7 @@ class ModernBackendLink(HttpLinkFields):
 
     async def _call(self, method: str, params: dict[str, Any],
                     sink: Sink) -> Response | ErrorResponse:
-        modern_caller = self._meta(params)[1]
+        stateless_caller = self._meta(params)[1]
         for _ in range(MAX_ROUNDS + 1):
             reply = await self._round(method=method, params=params, sink=sink)
             if isinstance(reply, ErrorResponse):
@@ -259,11 +259,11 @@ class ModernBackendLink(HttpLinkFields):
             result = reply.result
             if method == "tools/list":
                 self._learn_schemas(result.get("tools"))
-            if modern_caller:
+            if stateless_caller:
                 return reply
             if result.get("resultType") != "input_required":
                 return Response(reply.id, {k: v for k, v in result.items()
-                                           if k not in _MODERN_ONLY})
+                                           if k not in _STATELESS_ONLY})
             answers = await self._ask_client(result.get("inputRequests"), sink)
             if isinstance(answers, ErrorResponse):
                 return answers

@@ -1,4 +1,4 @@
-"""The 2026-07-28 ("modern", stateless) request rules, with no I/O.
+"""The 2026-07-28 (stateless) request rules, with no I/O.
 
 In 2026-07-28 there is no session: every POST carries what a session used to hold. A request is
 acceptable only if (spec: basic/index, transports/streamable-http, SEP-2575 and SEP-2243):
@@ -15,8 +15,8 @@ acceptable only if (spec: basic/index, transports/streamable-http, SEP-2575 and 
   ``=?base64?...?=`` form, else -32020.
 
 Error responses carry the request's id (never null when the id could be read).
-:func:`check_request` applies all of this and returns the request's :class:`ModernContext` or a
-:class:`ModernRejection` saying which HTTP status and JSON-RPC error to answer with.
+:func:`check_request` applies all of this and returns the request's :class:`StatelessContext` or a
+:class:`StatelessRejection` saying which HTTP status and JSON-RPC error to answer with.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ __all__ = [
     "SERVER_INFO",
     "SUBSCRIPTION_ID",
     "UNSUPPORTED_VERSION",
-    "ModernContext",
-    "ModernRejection",
+    "StatelessContext",
+    "StatelessRejection",
     "check_param_headers",
     "check_request",
     "decode_header_value",
@@ -72,7 +72,7 @@ _SENTINEL_PREFIX, _SENTINEL_SUFFIX = "=?base64?", "?="
 
 
 @dataclass(frozen=True)
-class ModernContext:
+class StatelessContext:
     """What a 2026-07-28 request says about its client."""
 
     version: str
@@ -82,7 +82,7 @@ class ModernContext:
 
 
 @dataclass(frozen=True)
-class ModernRejection:
+class StatelessRejection:
     status: int
     error: ErrorObject
 
@@ -133,7 +133,7 @@ def param_headers(schema: object, arguments: object) -> list[tuple[str, str]]:
 
 
 def check_param_headers(schema: object, arguments: object,
-                        headers: Mapping[str, str]) -> ModernRejection | None:
+                        headers: Mapping[str, str]) -> StatelessRejection | None:
     """SEP-2243 ``Mcp-Param-{Name}`` headers: every input property a tool marks with
     ``"x-mcp-header": "Name"`` travels in that header too (its string form; base64 form
     allowed), and the header must match the body. Missing, undecodable or different: -32020."""
@@ -152,12 +152,12 @@ def check_param_headers(schema: object, arguments: object,
     return None
 
 
-def _reject(status: int, code: int, message: str, data: Any = None) -> ModernRejection:
-    return ModernRejection(status, ErrorObject(code, message, data))
+def _reject(status: int, code: int, message: str, data: Any = None) -> StatelessRejection:
+    return StatelessRejection(status, ErrorObject(code, message, data))
 
 
 def check_request(request: Request, headers: Mapping[str, str],
-                  supported: tuple[str, ...]) -> ModernContext | ModernRejection:
+                  supported: tuple[str, ...]) -> StatelessContext | StatelessRejection:
     """Apply the rules of the module docstring. ``headers`` has lower-case names."""
     params = request.params or {}
     meta = params.get("_meta")
@@ -200,5 +200,5 @@ def check_request(request: Request, headers: Mapping[str, str],
                            f"the Mcp-Name header does not match params.{named}")
     info = meta.get(CLIENT_INFO)
     level = meta.get(LOG_LEVEL)
-    return ModernContext(version, capabilities, info if isinstance(info, dict) else {},
+    return StatelessContext(version, capabilities, info if isinstance(info, dict) else {},
                          level if isinstance(level, str) else None)

@@ -26,7 +26,7 @@ def meta(capabilities: dict[str, Any] | None = None, **extra: Any) -> dict[str, 
             else capabilities, **extra}
 
 
-class ModernClient:
+class StatelessClient:
     def __init__(self, url: str) -> None:
         self.url = url
         self.http = HttpClient()
@@ -66,15 +66,15 @@ class ModernClient:
 
 
 @pytest.fixture
-async def modern():  # type: ignore[no-untyped-def]
+async def stateless():  # type: ignore[no-untyped-def]
     async with running_gateway() as (url, gateway):
-        client = ModernClient(url)
+        client = StatelessClient(url)
         yield client, gateway
         await client.http.aclose()
 
 
-async def test_discover_and_complete_results(modern) -> None:  # type: ignore[no-untyped-def]
-    client, _ = modern
+async def test_discover_and_complete_results(stateless) -> None:  # type: ignore[no-untyped-def]
+    client, _ = stateless
     reply = await client.post("server/discover")
     assert reply.status == 200 and "mcp-session-id" not in reply.headers
     result = reply.result
@@ -94,16 +94,16 @@ async def test_discover_and_complete_results(modern) -> None:  # type: ignore[no
     ({}, {"mcp-protocol-version": "2099-01-01"}, 400, -32022),
     ({}, {"mcp-method": "prompts/list"}, 400, -32020),
 ])
-async def test_request_checks(modern, params: dict[str, Any],  # type: ignore[no-untyped-def]
+async def test_request_checks(stateless, params: dict[str, Any],  # type: ignore[no-untyped-def]
                               headers: dict[str, str], status: int, code: int) -> None:
-    client, _ = modern
+    client, _ = stateless
     reply = await client.post("tools/list", params, headers=headers)
     assert reply.status == status and reply.body["error"]["code"] == code
     assert reply.body["id"] == client.ids  # never null when the id could be read
 
 
-async def test_removed_and_unknown_methods_and_no_get(modern) -> None:  # type: ignore[no-untyped-def]
-    client, _ = modern
+async def test_removed_and_unknown_methods_and_no_get(stateless) -> None:  # type: ignore[no-untyped-def]
+    client, _ = stateless
     for method in ("ping", "initialize", "logging/setLevel", "resources/subscribe", "nope/x"):
         reply = await client.post(method)
         assert (reply.status, reply.body["error"]["code"]) == (404, -32601), method
@@ -112,8 +112,8 @@ async def test_removed_and_unknown_methods_and_no_get(modern) -> None:  # type: 
     assert status == 405
 
 
-async def test_log_messages_only_when_asked(modern) -> None:  # type: ignore[no-untyped-def]
-    client, _ = modern
+async def test_log_messages_only_when_asked(stateless) -> None:  # type: ignore[no-untyped-def]
+    client, _ = stateless
     quiet = await client.call("clock_countdown", {"steps": 2, "delay_ms": 50},
                               _meta={**meta(), "progressToken": "t"})
     assert not [m for m in quiet.messages if m.get("method") == "notifications/message"]
@@ -125,10 +125,10 @@ async def test_log_messages_only_when_asked(modern) -> None:  # type: ignore[no-
     assert loud.messages[-1]["result"]["content"][0]["text"] == "done after 2 steps"
 
 
-async def test_a_backend_question_becomes_an_input_request(modern) -> None:  # type: ignore[no-untyped-def]
+async def test_a_backend_question_becomes_an_input_request(stateless) -> None:  # type: ignore[no-untyped-def]
     """clock_summarize asks for sampling (the handshake way): the client gets an
     InputRequiredResult, answers in its retry, and the same backend call completes."""
-    client, _ = modern
+    client, _ = stateless
     first = (await client.call("clock_summarize", {"text": "long"})).result
     assert first["resultType"] == "input_required"
     (key, question), = first["inputRequests"].items()
@@ -154,8 +154,8 @@ async def test_a_backend_question_becomes_an_input_request(modern) -> None:  # t
     assert replay.messages[-1]["error"]["code"] == -32602  # the call is over: single use
 
 
-async def test_a_missing_client_capability_is_32021(modern) -> None:  # type: ignore[no-untyped-def]
-    client, _ = modern
+async def test_a_missing_client_capability_is_32021(stateless) -> None:  # type: ignore[no-untyped-def]
+    client, _ = stateless
     reply = await client.post("tools/call", {"name": "clock_summarize",
                                              "arguments": {"text": "x"}, "_meta": meta({})},
                               name="clock_summarize")
@@ -166,7 +166,7 @@ async def test_a_missing_client_capability_is_32021(modern) -> None:  # type: ig
 
 async def test_closing_the_stream_cancels_the_backend_call() -> None:
     async with stuck_backend() as (docs, cancelled), running_gateway(docs) as (url, _):
-        client = ModernClient(url)
+        client = StatelessClient(url)
         with trio.move_on_after(0.4):  # within the JSON window: nothing was answered yet
             await client.call("stuck_hang", {})
         await client.http.aclose()  # the connection goes: the request is cancelled
@@ -174,12 +174,12 @@ async def test_closing_the_stream_cancels_the_backend_call() -> None:
             await cancelled.wait()
 
 
-async def test_subscriptions_listen(modern) -> None:  # type: ignore[no-untyped-def]
-    client, _ = modern
+async def test_subscriptions_listen(stateless) -> None:  # type: ignore[no-untyped-def]
+    client, _ = stateless
     results: dict[str, Reply] = {}
 
     async def listen(label: str, filters: dict[str, Any], count: int) -> None:
-        listener = ModernClient(client.url)
+        listener = StatelessClient(client.url)
         results[label] = await listener.post("subscriptions/listen", {"notifications": filters},
                                              stop_after=count)
         await listener.http.aclose()
