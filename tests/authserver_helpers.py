@@ -16,8 +16,8 @@ from urllib.parse import urlencode
 
 import trio
 
+from vmcp_trio.app.gateway import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
-from vmcp_trio.gateway.core import Gateway
 
 from .fixtures.idp import Idp, browse, running_idp
 from .gateway_helpers import RawClient, quickstart_docs
@@ -32,7 +32,7 @@ class Stack:
     mcp: str
     corp: Idp
     hub: Idp
-    gateway: Gateway
+    gateway: GatewayProcess
 
 
 def as_docs(issuer: str, corp: Idp, hub: Idp, *, storage: dict[str, Any] | None = None,

@@ -19,16 +19,18 @@ from typing import Any
 import orjson
 import trio
 
-from vmcp_trio.gateway.core import Gateway, GatewaySettings
+from vmcp_trio.app.gateway import GatewayProcess, build_gateway, serve_gateway
+from vmcp_trio.gateway.settings import GatewaySettings
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.sse import Event, SSEParser
 from vmcp_trio.resources import validate_documents
 from vmcp_trio.resources.loading import SourceDocument
-from vmcp_trio.runtime.serve import serve_gateway
 
 from .helpers import EXAMPLES, example_docs
 
 SERVERS = EXAMPLES / "servers"
+Running = tuple[str, GatewayProcess]
+"""A running gateway's /mcp URL and its process."""
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -78,18 +80,18 @@ async def stuck_backend() -> AsyncIterator[tuple[list[dict[str, Any]], trio.Even
 @asynccontextmanager
 async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
                           tls: tuple[str, str] | None = None,
-                          **settings: Any) -> AsyncIterator[tuple[str, Gateway]]:
+                          **settings: Any) -> AsyncIterator[Running]:
     """A real gateway (hypercorn, trio worker) on a free port; ``tls`` = (cert, key) files."""
     result = validate_documents([SourceDocument("t.yaml", i + 1, d)
                                  for i, d in enumerate(docs or quickstart_docs())])
     assert result.ok, result.problems
-    gateway = Gateway(result.plans[0], GatewaySettings(**{"port": 0, **settings}))
+    gateway = build_gateway(result.plans[0], GatewaySettings(**{"port": 0, **settings}))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(partial(
             serve_gateway, gateway, shutdown_trigger=stop.wait,
             tls_cert=tls[0] if tls else None, tls_key=tls[1] if tls else None))
-        for process in gateway.stdio.values():
+        for process in gateway.links.stdio.values():
             with trio.fail_after(20):
                 await process.ready.wait()
         yield urls[0], gateway

@@ -62,5 +62,5 @@ async def test_legacy_sse_backend(transport: str | None) -> None:
                     if m.get("method") == "notifications/progress"]
         assert progress == [1, 2, 3]
         assert reply.messages[-1]["result"]["content"][0]["text"] == "counted 3"
-        assert ("oldtimer" in gateway.legacy_backends) is (transport is None)
+        assert ("oldtimer" in gateway.links.legacy_backends) is (transport is None)
         await client.aclose()

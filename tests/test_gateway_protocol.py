@@ -259,7 +259,7 @@ async def test_a_backend_that_dies_mid_call_fails_only_that_call(client: RawClie
     assert "backend 'clock'" in error["message"] and error["data"] == {"backend": "clock"}
     notes = await client.request("tools/call", {"name": "notes_list_notes", "arguments": {}})
     assert "result" in notes.messages[-1]
-    process = gateway[1].stdio["clock"]
+    process = gateway[1].links.stdio["clock"]
     with trio.fail_after(20):
         while not process.ready.is_set() or process.restarts == 0:
             await trio.sleep(0.05)
@@ -274,7 +274,7 @@ async def test_idle_sessions_expire() -> None:
         await client.initialize()
         assert (await client.request("ping")).status == 200
         with trio.fail_after(10):
-            while gateway.sessions:
+            while gateway.gateway.sessions:
                 await trio.sleep(0.1)
         assert (await client.request("ping")).status == 404
         await client.aclose()

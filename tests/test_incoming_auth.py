@@ -30,10 +30,9 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from vmcp_trio.auth.headers import parse_challenges
-from vmcp_trio.gateway.core import Gateway
 
 from .fixtures.idp import Idp, running_idp
-from .gateway_helpers import RawClient, quickstart_docs, running_gateway
+from .gateway_helpers import RawClient, Running, quickstart_docs, running_gateway
 from .helpers import free_port
 from .jwt_helpers import generate, mint, mint_raw
 
@@ -73,7 +72,7 @@ def idp() -> Iterator[Idp]:
 
 
 @pytest.fixture
-async def gateway(idp: Idp) -> AsyncIterator[tuple[str, Gateway]]:
+async def gateway(idp: Idp) -> AsyncIterator[Running]:
     async with running_gateway(oidc_docs(idp)) as running:
         yield running
 
@@ -137,7 +136,7 @@ async def assert_invalid(url: str, token: str, fragment: str) -> None:
 # --- discovery and challenges --------------------------------------------------------------------
 
 async def test_protected_resource_metadata_tells_clients_where_to_log_in(
-        gateway: tuple[str, Gateway], idp: Idp) -> None:
+        gateway: Running, idp: Idp) -> None:
     url, _ = gateway
     base = url.removesuffix("/mcp")
     client = RawClient(url)
@@ -170,14 +169,14 @@ async def metrics_text(url: str) -> str:
         await client.aclose()
 
 
-async def test_the_anonymous_mode_gauge(gateway: tuple[str, Gateway]) -> None:
+async def test_the_anonymous_mode_gauge(gateway: Running) -> None:
     """``vmcp_anonymous_mode`` is 0 with oidc and 1 with anonymous incoming auth."""
     assert "vmcp_anonymous_mode 0.0" in await metrics_text(gateway[0])
     async with running_gateway() as (anonymous, _):
         assert "vmcp_anonymous_mode 1.0" in await metrics_text(anonymous)
 
 
-async def test_no_token_gets_a_challenge_without_an_error(gateway: tuple[str, Gateway]) -> None:
+async def test_no_token_gets_a_challenge_without_an_error(gateway: Running) -> None:
     """RFC 6750 section 3.1: without a token the challenge names the metadata and scope but no
     ``error``."""
     url, _ = gateway
@@ -188,7 +187,7 @@ async def test_no_token_gets_a_challenge_without_an_error(gateway: tuple[str, Ga
                       + "/.well-known/oauth-protected-resource/mcp", "scope": "mcp:tools"}
 
 
-async def test_a_valid_jwt_opens_a_session_that_calls_tools(gateway: tuple[str, Gateway],
+async def test_a_valid_jwt_opens_a_session_that_calls_tools(gateway: Running,
                                                             idp: Idp) -> None:
     url, _ = gateway
     client = RawClient(url)
@@ -205,7 +204,7 @@ async def test_a_valid_jwt_opens_a_session_that_calls_tools(gateway: tuple[str, 
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-async def test_the_sdk_client_with_a_bearer_header(gateway: tuple[str, Gateway], idp: Idp,
+async def test_the_sdk_client_with_a_bearer_header(gateway: Running, idp: Idp,
                                                    mode: str) -> None:
     url, _ = gateway
     token = await token_for(idp)
@@ -219,40 +218,40 @@ async def test_the_sdk_client_with_a_bearer_header(gateway: tuple[str, Gateway],
 
 # --- one refusal per way a token can be wrong ----------------------------------------------------
 
-async def test_wrong_audience(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_wrong_audience(gateway: Running, idp: Idp) -> None:
     await assert_invalid(gateway[0], await token_for(idp, resource=OTHER_RESOURCE), "aud")
 
 
-async def test_wrong_issuer(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_wrong_issuer(gateway: Running, idp: Idp) -> None:
     token = mint(private_key(idp), claims(idp, iss="https://evil.example"), alg="RS256",
                  kid=idp.kid)
     await assert_invalid(gateway[0], token, "iss")
 
 
-async def test_expired(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_expired(gateway: Running, idp: Idp) -> None:
     now = int(time.time())
     token = mint(private_key(idp), claims(idp, iat=now - 900, exp=now - 300), alg="RS256",
                  kid=idp.kid)
     await assert_invalid(gateway[0], token, "expired")
 
 
-async def test_not_yet_valid(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_not_yet_valid(gateway: Running, idp: Idp) -> None:
     token = mint(private_key(idp), claims(idp, nbf=int(time.time()) + 600), alg="RS256",
                  kid=idp.kid)
     await assert_invalid(gateway[0], token, "nbf")
 
 
-async def test_unknown_kid(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_unknown_kid(gateway: Running, idp: Idp) -> None:
     token = mint(generate("RS256"), claims(idp), alg="RS256", kid="not-a-known-kid")
     await assert_invalid(gateway[0], token, "kid")
 
 
-async def test_alg_none(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_alg_none(gateway: Running, idp: Idp) -> None:
     token = mint_raw({"alg": "none", "typ": "at+jwt", "kid": idp.kid}, claims(idp), b"")
     await assert_invalid(gateway[0], token, "none")
 
 
-async def test_hs256_keyed_with_the_public_key(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_hs256_keyed_with_the_public_key(gateway: Running, idp: Idp) -> None:
     """The classic key-confusion forgery: HMAC with the RSA public key as the secret."""
     public_pem = private_key(idp).public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -262,26 +261,26 @@ async def test_hs256_keyed_with_the_public_key(gateway: tuple[str, Gateway], idp
     await assert_invalid(gateway[0], mint_raw(header, claims(idp), signature), "HS256")
 
 
-async def test_a_stranger_signing_under_a_known_kid(gateway: tuple[str, Gateway],
+async def test_a_stranger_signing_under_a_known_kid(gateway: Running,
                                                     idp: Idp) -> None:
     token = mint(generate("RS256"), claims(idp), alg="RS256", kid=idp.kid)
     await assert_invalid(gateway[0], token, "signature")
 
 
-async def test_garbage(gateway: tuple[str, Gateway]) -> None:
+async def test_garbage(gateway: Running) -> None:
     await assert_invalid(gateway[0], "not.a.jwt", "")
     status, headers, _ = await refused(gateway[0], "garbage-that-is-no-token")
     assert status == 401 and challenge_of(headers)["error"] == "invalid_token"
 
 
-async def test_a_100_kb_token_is_refused_before_any_work(gateway: tuple[str, Gateway]) -> None:
+async def test_a_100_kb_token_is_refused_before_any_work(gateway: Running) -> None:
     """Bounded headers: 431 (from the HTTP layer or vmcp's own header limit), never a parse."""
     status, _, body = await refused(gateway[0], "a" * 100_000)
     assert status == 431
     assert body is None or "header" in body["error"]["message"].lower()
 
 
-async def test_a_token_in_the_query_string_is_refused(gateway: tuple[str, Gateway],
+async def test_a_token_in_the_query_string_is_refused(gateway: Running,
                                                       idp: Idp) -> None:
     token = await token_for(idp)
     client = RawClient(gateway[0] + f"?access_token={token}")
@@ -312,7 +311,7 @@ def _settings(*, required: tuple[str, ...] = ()) -> Any:
 
 # --- caches ---------------------------------------------------------------------------------------
 
-async def test_a_flood_of_random_kids_costs_one_fetch(gateway: tuple[str, Gateway],
+async def test_a_flood_of_random_kids_costs_one_fetch(gateway: Running,
                                                       idp: Idp) -> None:
     url, running = gateway
     jwks = running.authenticator.keys  # type: ignore[attr-defined]
@@ -325,7 +324,7 @@ async def test_a_flood_of_random_kids_costs_one_fetch(gateway: tuple[str, Gatewa
     assert jwks.fetches - before <= 1
 
 
-async def test_a_known_token_is_served_from_the_cache(gateway: tuple[str, Gateway],
+async def test_a_known_token_is_served_from_the_cache(gateway: Running,
                                                       idp: Idp) -> None:
     url, running = gateway
     token = await token_for(idp)
@@ -339,7 +338,7 @@ async def test_a_known_token_is_served_from_the_cache(gateway: tuple[str, Gatewa
     assert jwks.fetches == before
 
 
-async def test_opaque_tokens_are_introspected(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_opaque_tokens_are_introspected(gateway: Running, idp: Idp) -> None:
     """A token that is not a JWT goes to introspection: active -> in; revoked -> 401."""
     url, running = gateway
     opaque = await token_for(idp, resource=None)
@@ -354,7 +353,7 @@ async def test_opaque_tokens_are_introspected(gateway: tuple[str, Gateway], idp:
     assert introspector.calls == calls
 
 
-async def test_a_session_belongs_to_its_identity(gateway: tuple[str, Gateway], idp: Idp) -> None:
+async def test_a_session_belongs_to_its_identity(gateway: Running, idp: Idp) -> None:
     """The same session id with another identity's (valid) token is unknown: 404."""
     url, _ = gateway
     owner = RawClient(url)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from vmcp_trio.gateway.core import Gateway
+from vmcp_trio.app.gateway import GatewayProcess
 
 from .authserver_helpers import Stack as AuthStack
 from .authserver_helpers import as_docs, chained_upstreams, tokens
@@ -39,7 +39,7 @@ class Stack:
     idp: Idp
     alpha: BackendState
     beta: BackendState
-    gateway: Gateway
+    gateway: GatewayProcess
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from vmcp_trio.gateway.core import Gateway
+from vmcp_trio.app.gateway import GatewayProcess
 
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import quickstart_docs, running_gateway
@@ -98,7 +98,7 @@ class Stack:
     url: str
     alpha: BackendState
     beta: BackendState
-    gateway: Gateway
+    gateway: GatewayProcess
 
 
 @pytest.fixture
@@ -574,7 +574,7 @@ async def test_a_2026_backend_is_health_checked_with_discover(stack: Stack) -> N
     """2026-07-28 has no ``ping``: the health checker asks alpha ``server/discover`` and finds it
     healthy, while beta is pinged."""
     with trio.fail_after(TIMEOUT):
-        while any(stack.gateway.health.backends[name].state != "healthy"
+        while any(stack.gateway.gateway.health.backends[name].state != "healthy"
                   for name in ("alpha", "beta")):
             await trio.sleep(0.05)
     assert "ping" not in stack.alpha.methods and "server/discover" in stack.alpha.methods

@@ -16,9 +16,9 @@ import pytest
 import trio
 import yaml
 
+from vmcp_trio.app.gateway import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 from vmcp_trio.authserver.storage import StoredUpstream
-from vmcp_trio.gateway.core import Gateway
 
 from .authserver_helpers import Stack, as_docs, chained_upstreams, claims_of, mcp_status, tokens
 from .fixtures.idp import Idp
@@ -35,7 +35,7 @@ def short_lived() -> Iterator[tuple[int, Idp, Idp]]:
         yield started
 
 
-async def stored(gateway: Gateway, session: str, provider: str) -> StoredUpstream | None:
+async def stored(gateway: GatewayProcess, session: str, provider: str) -> StoredUpstream | None:
     assert gateway.authserver is not None
     return await gateway.authserver.storage.get_upstream(session, provider)
 

@@ -19,9 +19,10 @@ from typing import Any, TextIO
 import trio
 
 from . import __version__
+from .app.gateway import run_gateway
 from .auth.incoming.build import SERVICE_ACCOUNT_DIR, AuthSettings, IncomingAuthError
 from .authserver.keygen import generate_hmac_secret, generate_signing_key
-from .gateway.core import GatewaySettings
+from .gateway.settings import GatewaySettings
 from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
 from .resources.fields import DNS_NAME_RULE, is_dns_subdomain
 from .resources.problems import Problem
@@ -29,7 +30,6 @@ from .resources.resolver import DEFAULT_BACKEND_URL_TEMPLATE, check_url_template
 from .resources.schema import DEFAULT_API_GROUP
 from .resources.summary import describe_plan
 from .runtime.logs import configure_logging
-from .runtime.serve import run_gateway
 
 __all__ = ["main"]
 

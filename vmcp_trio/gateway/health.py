@@ -7,11 +7,14 @@ again after a failure), through the shared process for a stdio backend. A backen
 *unhealthy* after ``unhealthyThreshold`` consecutive failures and *healthy* again after one
 success; until its first probe it is *unknown* (and used).
 
-When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` calls the
-gateway's ``on_change``: sessions drop it from (or add it back to) their catalog and receive
+When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` calls
+``on_change`` (the gateway's): sessions drop it from (or add it back to) their catalog and receive
 ``list_changed`` notifications, which is how a client learns its tool list changed.
 
 A checker that crashes is logged and restarted after a pause; it never takes serving down.
+
+What ``/api/backends/health`` and ``/readyz`` say about the backends is computed here too
+(:meth:`HealthMonitor.report`, :meth:`HealthMonitor.ready`).
 """
 
 from __future__ import annotations
@@ -20,16 +23,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 import trio
 
 from ..protocol.jsonrpc import ErrorResponse, Message
-from ..resources.plan import HttpEndpoint
+from ..resources.plan import GatewayPlan, HttpEndpoint
 from .backends.base import BackendAuthRequired, BackendError
-
-if TYPE_CHECKING:
-    from .core import Gateway, HttpLink
+from .backends.links import BackendLinks, HttpLink
 
 __all__ = ["BackendHealth", "HealthMonitor"]
 
@@ -58,11 +59,13 @@ async def _drop(message: Message) -> None:
 
 
 class HealthMonitor:
-    def __init__(self, gateway: Gateway,
+    def __init__(self, plan: GatewayPlan, links: BackendLinks,
                  on_change: Callable[[str, bool], Awaitable[None]]) -> None:
-        self.gateway = gateway
+        self.plan = plan
+        self.links = links
         self.on_change = on_change
-        self.backends = {b.name: BackendHealth(b.name) for b in gateway.plan.backends}
+        """Told ``(backend, usable)`` when a backend becomes unhealthy or healthy again."""
+        self.backends = {b.name: BackendHealth(b.name) for b in plan.backends}
         self._links: dict[str, HttpLink] = {}
 
     def usable(self, backend: str) -> bool:
@@ -84,7 +87,7 @@ class HealthMonitor:
                 await trio.sleep(5)
 
     async def _check_forever(self, name: str) -> None:
-        operational = self.gateway.plan.operational
+        operational = self.plan.operational
         interval = operational.health_check_interval.total_seconds()
         timeout = operational.health_check_timeout.total_seconds()
         threshold = operational.unhealthy_threshold
@@ -97,7 +100,7 @@ class HealthMonitor:
                     with trio.fail_after(timeout):
                         await self._probe(name, nursery)
                 except trio.TooSlowError:
-                    process = self.gateway.stdio.get(name)
+                    process = self.links.stdio.get(name)
                     if process is not None and not process.ready.is_set():
                         error = f"is not running ({process.last_error or 'starting'})"
                     else:
@@ -137,18 +140,49 @@ class HealthMonitor:
             await link.aclose()
 
     async def _probe(self, name: str, nursery: trio.Nursery) -> None:
-        backend = next(b for b in self.gateway.plan.backends if b.name == name)
-        if isinstance(backend.endpoint, HttpEndpoint):
+        endpoint = self.links.endpoints[name]
+        if isinstance(endpoint, HttpEndpoint):
             link = self._links.get(name)
             if link is None:
-                timeout = self.gateway.plan.operational.health_check_timeout.total_seconds()
-                link = await self.gateway.connect_http(name, backend.endpoint, nursery, {},
-                                                       _drop, timeout, listen=False)
+                timeout = self.plan.operational.health_check_timeout.total_seconds()
+                link = await self.links.connect_http(name, endpoint, nursery, {}, _drop,
+                                                     timeout, listen=False)
                 self._links[name] = link
             reply = await link.call("ping", None, _drop)
         else:
-            process = self.gateway.stdio[name]
+            process = self.links.stdio[name]
             await process.ready.wait()  # bounded by the probe's timeout
             reply = await process.request("ping", None, owner="", sink=_drop)
         if isinstance(reply, ErrorResponse):
             raise BackendError(name, f"answered ping with an error: {reply.error.message[:200]}")
+
+    # --- what the operational endpoints say ---------------------------------------------------
+
+    def report(self) -> list[dict[str, Any]]:
+        """``/api/backends/health``: one entry per backend."""
+        out: list[dict[str, Any]] = []
+        for name, endpoint in self.links.endpoints.items():
+            health = self.backends[name]
+            entry: dict[str, Any] = {
+                "name": name, "status": health.state,
+                "consecutiveFailures": health.consecutive_failures,
+                "lastError": health.last_error, "lastCheck": health.last_check,
+                "latencyMs": health.latency_ms,
+            }
+            if isinstance(endpoint, HttpEndpoint):
+                entry.update(transport=endpoint.transport, url=endpoint.url)
+            else:
+                process = self.links.stdio[name]
+                entry.update(transport="stdio", process=process.state,
+                             restarts=process.restarts)
+            out.append(entry)
+        return out
+
+    def ready(self) -> bool:
+        """The backends can serve: all of them under partialFailureMode fail, at least one
+        under best_effort (a gateway with no backends is ready)."""
+        states = [health.state for health in self.backends.values()]
+        healthy = states.count("healthy")
+        if self.plan.operational.partial_failure_mode == "fail":
+            return healthy == len(states)
+        return healthy > 0 or not states

@@ -15,13 +15,12 @@ that asked under the backend's id.
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
@@ -42,15 +41,16 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import Revision
 from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
+from ..resources.plan import GatewayPlan
+from ..runtime.metrics import Metrics
 from .aggregation import BackendListing, Catalog, build_catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
-from .mrtr import MRTR_FIELDS, ParkedCall, params_digest
+from .backends.links import BackendLinks
+from .health import HealthMonitor
+from .mrtr import MRTR_FIELDS, ParkedCall, RequestStateSigner, params_digest
 from .streams import EventStream, StreamRegistry
 
-if TYPE_CHECKING:
-    from .core import Gateway
-
-__all__ = ["ClientSession", "SessionClosed"]
+__all__ = ["ClientSession", "SessionClosed", "SessionServices"]
 
 log = logging.getLogger("vmcp.session")
 
@@ -66,9 +66,6 @@ _LIST_CHANGED = {
 _CLIENT_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
                       "roots/list": "roots"}
 
-
-_BACKEND: contextvars.ContextVar[str] = contextvars.ContextVar("backend", default="vmcp")
-"""The backend the current request went to, for its metrics labels."""
 _KNOWN_METHODS = frozenset({
     "ping", "initialize", "tools/list", "tools/call", "prompts/list", "prompts/get",
     "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
@@ -78,6 +75,22 @@ _KNOWN_METHODS = frozenset({
 
 class SessionClosed(Exception):
     """The session ended while a request was using it."""
+
+
+@dataclass(frozen=True)
+class SessionServices:
+    """What a session uses of the process: the same for every session."""
+
+    plan: GatewayPlan
+    links: BackendLinks
+    health: HealthMonitor
+    metrics: Metrics
+    request_states: RequestStateSigner
+    """Signs and checks 2026-07-28 ``requestState`` values."""
+    forget: Callable[[ClientSession], None]
+    """Told when a session ended, to drop it from the table."""
+    stream_buffer_events: int = 256
+    sse_retry_ms: int = 2000
 
 
 @dataclass
@@ -121,23 +134,24 @@ def _error(request_id: RequestId | None, code: int, message: str) -> ErrorRespon
 
 
 class ClientSession:
-    def __init__(self, gateway: Gateway, session_id: str, revision: Revision,
+    def __init__(self, services: SessionServices, session_id: str, revision: Revision,
                  client_capabilities: dict[str, Any], client_info: dict[str, Any],
-                 identity: Identity) -> None:
-        self.gateway = gateway
+                 caller: Caller) -> None:
+        self.services = services
+        self.plan = services.plan
         self.id = session_id
         self.revision = revision
         self.client_capabilities = client_capabilities
         self.client_info = client_info
-        self.identity = identity
-        self.caller: Caller | None = None
+        self.identity: Identity = caller.identity
+        self.caller = caller
         """Who sent the session's latest request (its token is the one its backend
         credentials are computed for)."""
         self.links: dict[str, BackendLink] = {}
         self.failed_backends: dict[str, str] = {}
         self.streams = StreamRegistry(
-            max_events=gateway.settings.stream_buffer_events,
-            retry_ms=gateway.settings.sse_retry_ms if revision.primes_streams else None)
+            max_events=services.stream_buffer_events,
+            retry_ms=services.sse_retry_ms if revision.primes_streams else None)
         self.last_active = trio.current_time()
         self.open_connections = 0
         self.closed = trio.Event()
@@ -172,11 +186,16 @@ class ClientSession:
             with trio.CancelScope(shield=True):
                 for link in self.links.values():
                     await link.aclose()
-            self.gateway.forget_session(self)
+            self.services.forget(self)
 
     async def _connect(self, name: str, nursery: trio.Nursery) -> None:
         try:
-            self.links[name] = await self.gateway.open_link(name, self, nursery)
+            health = self.services.health
+            if not health.usable(name):
+                raise BackendError(name, f"is unhealthy ({health.backends[name].last_error})")
+            self.links[name] = await self.services.links.open(
+                name, owner=self.id, capabilities=self.client_capabilities,
+                sink=self.unrelated_sink(name), caller=lambda: self.caller, nursery=nursery)
             self.failed_backends.pop(name, None)
         except BackendError as exc:
             self.failed_backends[name] = exc.detail
@@ -184,7 +203,7 @@ class ClientSession:
 
     async def _connect_backends(self, nursery: trio.Nursery) -> None:
         async with trio.open_nursery() as connecting:
-            for backend in self.gateway.plan.backends:
+            for backend in self.plan.backends:
                 connecting.start_soon(self._connect, backend.name, nursery)
 
     async def backend_health_changed(self, backend: str, usable: bool) -> None:
@@ -203,6 +222,12 @@ class ClientSession:
 
     def close(self) -> None:
         self.closed.set()
+
+    def instructions(self) -> str | None:
+        """The backends' instructions, each under its name."""
+        parts = [f"{name}: {link.instructions}" for name, link in self.links.items()
+                 if link.instructions]
+        return "\n\n".join(parts) if parts else None
 
     def touch(self) -> None:
         self.last_active = trio.current_time()
@@ -223,7 +248,6 @@ class ClientSession:
         call = parked.call if parked is not None else Call(stream, stateless)
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
-        token = _BACKEND.set("vmcp")
         started = trio.current_time()
         outcome = "cancelled"
         reply: Response | ErrorResponse | None = None
@@ -231,16 +255,15 @@ class ClientSession:
             with scope:
                 reply = await self._dispatch(request, call)
         except BackendError as exc:
-            _BACKEND.set(exc.backend)
+            call.backend = exc.backend
             reply = backend_error(request.id, exc.backend, exc.detail)
         finally:
             self._in_flight.pop(request.id, None)
             if reply is not None:
                 outcome = "ok" if isinstance(reply, Response) else "error"
             method = request.method if request.method in _KNOWN_METHODS else "other"
-            self.gateway.metrics.observe(method, _BACKEND.get(), outcome,
-                                         trio.current_time() - started)
-            _BACKEND.reset(token)
+            self.services.metrics.observe(method, call.backend or "vmcp", outcome,
+                                          trio.current_time() - started)
         return reply
 
     async def _dispatch(self, request: Request, call: Call) -> Response | ErrorResponse:
@@ -253,7 +276,7 @@ class ClientSession:
         if method in _LISTS:
             key, result_key = _LISTS[method]
             catalog = await self.catalog()
-            if catalog.failures and self.gateway.plan.operational.partial_failure_mode == "fail":
+            if catalog.failures and self.plan.operational.partial_failure_mode == "fail":
                 name, detail = sorted(catalog.failures.items())[0]
                 raise BackendError(name, f"{detail} (partialFailureMode: fail lists nothing "
                                          "while a backend is unavailable)")
@@ -270,7 +293,6 @@ class ClientSession:
 
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
                        call: Call) -> Response | ErrorResponse:
-        _BACKEND.set(link.name)
         call.backend = link.name
         reply = await link.call(request.method, params, self._call_sink(link, call))
         if isinstance(reply, Response):
@@ -535,7 +557,7 @@ class ClientSession:
         if link is not None and link.revision.stateless:
             return await self.handle(request, stream, stateless=context)
         params = request.params or {}
-        signer = self.gateway.request_states
+        signer = self.services.request_states
         digest = params_digest(params)
         if "requestState" in params:
             call_id = signer.verify(params["requestState"], self.identity.key, request.method,
@@ -626,14 +648,14 @@ class ClientSession:
             failures: dict[str, str] = {}
             async with trio.open_nursery() as nursery:
                 for link in self.links.values():
-                    if not self.gateway.health.usable(link.name):
+                    if not self.services.health.usable(link.name):
                         failures[link.name] = "is unhealthy"
                         continue
                     listing = BackendListing(link.name)
                     listings.append(listing)
                     nursery.start_soon(self._fill_listing, link, listing, failures)
             failures.update(self.failed_backends)
-            catalog = build_catalog(listings, self.gateway.plan.aggregation, failures)
+            catalog = build_catalog(listings, self.plan.aggregation, failures)
             for conflict in catalog.conflicts:
                 log.warning("session %s: %s", self.id[:8], conflict)
             if generation == self._catalog_generation:

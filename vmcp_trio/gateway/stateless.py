@@ -3,7 +3,8 @@
 A POST whose ``MCP-Protocol-Version`` is not a handshake revision (and that names no session)
 is served here. Each request stands alone: it is checked by :func:`~vmcp_trio.protocol.stateless.
 check_request`, answered from the caller's hidden context session (its backend links and
-catalog, see :meth:`Gateway.stateless_session`), and its reply is a complete result
+catalog, see :meth:`~.core.Gateway.stateless_session`) by the :class:`~.responder.Responder`,
+and its reply is a complete result
 (``resultType``, and ``ttlMs``/``cacheScope`` on lists and reads, ``serverInfo`` in ``_meta``).
 
 * ``server/discover`` describes the gateway; the handshake-only methods and unknown methods are
@@ -19,12 +20,11 @@ catalog, see :meth:`Gateway.stateless_session`), and its reply is a complete res
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
-from .. import __version__
-from ..auth.identity import Identity
+from ..auth.outgoing.caller import Caller
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..protocol.jsonrpc import (
     INVALID_REQUEST,
@@ -51,10 +51,10 @@ from ..protocol.stateless import (
     check_param_headers,
     check_request,
 )
+from .core import SERVER_CAPABILITIES, Gateway
+from .responder import Responder
 from .session import ClientSession, SessionClosed, Subscription
-
-if TYPE_CHECKING:
-    from .server import GatewayApp
+from .streams import EventStream
 
 __all__ = ["StatelessFront"]
 
@@ -80,11 +80,9 @@ def _status(reply: Message | None) -> int:
 
 
 class StatelessFront:
-    def __init__(self, app: GatewayApp) -> None:
-        self.app = app
-        self.gateway = app.gateway
-        self.server_info = {"name": f"vmcp-trio/{self.gateway.plan.name}",
-                            "version": __version__}
+    def __init__(self, gateway: Gateway, responder: Responder) -> None:
+        self.gateway = gateway
+        self.responder = responder
 
     def _complete(self, method: str, reply: Response | ErrorResponse) -> Response | ErrorResponse:
         """A handshake backend's result made a complete 2026-07-28 result."""
@@ -97,10 +95,10 @@ class StatelessFront:
             result.setdefault("cacheScope", "private")
         meta = result.get("_meta")
         result["_meta"] = {**(meta if isinstance(meta, dict) else {}),
-                           SERVER_INFO: self.server_info}
+                           SERVER_INFO: self.gateway.server_info}
         return Response(reply.id, result)
 
-    async def post(self, http: HttpRequest, send: Send, identity: Identity,
+    async def post(self, http: HttpRequest, send: Send, caller: Caller,
                    messages: list[Message | JsonRpcError], batch: bool) -> None:
         if batch:
             await send_json(send, 400, encode(ErrorResponse(None, ErrorObject(
@@ -128,7 +126,7 @@ class StatelessFront:
             await send_json(send, checked.status, encode(ErrorResponse(request.id,
                                                                        checked.error)))
             return
-        session = await self.gateway.stateless_session(identity)
+        session = await self.gateway.stateless_session(caller)
         session.touch()
         if request.method == "tools/call":
             rejection = await self._check_param_headers(session, request, http.headers)
@@ -154,66 +152,28 @@ class StatelessFront:
         return check_param_headers(tool.get("inputSchema"), params.get("arguments"), headers)
 
     def _discover(self, session: ClientSession) -> dict[str, Any]:
-        result: dict[str, Any] = {
-            "supportedVersions": ALL_VERSIONS,
-            "capabilities": {
-                "tools": {"listChanged": True},
-                "prompts": {"listChanged": True},
-                "resources": {"subscribe": True, "listChanged": True},
-                "completions": {},
-                "logging": {},
-            },
-        }
-        instructions = [f"{name}: {link.instructions}" for name, link in session.links.items()
-                        if link.instructions]
+        result: dict[str, Any] = {"supportedVersions": ALL_VERSIONS,
+                                  "capabilities": SERVER_CAPABILITIES}
+        instructions = session.instructions()
         if instructions:
-            result["instructions"] = "\n\n".join(instructions)
+            result["instructions"] = instructions
         return result
 
     async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
                      request: Request, context: StatelessContext) -> None:
-        stream = session.streams.open()
-        work_scope = trio.CancelScope()
-        holder: list[Response | ErrorResponse] = []
-
-        async def work() -> None:
-            with work_scope:
-                if request.method in MULTI_ROUND:
-                    reply = await session.handle_stateless(request, stream, context)
-                else:
-                    reply = await session.handle(request, stream, stateless=context)
-                if reply is not None:
-                    completed = self._complete(request.method, reply)
-                    holder.append(completed)
-                    stream.push(encode(completed))
-            stream.finish()
+        async def compute(stream: EventStream) -> Response | ErrorResponse | None:
+            if request.method in MULTI_ROUND:
+                reply = await session.handle_stateless(request, stream, context)
+            else:
+                reply = await session.handle(request, stream, stateless=context)
+            return None if reply is None else self._complete(request.method, reply)
 
         try:
-            session.spawn(work)
+            await self.responder.answer(http, send, session, compute, headers=[],
+                                        cancel_on_close=True, status=_status)
         except SessionClosed:
             await send_json(send, 503, encode(ErrorResponse(request.id, ErrorObject(
                 INVALID_REQUEST, "the gateway is shutting down"))), [("retry-after", "5")])
-            return
-        async with trio.open_nursery() as nursery:
-
-            async def cancel_on_disconnect() -> None:
-                await http.wait_disconnect()
-                work_scope.cancel()  # closing the response stream cancels the request
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(cancel_on_disconnect)
-            with trio.move_on_after(self.app.settings.json_window_seconds):
-                await stream.wait_event()
-            nursery.cancel_scope.cancel()
-        payload = stream.only_reply()
-        if payload is not None:
-            await send_json(send, _status(holder[0] if holder else None), payload)
-            return
-        if work_scope.cancel_called:
-            return
-        await self.app.pump(http, send, session, stream, -1, headers=[])
-        if not stream.finished:
-            work_scope.cancel()
 
     async def listen(self, http: HttpRequest, send: Send, session: ClientSession,
                      request: Request) -> None:
@@ -234,7 +194,7 @@ class StatelessFront:
                                     frozenset(uris))
         session.subscriptions.append(subscription)
         try:
-            await self.app.pump(http, send, session, stream, -1, headers=[])
+            await self.responder.pump(http, send, session, stream, -1, [])
         finally:
             session.subscriptions.remove(subscription)
             stream.finish()

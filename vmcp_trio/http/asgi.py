@@ -70,6 +70,14 @@ class HttpRequest:
     def header(self, name: str) -> str | None:
         return self.headers.get(name)
 
+    def accepts(self, *types: str) -> bool:
+        """The Accept header lists every one of ``types`` (or ``*/*``)."""
+        header = self.headers.get("accept")
+        if header is None:
+            return False
+        offered = {part.split(";")[0].strip().lower() for part in header.split(",")}
+        return "*/*" in offered or all(t in offered for t in types)
+
     @property
     def query(self) -> dict[str, list[str]]:
         return parse_qs(self.query_string.decode("latin-1"), keep_blank_values=True)

@@ -38,6 +38,7 @@ __all__ = [
     "Response",
     "decode_body",
     "encode",
+    "encode_error",
     "parse_message",
 ]
 
@@ -213,3 +214,8 @@ def encode(message: Message | dict[str, Any]) -> bytes:
     if isinstance(message, dict):
         return orjson.dumps(message)
     return orjson.dumps(message.to_dict())
+
+
+def encode_error(code: int, message: str, request_id: RequestId | None = None) -> bytes:
+    """An error response as JSON bytes (id null when the request's could not be read)."""
+    return encode(ErrorResponse(request_id, ErrorObject(code, message)))

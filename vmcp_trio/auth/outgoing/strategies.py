@@ -8,7 +8,7 @@
   caller's validated incoming token (vmcp's own JWT when the embedded authorization server issued
   it), or with ``subjectProviderName`` the user's stored upstream access token of that provider.
 
-A strategy computes headers for the request being made (:data:`~.caller.CALLER`); when it
+A strategy computes headers for a :class:`~.caller.Caller` (who the request is for); when it
 cannot, it raises :class:`CredentialError`, which the gateway turns into a JSON-RPC error
 naming the backend. The client's own ``Authorization`` is never forwarded: backends receive only
 what a strategy returns.
@@ -20,7 +20,7 @@ from typing import Protocol
 
 from ...http.client import HttpClient
 from ...resources.plan import NoOutgoingAuth, OutgoingPlan, TokenExchangeAuth, UpstreamInjectAuth
-from .caller import CALLER
+from .caller import Caller
 from .exchange import ExchangeError, TokenExchanger
 
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
@@ -41,16 +41,15 @@ class UpstreamTokens(Protocol):
 
 
 class OutgoingStrategy(Protocol):
-    async def headers(self) -> list[tuple[str, str]]: ...
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]: ...
 
 
 class NoCredential:
-    async def headers(self) -> list[tuple[str, str]]:
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         return []
 
 
-def _session_of_caller() -> str:
-    caller = CALLER.get()
+def _session_of_caller(caller: Caller | None) -> str:
     session = caller.identity.claims.get("tsid") if caller is not None else None
     if not isinstance(session, str):
         raise CredentialError("the caller has no session of the embedded authorization "
@@ -63,10 +62,11 @@ class UpstreamInject:
         self.plan = plan
         self.tokens = tokens
 
-    async def headers(self) -> list[tuple[str, str]]:
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         if self.tokens is None:
             raise CredentialError(f"{self.plan.config} needs the embedded authorization server")
-        token = await self.tokens.upstream_access_token(_session_of_caller(), self.plan.provider)
+        token = await self.tokens.upstream_access_token(_session_of_caller(caller),
+                                                        self.plan.provider)
         if token is None:
             raise CredentialError(f"no {self.plan.provider} token is stored for this session "
                                   "(log in again)")
@@ -80,7 +80,7 @@ class TokenExchange:
         self.exchanger = exchanger
         self.tokens = tokens
 
-    async def _subject(self) -> str:
+    async def _subject(self, caller: Caller | None) -> str:
         if self.plan.subject_provider is not None:
             if self.tokens is None:
                 raise CredentialError(f"{self.plan.config} names subjectProviderName, which "
@@ -88,21 +88,20 @@ class TokenExchange:
             wants_id_token = self.plan.subject_token_type == ID_TOKEN_TYPE
             read = (self.tokens.upstream_id_token if wants_id_token
                     else self.tokens.upstream_access_token)
-            token = await read(_session_of_caller(), self.plan.subject_provider)
+            token = await read(_session_of_caller(caller), self.plan.subject_provider)
             if token is None:
                 raise CredentialError(f"no {self.plan.subject_provider} token is stored for "
                                       "this session (log in again)")
             return token
-        caller = CALLER.get()
         if caller is None or caller.token is None:
             raise CredentialError("the request carries no token to exchange (anonymous "
                                   "incoming auth?)")
         return caller.token
 
-    async def headers(self) -> list[tuple[str, str]]:
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         try:
             exchanged = await self.exchanger.exchange(
-                await self._subject(), audience=self.plan.audience, scopes=self.plan.scopes,
+                await self._subject(caller), audience=self.plan.audience, scopes=self.plan.scopes,
                 subject_type=self.plan.subject_token_type)
         except ExchangeError as exc:
             raise CredentialError(str(exc)) from None

@@ -69,12 +69,17 @@ SessionRouter = Callable[[str, str | None, Message], Awaitable[None]]
 for to one session, or to every session when the id is None."""
 
 
+async def _no_sessions(backend: str, owner: str | None, message: Message) -> None:
+    """The router until the owner of the sessions sets one: nobody to deliver to."""
+
+
 class StdioProcess:
-    def __init__(self, name: str, endpoint: StdioEndpoint, *, router: SessionRouter,
+    def __init__(self, name: str, endpoint: StdioEndpoint, *,
                  init_timeout: float = 30.0) -> None:
         self.name = name
         self.endpoint = endpoint
-        self.router = router
+        self.router: SessionRouter = _no_sessions
+        """Set by the owner of the client sessions (:class:`~vmcp_trio.gateway.core.Gateway`)."""
         self.init_timeout = init_timeout
         self.revision: Revision = LATEST_HANDSHAKE
         self.server_capabilities: dict[str, Any] = {}

@@ -1,0 +1,1 @@
+"""Assembling processes: the only place that knows every part (see :mod:`.gateway`)."""

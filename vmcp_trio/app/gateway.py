@@ -1,0 +1,218 @@
+"""One ``vmcp serve`` process, assembled from a plan: the only module that knows every part.
+
+:func:`build_gateway` makes the parts, each given only what it uses:
+
+* the upstream HTTP client (shared), the metrics registry;
+* the embedded authorization server (``authServerConfig``) with its storage (memory, or Redis
+  sealed with the HMAC secrets);
+* the incoming authenticator (boundary 1), which validates the embedded server's tokens with its
+  in-process keys when there is one;
+* each backend's outgoing strategy (boundary 2; token-exchange caches shared per service), the
+  stdio processes, and the link policy (:class:`~vmcp_trio.gateway.backends.links.BackendLinks`);
+* the gateway (sessions, health) and its HTTP app.
+
+:func:`serve_gateway` runs them: the authenticator's and authorization server's tasks, the stdio
+processes, the health checks and the sessions first, then the HTTP server. Shutdown order
+matters: the sessions end first (their SSE streams observe it and finish cleanly), then
+hypercorn stops accepting and drains, then the rest stops. :func:`run_gateway` does that until
+SIGINT or SIGTERM; the process then exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, cast
+
+import trio
+from hypercorn.trio import serve as hypercorn_serve
+
+from ..auth.incoming.authenticator import Authenticator
+from ..auth.incoming.build import build_authenticator
+from ..auth.outgoing.exchange import TokenExchanger
+from ..auth.outgoing.strategies import OutgoingStrategy, build_strategy
+from ..authserver.server import AuthorizationServer
+from ..authserver.storage import Storage
+from ..authserver.storage.memory import MemoryStorage
+from ..authserver.storage.redis import RedisStorage
+from ..gateway.backends.links import BackendLinks
+from ..gateway.backends.stdio import StdioProcess
+from ..gateway.core import Gateway
+from ..gateway.server import MCP_PATH, GatewayApp
+from ..gateway.settings import GatewaySettings
+from ..http import hypercorn_tuning
+from ..http.client import HttpClient
+from ..http.serving import hypercorn_config
+from ..resources.plan import EmbeddedIncoming, GatewayPlan, StdioEndpoint
+from ..resources.plan import RedisStorage as RedisStoragePlan
+from ..runtime.metrics import Metrics
+
+if TYPE_CHECKING:
+    from hypercorn.typing import Framework
+
+__all__ = ["GatewayProcess", "build_gateway", "run_gateway", "serve_gateway"]
+
+log = logging.getLogger("vmcp.gateway")
+
+
+@dataclass
+class GatewayProcess:
+    """The parts of one gateway process."""
+
+    plan: GatewayPlan
+    settings: GatewaySettings
+    http: HttpClient
+    metrics: Metrics
+    authserver: AuthorizationServer | None
+    authenticator: Authenticator
+    exchangers: dict[tuple[str, str | None], TokenExchanger]
+    links: BackendLinks
+    gateway: Gateway
+    app: GatewayApp
+
+
+def _authorization_server(plan: GatewayPlan, client: HttpClient) -> AuthorizationServer | None:
+    """The embedded authorization server of ``authServerConfig``, if any. Its tokens are for
+    the resource the incoming config names (audience and resource URL)."""
+    config = plan.auth_server
+    if config is None:
+        return None
+    incoming = plan.incoming
+    resources: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    if isinstance(incoming, EmbeddedIncoming):
+        resources = tuple(dict.fromkeys(r for r in (incoming.audience, incoming.resource_url)
+                                        if r))
+        scopes = incoming.scopes
+    storage: Storage = MemoryStorage()
+    if isinstance(config.storage, RedisStoragePlan):
+        # Sealed with the HMAC secrets (ephemeral ones: nothing readable after a restart, as
+        # the tokens themselves).
+        seal_secrets = [s.value for s in config.hmac_secrets] or [os.urandom(32)]
+        storage = RedisStorage(config.storage, seal_secrets)
+    return AuthorizationServer(config, resources=resources, scopes=scopes, client=client,
+                               storage=storage)
+
+
+def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProcess:
+    """The parts of a gateway process (raises IncomingAuthError when the incoming auth mode
+    cannot be set up)."""
+    http = HttpClient()
+    metrics = Metrics()
+    authserver = _authorization_server(plan, http)
+    authenticator = build_authenticator(
+        plan.incoming, settings.auth, http,
+        embedded_keys=authserver.keys if authserver else None,
+        still_valid=authserver.session_valid if authserver else None,
+        first_seen_valid=authserver.session_not_revoked if authserver else None)
+    exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
+    strategies: dict[str, OutgoingStrategy] = {
+        backend.name: build_strategy(backend.outgoing, client=http, exchangers=exchangers,
+                                     tokens=authserver, cache=settings.token_exchange_cache)
+        for backend in plan.backends}
+    stdio = {backend.name: StdioProcess(backend.name, backend.endpoint)
+             for backend in plan.backends if isinstance(backend.endpoint, StdioEndpoint)}
+    links = BackendLinks(plan, http, strategies, stdio)
+    gateway = Gateway(plan, settings, links, metrics)
+    app = GatewayApp(gateway, authenticator,
+                     extra_endpoints=authserver.handle if authserver else None)
+    _watch(metrics, gateway, app, authenticator, authserver)
+    return GatewayProcess(plan, settings, http, metrics, authserver, authenticator, exchangers,
+                          links, gateway, app)
+
+
+def _watch(metrics: Metrics, gateway: Gateway, app: GatewayApp, authenticator: Authenticator,
+           authserver: AuthorizationServer | None) -> None:
+    """The gauges read on scrape, and the counters other parts report to."""
+    metrics.watch(metrics.sessions, lambda: len(gateway.sessions))
+    metrics.watch(metrics.open_streams, lambda: app.responder.open_streams)
+    metrics.watch(metrics.anonymous_mode, lambda: 1.0 if authenticator.anonymous else 0.0)
+    if not authenticator.anonymous:
+        metrics.watch(metrics.auth_keys_healthy, lambda: 1.0 if authenticator.health().get(
+            "keys", "healthy") == "healthy" else 0.0)
+    if authserver is not None:
+        refreshes = metrics.upstream_refreshes
+        authserver.refresher.on_outcome = (
+            lambda provider, outcome: refreshes.labels(provider, outcome).inc())
+    for name, health in gateway.health.backends.items():
+        metrics.watch(metrics.backend_healthy,
+                      lambda h=health: 1.0 if h.usable else 0.0, name)  # type: ignore[misc]
+    for name, process in gateway.links.stdio.items():
+        metrics.watch(metrics.backend_restarts,
+                      lambda p=process: p.restarts, name)  # type: ignore[misc]
+
+
+async def _run_parts(process: GatewayProcess, *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Everything but the HTTP server, until cancelled."""
+    try:
+        async with trio.open_nursery() as nursery:
+            if process.authenticator.anonymous:
+                log.warning("ANONYMOUS incoming auth: every client is let in without a "
+                            "token. For development only; configure incomingAuth type "
+                            "oidc for anything else.")
+            await nursery.start(process.authenticator.run)
+            if process.authserver is not None:
+                await nursery.start(process.authserver.run)
+            for stdio in process.links.stdio.values():
+                await nursery.start(stdio.run)
+            await nursery.start(process.gateway.health.run)
+            await nursery.start(process.gateway.run)
+            task_status.started()
+    finally:
+        with trio.CancelScope(shield=True):
+            await process.http.aclose()
+
+
+async def serve_gateway(process: GatewayProcess, *,
+                        shutdown_trigger: Callable[[], Awaitable[None]],
+                        tls_cert: str | None = None, tls_key: str | None = None,
+                        task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+                        ) -> None:
+    """Serve until ``shutdown_trigger`` returns; reports the ``/mcp`` URLs when listening."""
+    hypercorn_tuning.install()
+    settings = process.settings
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_run_parts, process)
+        config = hypercorn_config(settings.host, settings.port,
+                                  max_header_bytes=settings.max_header_bytes,
+                                  tls_cert=tls_cert, tls_key=tls_key)
+        serve = partial(hypercorn_serve, cast("Framework", process.app), config,
+                        shutdown_trigger=stop.wait)
+        binds: list[str] = await nursery.start(serve)
+        task_status.started([f"{bind}{MCP_PATH}" for bind in binds])
+        await shutdown_trigger()
+        gateway = process.gateway
+        gateway.close_all()
+        with trio.move_on_after(settings.keepalive_seconds):
+            while gateway.sessions:
+                await trio.sleep(0.02)
+        stop.set()
+        with trio.move_on_after(10):  # hypercorn returns from serve() once drained
+            while len(nursery.child_tasks) > 1:
+                await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+
+
+async def _signalled() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            print(f"\nvmcp: {signal.Signals(signum).name}, shutting down", file=sys.stderr)
+            return
+
+
+async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
+                      tls_cert: str | None = None, tls_key: str | None = None,
+                      on_ready: Callable[[list[str]], None] | None = None) -> None:
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(partial(serve_gateway, build_gateway(plan, settings),
+                                           shutdown_trigger=_signalled, tls_cert=tls_cert,
+                                           tls_key=tls_key))
+        if on_ready is not None:
+            on_ready(urls)

@@ -1,0 +1,139 @@
+"""The link policy: how a client session, or a health check, reaches one backend.
+
+:class:`BackendLinks` is the one place that knows how to open a :class:`~.base.BackendLink`:
+
+* A backend reached by URL is asked in the newest revision first: 2026-07-28 when it answers
+  ``server/discover``, else a handshake revision over Streamable HTTP, else the legacy HTTP+SSE
+  transport (when the resource says ``transport: sse``, or the backend refused ``initialize``
+  with 400, 404 or 405, as the spec says a client then falls back). What a backend turned out
+  not to speak is remembered for the life of the process, so later sessions go straight to what
+  it does.
+* A stdio backend is one shared, supervised :class:`~.stdio.StdioProcess`; a session's link to it
+  is a view that tags the session's calls.
+* Every HTTP link carries the backend's outgoing credentials (boundary 2) for the caller the
+  session holds now (:class:`SessionCredentials`); a credential that cannot be had is that
+  backend's error for that call.
+
+The health of a backend is not decided here: callers check it before opening a link.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import trio
+
+from ...auth.outgoing.caller import Caller
+from ...auth.outgoing.strategies import CredentialError, OutgoingStrategy
+from ...http.client import HttpClient
+from ...resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
+from .base import BackendError, BackendLink, CredentialHook, FallbackToLegacy, Sink
+from .http import HttpBackendLink
+from .legacy_sse import LegacySseBackendLink
+from .stateless import StatelessBackendLink
+from .stdio import StdioBackendLink, StdioProcess
+
+__all__ = ["BackendLinks", "HttpLink", "SessionCredentials"]
+
+log = logging.getLogger("vmcp.gateway")
+
+HttpLink = StatelessBackendLink | HttpBackendLink | LegacySseBackendLink
+"""The links to a backend reached by URL."""
+
+
+class SessionCredentials:
+    """A backend's outgoing strategy as one client session's link sees it.
+
+    The credential is computed for the session's latest caller (``caller()``), so that the
+    link's long-lived work (a GET or listen stream reconnecting long after the request that
+    opened it) uses the token the client sends now, not the one it sent then (every caller of
+    a session is the same identity). A failure to get one is that backend's error (a JSON-RPC
+    error naming it)."""
+
+    def __init__(self, backend: str, strategy: OutgoingStrategy,
+                 caller: Callable[[], Caller | None]) -> None:
+        self.backend = backend
+        self.strategy = strategy
+        self.caller = caller
+
+    async def headers(self) -> list[tuple[str, str]]:
+        try:
+            return await self.strategy.headers(self.caller())
+        except CredentialError as exc:
+            raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
+                from None
+
+
+class BackendLinks:
+    def __init__(self, plan: GatewayPlan, client: HttpClient,
+                 strategies: Mapping[str, OutgoingStrategy],
+                 stdio: Mapping[str, StdioProcess]) -> None:
+        self.plan = plan
+        self.client = client
+        self.strategies = strategies
+        """Boundary 2: each backend's outgoing strategy."""
+        self.stdio = stdio
+        """The shared process of each stdio backend."""
+        self.endpoints = {backend.name: backend.endpoint for backend in plan.backends}
+        self.handshake_backends: set[str] = set()
+        """Streamable HTTP backends found not to speak 2026-07-28."""
+        self.legacy_backends: set[str] = set()
+        """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
+
+    def timeout(self, name: str) -> float:
+        return self.plan.operational.timeout_for(name).total_seconds()
+
+    async def open(self, name: str, *, owner: str, capabilities: dict[str, Any], sink: Sink,
+                   caller: Callable[[], Caller | None], nursery: trio.Nursery) -> BackendLink:
+        """A started link of the client session ``owner``: its long-lived streams run in
+        ``nursery``, unrelated messages go to ``sink``. Raises :class:`BackendError`."""
+        endpoint = self.endpoints[name]
+        timeout = self.timeout(name)
+        if isinstance(endpoint, HttpEndpoint):
+            return await self.connect_http(
+                name, endpoint, nursery, capabilities, sink, timeout,
+                credentials=SessionCredentials(name, self.strategies[name], caller))
+        assert isinstance(endpoint, StdioEndpoint)
+        process = self.stdio[name]
+        with trio.move_on_after(timeout):
+            await process.ready.wait()
+        if not process.ready.is_set():
+            raise BackendError(name, f"is not running ({process.last_error or 'starting'})")
+        return StdioBackendLink(process, owner, timeout=timeout)
+
+    async def connect_http(self, name: str, endpoint: HttpEndpoint, nursery: trio.Nursery,
+                           capabilities: dict[str, Any], sink: Sink, timeout: float, *,
+                           listen: bool = True,
+                           credentials: CredentialHook | None = None) -> HttpLink:
+        """A started link to an HTTP backend, in the newest revision it speaks (see the module
+        docstring)."""
+        if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
+            stateless = StatelessBackendLink(name, endpoint.url, self.client, session_sink=sink,
+                                             credentials=credentials, timeout=timeout)
+            if await stateless.start(nursery, capabilities, listen=listen):
+                return stateless
+            self.handshake_backends.add(name)
+        refused: FallbackToLegacy | None = None
+        if endpoint.transport == "streamable-http" and name not in self.legacy_backends:
+            link = HttpBackendLink(name, endpoint.url, self.client, session_sink=sink,
+                                   credentials=credentials, timeout=timeout)
+            try:
+                await link.start(nursery, capabilities, listen=listen)
+                return link
+            except FallbackToLegacy as exc:
+                refused = exc
+        legacy = LegacySseBackendLink(name, endpoint.url, self.client, session_sink=sink,
+                                      credentials=credentials, timeout=timeout)
+        try:
+            await legacy.start(nursery, capabilities)
+        except BackendError:
+            if refused is not None:
+                raise refused from None
+            raise
+        if refused is not None:
+            log.info("backend %s speaks the legacy HTTP+SSE transport (%s)", name,
+                     refused.detail)
+            self.legacy_backends.add(name)
+        return legacy

@@ -1,0 +1,204 @@
+"""``/mcp`` for the handshake revisions (2025-03-26, 2025-06-18, 2025-11-25): sessions.
+
+* POST ``initialize`` (alone) creates a session; its id comes back in ``Mcp-Session-Id``. Every
+  other request needs that header: missing -> 400, unknown, ended or another identity's -> 404.
+  ``MCP-Protocol-Version``, when sent, must name a handshake revision (else 400). Batches are
+  accepted only in 2025-03-26.
+* Notifications and responses -> 202. A request is answered by the
+  :class:`~.responder.Responder`: JSON when quick, else SSE. The work belongs to the session, not
+  the connection: a client that disconnects can resume the stream by GET with ``Last-Event-ID``.
+* GET opens the session's standalone stream (or resumes a stream); DELETE ends the session.
+
+What comes before (Origin and Host checks, authentication, the body's size and JSON-RPC
+syntax) is done by :class:`~.server.GatewayApp`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import trio
+
+from ..auth.outgoing.caller import Caller
+from ..http.asgi import HttpRequest, Send, send_empty, send_json
+from ..protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    ErrorObject,
+    ErrorResponse,
+    JsonRpcError,
+    Message,
+    Request,
+    Response,
+    encode,
+    encode_error,
+)
+from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
+from .core import SERVER_CAPABILITIES, Gateway, TooManySessions
+from .responder import Responder
+from .session import ClientSession, SessionClosed
+from .streams import EventStream, parse_event_id
+
+__all__ = ["HandshakeFront"]
+
+log = logging.getLogger("vmcp.http")
+
+
+def _session_headers(session: ClientSession) -> list[tuple[str, str]]:
+    return [("mcp-session-id", session.id)]
+
+
+class HandshakeFront:
+    def __init__(self, gateway: Gateway, responder: Responder) -> None:
+        self.gateway = gateway
+        self.responder = responder
+
+    async def _session(self, request: HttpRequest, send: Send,
+                       caller: Caller) -> ClientSession | None:
+        session_id = request.header("mcp-session-id")
+        if session_id is None:
+            await send_json(send, 400, encode_error(
+                INVALID_REQUEST, "Bad Request: the Mcp-Session-Id header is required"))
+            return None
+        session = self.gateway.find_session(session_id, caller)
+        if session is None:
+            await send_json(send, 404, encode_error(
+                INVALID_REQUEST, "Session not found: it ended or never existed; initialize a "
+                                 "new one"))
+            return None
+        version = request.header("mcp-protocol-version")
+        if version is not None and revision(version) not in HANDSHAKE_REVISIONS:
+            await send_json(send, 400, encode_error(
+                INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version "
+                                 f"{version[:40]!r}"))
+            return None
+        session.touch()
+        return session
+
+    async def post(self, http: HttpRequest, send: Send, caller: Caller,
+                   messages: list[Message | JsonRpcError], batch: bool) -> None:
+        first = messages[0]
+        if isinstance(first, Request) and first.method == "initialize":
+            if batch:
+                await send_json(send, 400, encode_error(
+                    INVALID_REQUEST, "initialize must be sent alone, not in a batch"))
+                return
+            await self.initialize(first, send, caller)
+            return
+        session = await self._session(http, send, caller)
+        if session is None:
+            return
+        if batch and not session.revision.allows_batches:
+            await send_json(send, 400, encode_error(
+                INVALID_REQUEST, f"JSON-RPC batches are not allowed in protocol revision "
+                                 f"{session.revision}"))
+            return
+        requests: list[Request] = []
+        errors: list[ErrorResponse] = []
+        for message in messages:
+            if isinstance(message, JsonRpcError):
+                errors.append(message.response())
+            elif isinstance(message, Request):
+                requests.append(message)
+            else:
+                await session.receive(message)
+        if not requests and not errors:
+            await send_empty(send, 202)
+            return
+        if not batch and errors:
+            await send_json(send, 400, encode(errors[0]), _session_headers(session))
+            return
+        if not batch:
+            await self.answer(http, send, session, requests[0])
+            return
+        replies: list[Message] = [*errors]
+        async with trio.open_nursery() as nursery:
+            for item in requests:
+                nursery.start_soon(self._batch_member, session, item, replies)
+        await send_json(send, 200, orjson.dumps([m.to_dict() for m in replies]),
+                        _session_headers(session))
+
+    async def _batch_member(self, session: ClientSession, request: Request,
+                            replies: list[Message]) -> None:
+        stream = session.streams.open()
+        reply = await session.handle(request, stream)
+        if reply is not None:
+            replies.append(reply)
+        stream.finish()
+
+    async def initialize(self, request: Request, send: Send, caller: Caller) -> None:
+        params = request.params or {}
+        negotiated = negotiate(params.get("protocolVersion"))
+        capabilities = params.get("capabilities")
+        client_info = params.get("clientInfo")
+        try:
+            session = await self.gateway.create_session(
+                negotiated, capabilities if isinstance(capabilities, dict) else {},
+                client_info if isinstance(client_info, dict) else {}, caller)
+        except TooManySessions:
+            await send_json(send, 503, encode_error(
+                INTERNAL_ERROR, "Service Unavailable: too many sessions; try again later",
+                request.id), [("retry-after", "5")])
+            return
+        if (session.failed_backends
+                and self.gateway.plan.operational.partial_failure_mode == "fail"):
+            session.close()
+            failed = "; ".join(f"{name} {detail}" for name, detail in
+                               sorted(session.failed_backends.items()))
+            await send_json(send, 200, encode(ErrorResponse(request.id, ErrorObject(
+                INTERNAL_ERROR, f"backends unavailable (partialFailureMode: fail): {failed}",
+                {"backends": sorted(session.failed_backends)}))))
+            return
+        result: dict[str, Any] = {
+            "protocolVersion": negotiated.version,
+            "capabilities": SERVER_CAPABILITIES,
+            "serverInfo": self.gateway.server_info,
+        }
+        instructions = session.instructions()
+        if instructions:
+            result["instructions"] = instructions
+        log.info("session %s initialized (protocol %s, %d backends%s)", session.id[:8],
+                 negotiated, len(session.links),
+                 f", unavailable: {', '.join(session.failed_backends)}"
+                 if session.failed_backends else "")
+        await send_json(send, 200, encode(Response(request.id, result)),
+                        _session_headers(session))
+
+    async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
+                     request: Request) -> None:
+        async def compute(stream: EventStream) -> Response | ErrorResponse | None:
+            return await session.handle(request, stream)
+
+        try:
+            await self.responder.answer(http, send, session, compute,
+                                        headers=_session_headers(session))
+        except SessionClosed:
+            await send_json(send, 404, encode_error(INVALID_REQUEST, "Session not found"))
+
+    async def get(self, request: HttpRequest, send: Send, caller: Caller) -> None:
+        if not request.accepts("text/event-stream"):
+            await send_json(send, 406, encode_error(
+                INVALID_REQUEST, "Not Acceptable: the Accept header must list "
+                                 "text/event-stream"))
+            return
+        session = await self._session(request, send, caller)
+        if session is None:
+            return
+        stream, after = session.streams.standalone, session.streams.standalone.delivered
+        last_event_id = request.header("last-event-id")
+        if last_event_id is not None:
+            parsed = parse_event_id(last_event_id)
+            resumed = session.streams.get(parsed[0]) if parsed else None
+            if resumed is not None and parsed is not None:
+                stream, after = resumed, parsed[1]
+        await self.responder.pump(request, send, session, stream, after,
+                                  _session_headers(session))
+
+    async def delete(self, request: HttpRequest, send: Send, caller: Caller) -> None:
+        session = await self._session(request, send, caller)
+        if session is None:
+            return
+        session.close()
+        await send_empty(send, 204)
