@@ -24,6 +24,7 @@ from vmcp_trio.auth.metadata import bearer_challenge, metadata_url, resource_url
 from vmcp_trio.auth.ssrf import UnsafeUrl, check_fetch_url
 from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
+from vmcp_trio.runtime.supervisor import Supervisor
 
 from .jwt_helpers import generate, jwk_of
 
@@ -144,7 +145,7 @@ async def test_the_supervised_refresher_follows_max_age() -> None:
     async with issuer_serving(Issuer([new_key("a")], cache_control="max-age=1")) as issuer:
         cache = cache_for(issuer, min_refresh=0.2)
         async with trio.open_nursery() as nursery:
-            await nursery.start(cache.run)
+            await Supervisor(nursery).start("JWKS", cache.run)
             assert issuer.fetches == 1
             issuer.keys = [new_key("b")]
             with trio.fail_after(5):

@@ -193,7 +193,8 @@ async def test_oidc_refresh_gives_a_new_access_token(idp: Idp, http: HttpClient)
 
 async def test_oidc_supervised_task_loads_the_providers_keys(idp: Idp, http: HttpClient) -> None:
     provider = upstream(oidc_plan(idp), http)
-    [task] = provider.supervised()
+    [(name, task)] = provider.supervised()
+    assert name == "JWKS"
     async with trio.open_nursery() as nursery:
         await nursery.start(task)
         code, leg = await login(provider, "dave")

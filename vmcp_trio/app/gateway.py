@@ -11,8 +11,8 @@
   stdio processes, and the link policy (:class:`~vmcp_trio.gateway.backends.links.BackendLinks`);
 * the gateway (sessions, health) and its HTTP app.
 
-:func:`serve_gateway` runs them: the authenticator's and authorization server's tasks, the stdio
-processes, the health checks and the sessions first, then the HTTP server. Shutdown order
+:func:`serve_gateway` runs them: the tree of supervised tasks first (:func:`_run_parts`), then
+the HTTP server. Shutdown order
 matters: the sessions end first (their SSE streams observe it and finish cleanly), then
 hypercorn stops accepting and drains, then the rest stops. :func:`run_gateway` does that until
 SIGINT or SIGTERM; the process then exits 0.
@@ -51,6 +51,7 @@ from ..http.serving import hypercorn_config
 from ..resources.plan import EmbeddedIncoming, GatewayPlan, StdioEndpoint
 from ..resources.plan import RedisStorage as RedisStoragePlan
 from ..runtime.metrics import Metrics
+from ..runtime.supervisor import RestartPolicy, Supervisor
 
 if TYPE_CHECKING:
     from hypercorn.typing import Framework
@@ -74,6 +75,8 @@ class GatewayProcess:
     links: BackendLinks
     gateway: Gateway
     app: GatewayApp
+    supervisor: Supervisor | None = None
+    """The process's supervisor, once running: its ``tasks`` are the tree of tasks."""
 
 
 def _authorization_server(plan: GatewayPlan, client: HttpClient) -> AuthorizationServer | None:
@@ -139,6 +142,8 @@ def _watch(metrics: Metrics, gateway: Gateway, app: GatewayApp, authenticator: A
         refreshes = metrics.upstream_refreshes
         authserver.refresher.on_outcome = (
             lambda provider, outcome: refreshes.labels(provider, outcome).inc())
+        if isinstance(authserver.storage, RedisStorage):
+            authserver.storage.on_task_restart = metrics.count_restart
     for name, health in gateway.health.backends.items():
         metrics.watch(metrics.backend_healthy,
                       lambda h=health: 1.0 if h.usable else 0.0, name)  # type: ignore[misc]
@@ -147,22 +152,40 @@ def _watch(metrics: Metrics, gateway: Gateway, app: GatewayApp, authenticator: A
                       lambda p=process: p.restarts, name)  # type: ignore[misc]
 
 
+STDIO_BACKEND = RestartPolicy(initial=0.5, cap=30.0, reset_after=60.0)
+KEY_REFRESH = RestartPolicy(initial=1.0, cap=60.0)
+
+
 async def _run_parts(process: GatewayProcess, *,
                      task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Everything but the HTTP server, until cancelled."""
+    """Everything but the HTTP server, until cancelled: the process's tree of tasks.
+
+    Under the process's supervisor (each restarted with backoff if it fails): the incoming
+    authenticator's key refreshers; the authorization server's storage connection, providers'
+    key refreshers and upstream-token refresher; one task per stdio backend process; one health
+    checker per backend; the table of client sessions (each session then supervises its own
+    backend links' streams) and the idle-session reaper."""
+    await process.authenticator.prepare()
     try:
         async with trio.open_nursery() as nursery:
+            supervisor = Supervisor(nursery, on_restart=process.metrics.count_restart)
+            process.supervisor = supervisor
             if process.authenticator.anonymous:
                 log.warning("ANONYMOUS incoming auth: every client is let in without a "
                             "token. For development only; configure incomingAuth type "
                             "oidc for anything else.")
-            await nursery.start(process.authenticator.run)
+            for name, task in process.authenticator.supervised():
+                await supervisor.start(name, task, policy=KEY_REFRESH)
             if process.authserver is not None:
-                await nursery.start(process.authserver.run)
-            for stdio in process.links.stdio.values():
-                await nursery.start(stdio.run)
-            await nursery.start(process.gateway.health.run)
-            await nursery.start(process.gateway.run)
+                for name, task in process.authserver.supervised():
+                    await supervisor.start(name, task, policy=KEY_REFRESH)
+            for name, stdio in process.links.stdio.items():
+                supervisor.start_soon(f"stdio backend {name}", stdio.run, policy=STDIO_BACKEND)
+            gateway = process.gateway
+            for name in gateway.health.backends:
+                supervisor.start_soon(f"health {name}", gateway.health.check_forever, name)
+            await supervisor.start("client sessions", gateway.run)
+            supervisor.start_soon("idle-session reaper", gateway.reap_idle_sessions)
             task_status.started()
     finally:
         with trio.CancelScope(shield=True):

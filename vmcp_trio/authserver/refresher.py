@@ -61,14 +61,13 @@ class UpstreamRefresher:
         """Told ``(provider, "ok" | "refused" | "failed")`` of every refresh attempt."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Every tick, the refreshes due (a supervised task: a crash is restarted)."""
         task_status.started()
         while True:
             try:
                 await self.refresh_due()
             except StorageUnavailable as exc:
                 log.warning("upstream refresh: %s", exc)
-            except Exception:
-                log.exception("upstream refresh crashed; going on at the next tick")
             await trio.sleep(self.tick)
 
     async def refresh_due(self) -> None:

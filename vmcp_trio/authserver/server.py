@@ -38,12 +38,12 @@ from typing import Any
 from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 
 import orjson
-import trio
 
 from ..auth.identity import Identity
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_empty, send_json, send_text
 from ..http.client import HttpClient
 from ..resources.plan import AuthServerPlan
+from ..runtime.supervisor import NamedTask
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
 from .refresher import UpstreamRefresher
@@ -139,17 +139,17 @@ class AuthorizationServer:
                                                     ("hmacSecretRefs", self.opaque.ephemeral))
                                      if e))
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The storage's connection (Redis) and the providers' key refreshers."""
-        async with trio.open_nursery() as nursery:
-            storage_run = getattr(self.storage, "run", None)
-            if storage_run is not None:
-                await nursery.start(storage_run)
-            for provider in self.providers.values():
-                for task in provider.supervised():
-                    await nursery.start(task)
-            await nursery.start(self.refresher.run)
-            task_status.started()
+    def supervised(self) -> list[NamedTask]:
+        """The long-lived tasks, for the supervisor (``task_status``): the storage's connection
+        (Redis), the providers' key refreshers, the upstream-token refresher."""
+        tasks: list[NamedTask] = []
+        storage_run = getattr(self.storage, "run", None)
+        if storage_run is not None:
+            tasks.append(("authorization server storage", storage_run))
+        for name, provider in self.providers.items():
+            tasks.extend((f"upstream {name} {what}", task) for what, task in provider.supervised())
+        tasks.append(("upstream token refresher", self.refresher.run))
+        return tasks
 
     # --- routing -------------------------------------------------------------------------------
 

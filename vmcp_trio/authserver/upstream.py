@@ -38,7 +38,7 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
@@ -53,6 +53,7 @@ from ..auth.jwt import TokenError, UnverifiedToken, check_claims, parse_jws, ver
 from ..auth.ssrf import UnsafeUrl, check_fetch_url
 from ..http.client import HttpClient, HttpError
 from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan
+from ..runtime.supervisor import NamedTask
 
 __all__ = ["LegStart", "UpstreamError", "UpstreamIdentity", "UpstreamProvider",
            "UpstreamTokens"]
@@ -283,10 +284,10 @@ class UpstreamProvider:
             headers[name.lower()] = (name, value)
         return list(headers.values())
 
-    def supervised(self) -> list[Callable[..., Awaitable[None]]]:
-        """Tasks to run under the server's nursery (``nursery.start``): the JWKS refresher of an
-        ``oidc`` provider. Without it the keys are still fetched on demand at first use."""
-        return [self._jwks.run] if self._jwks is not None else []
+    def supervised(self) -> list[NamedTask]:
+        """Tasks for the supervisor (``task_status``): the JWKS refresher of an ``oidc``
+        provider. Without it the keys are still fetched on demand at first use."""
+        return [("JWKS", self._jwks.run)] if self._jwks is not None else []
 
     # --- endpoints -----------------------------------------------------------------------------
 

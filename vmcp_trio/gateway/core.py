@@ -77,9 +77,8 @@ class Gateway:
             process.router = self._route_from_stdio
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Hold the sessions (and reap idle ones) until cancelled."""
+        """Hold the sessions until cancelled (a supervised task)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._reap_idle_sessions)
             self._sessions_nursery = nursery
             task_status.started()
             await trio.sleep_forever()
@@ -136,7 +135,8 @@ class Gateway:
         for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
             session.close()
 
-    async def _reap_idle_sessions(self) -> None:
+    async def reap_idle_sessions(self) -> None:
+        """End the sessions idle longer than the TTL (a supervised task)."""
         ttl = self.settings.session_idle_ttl
         while True:
             await trio.sleep(min(10.0, ttl / 4))

@@ -1,7 +1,8 @@
 """Backend health: one supervised checker per backend, and what a change of state sets off.
 
-Each checker probes its backend every ``healthCheckInterval`` with an MCP ``ping`` (for a
-backend that speaks 2026-07-28, which has no ``ping``: ``server/discover``) bounded by
+Each checker (:meth:`HealthMonitor.check_forever`, a supervised task) probes its backend every
+``healthCheckInterval`` with an MCP ``ping`` (for a backend that speaks 2026-07-28, which has no
+``ping``: ``server/discover``) bounded by
 ``healthCheckTimeout``: over a health session of its own for an HTTP backend (initialized once,
 again after a failure), through the shared process for a stdio backend. A backend is
 *unhealthy* after ``unhealthyThreshold`` consecutive failures and *healthy* again after one
@@ -11,7 +12,7 @@ When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` cal
 ``on_change`` (the gateway's): sessions drop it from (or add it back to) their catalog and receive
 ``list_changed`` notifications, which is how a client learns its tool list changed.
 
-A checker that crashes is logged and restarted after a pause; it never takes serving down.
+A checker that crashes is restarted by the supervisor; it never takes serving down.
 
 What ``/api/backends/health`` and ``/readyz`` say about the backends is computed here too
 (:meth:`HealthMonitor.report`, :meth:`HealthMonitor.ready`).
@@ -29,6 +30,7 @@ import trio
 
 from ..protocol.jsonrpc import ErrorResponse, Message
 from ..resources.plan import GatewayPlan, HttpEndpoint
+from ..runtime.supervisor import Supervisor
 from .backends.base import BackendAuthRequired, BackendError
 from .backends.links import BackendLinks, HttpLink
 
@@ -72,33 +74,21 @@ class HealthMonitor:
         health = self.backends.get(backend)
         return health is None or health.usable
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            for name in self.backends:
-                nursery.start_soon(self._supervise, name, name=f"health {name}")
-            task_status.started()
-
-    async def _supervise(self, name: str) -> None:
-        while True:
-            try:
-                await self._check_forever(name)
-            except Exception:
-                log.exception("health checker of %s crashed; restarting it in 5s", name)
-                await trio.sleep(5)
-
-    async def _check_forever(self, name: str) -> None:
+    async def check_forever(self, name: str) -> None:
+        """The checker of one backend (a supervised task)."""
         operational = self.plan.operational
         interval = operational.health_check_interval.total_seconds()
         timeout = operational.health_check_timeout.total_seconds()
         threshold = operational.unhealthy_threshold
         health = self.backends[name]
         async with trio.open_nursery() as nursery:
+            probes = Supervisor(nursery)
             while True:
                 started = trio.current_time()
                 error: str | None = None
                 try:
                     with trio.fail_after(timeout):
-                        await self._probe(name, nursery)
+                        await self._probe(name, probes)
                 except trio.TooSlowError:
                     process = self.links.stdio.get(name)
                     if process is not None and not process.ready.is_set():
@@ -139,13 +129,13 @@ class HealthMonitor:
         if link is not None:
             await link.aclose()
 
-    async def _probe(self, name: str, nursery: trio.Nursery) -> None:
+    async def _probe(self, name: str, supervisor: Supervisor) -> None:
         endpoint = self.links.endpoints[name]
         if isinstance(endpoint, HttpEndpoint):
             link = self._links.get(name)
             if link is None:
                 timeout = self.plan.operational.health_check_timeout.total_seconds()
-                link = await self.links.connect_http(name, endpoint, nursery, {}, _drop,
+                link = await self.links.connect_http(name, endpoint, supervisor, {}, _drop,
                                                      timeout, listen=False)
                 self._links[name] = link
             reply = await link.call("ping", None, _drop)

@@ -43,6 +43,7 @@ from ..protocol.revisions import Revision
 from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
+from ..runtime.supervisor import Supervisor
 from .aggregation import BackendListing, Catalog, build_catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.links import BackendLinks
@@ -156,6 +157,7 @@ class ClientSession:
         self.open_connections = 0
         self.closed = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._supervisor: Supervisor | None = None
         self._catalog: Catalog | None = None
         self._catalog_generation = 0
         self._catalog_lock = trio.Lock()
@@ -173,11 +175,14 @@ class ClientSession:
     # --- lifetime ------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Connect the backends, report started, and hold the session's nursery until closed."""
+        """Connect the backends, report started, and hold the session's nursery until closed.
+        The backend links' long-lived tasks run under the session's own supervisor."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await self._connect_backends(nursery)
+                self._supervisor = Supervisor(nursery,
+                                              on_restart=self.services.metrics.count_restart)
+                await self._connect_backends(self._supervisor)
                 task_status.started()
                 await self.closed.wait()
                 nursery.cancel_scope.cancel()
@@ -188,31 +193,31 @@ class ClientSession:
                     await link.aclose()
             self.services.forget(self)
 
-    async def _connect(self, name: str, nursery: trio.Nursery) -> None:
+    async def _connect(self, name: str, supervisor: Supervisor) -> None:
         try:
             health = self.services.health
             if not health.usable(name):
                 raise BackendError(name, f"is unhealthy ({health.backends[name].last_error})")
             self.links[name] = await self.services.links.open(
                 name, owner=self.id, capabilities=self.client_capabilities,
-                sink=self.unrelated_sink(name), caller=lambda: self.caller, nursery=nursery)
+                sink=self.unrelated_sink(name), caller=lambda: self.caller, supervisor=supervisor)
             self.failed_backends.pop(name, None)
         except BackendError as exc:
             self.failed_backends[name] = exc.detail
             log.warning("session %s: %s", self.id[:8], exc)
 
-    async def _connect_backends(self, nursery: trio.Nursery) -> None:
+    async def _connect_backends(self, supervisor: Supervisor) -> None:
         async with trio.open_nursery() as connecting:
             for backend in self.plan.backends:
-                connecting.start_soon(self._connect, backend.name, nursery)
+                connecting.start_soon(self._connect, backend.name, supervisor)
 
     async def backend_health_changed(self, backend: str, usable: bool) -> None:
         """A backend became unhealthy or healthy again: rebuild the catalog (connecting to it if
         this session never could) and tell the client its lists changed."""
-        if self.closed.is_set() or self._nursery is None:
+        if self.closed.is_set() or self._supervisor is None:
             return
         if usable and backend not in self.links:
-            await self._connect(backend, self._nursery)
+            await self._connect(backend, self._supervisor)
         self.invalidate_catalog()
         for method in sorted(_LIST_CHANGED):
             if self.revision.stateless:

@@ -1,1 +1,1 @@
-"""Process-level runtime: logging, and serving the gateway until a signal stops it."""
+"""Library code for processes: the supervisor of long-lived tasks, logging, metrics."""

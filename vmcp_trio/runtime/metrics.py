@@ -2,7 +2,7 @@
 
 Kept small on purpose: per request one counter increment and one histogram observation
 (labels: method, backend, outcome), gauges read on scrape for sessions, open streams and backend
-health, and a counter of stdio restarts. ``/metrics`` renders the text format.
+health, and counters of stdio and supervised-task restarts. ``/metrics`` renders the text format.
 """
 
 from __future__ import annotations
@@ -50,10 +50,16 @@ class Metrics:
         self.backend_restarts = Gauge("vmcp_backend_restarts",
                                       "Times a stdio backend process was restarted",
                                       ["backend"], registry=self.registry)
+        self.task_restarts = Counter("vmcp_task_restarts", "Restarts of supervised tasks after "
+                                     "a failure or crash, by task", ["task"],
+                                     registry=self.registry)
 
     def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
         self.requests.labels(method, backend, outcome).inc()
         self.latency.labels(method, backend).observe(seconds)
+
+    def count_restart(self, task: str) -> None:
+        self.task_restarts.labels(task).inc()
 
     def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:
         (gauge.labels(*labels) if labels else gauge).set_function(read)

@@ -19,8 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import trio
-
+from ...runtime.supervisor import NamedTask
 from ..identity import ANONYMOUS, Identity
 from ..jwt import TokenError, VerifyKey, check_claims, parse_jws, verify_signature
 from ..token_cache import VerifiedTokenCache
@@ -59,9 +58,13 @@ class Authenticator:
     scopes_supported: tuple[str, ...] = ()
     required_scopes: tuple[str, ...] = ()
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """The mode's supervised tasks (key refreshers); reports started once they are."""
-        task_status.started()
+    async def prepare(self) -> None:
+        """What must be known before serving (raises IncomingAuthError: the mode cannot be set
+        up, an operator's mistake)."""
+
+    def supervised(self) -> list[NamedTask]:
+        """The mode's long-lived tasks (key refreshers), for the supervisor (``task_status``)."""
+        return []
 
     async def authenticate(self, token: str | None) -> Identity:
         raise NotImplementedError
@@ -102,7 +105,8 @@ class JwtAuthenticator(Authenticator):
                  required_scopes: tuple[str, ...] = (), scopes_supported: tuple[str, ...] = (),
                  leeway: float = 30.0, cache_entries: int = 10_000,
                  restrict: Callable[[dict[str, Any]], str | None] | None = None,
-                 supervised: tuple[Callable[..., Awaitable[None]], ...] = (),
+                 supervised: tuple[NamedTask, ...] = (),
+                 prepare: Callable[[], Awaitable[None]] | None = None,
                  authorization_servers: tuple[str, ...] | None = None,
                  still_valid: Callable[[Identity], bool] | None = None,
                  first_seen_valid: Callable[[Identity], Awaitable[bool]] | None = None
@@ -115,7 +119,8 @@ class JwtAuthenticator(Authenticator):
         self.scopes_supported = scopes_supported
         self.leeway = leeway
         self.restrict = restrict
-        self.supervised = supervised
+        self._supervised = supervised
+        self._prepare = prepare
         self.still_valid = still_valid
         """Checked on every request, cache hits too: the embedded authorization server says
         here whether a token's session was revoked (in memory: no I/O)."""
@@ -126,11 +131,12 @@ class JwtAuthenticator(Authenticator):
                                       else (issuer,))
         self.cache: VerifiedTokenCache[Identity] = VerifiedTokenCache(max_entries=cache_entries)
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            for task in self.supervised:
-                await nursery.start(task)
-            task_status.started()
+    async def prepare(self) -> None:
+        if self._prepare is not None:
+            await self._prepare()
+
+    def supervised(self) -> list[NamedTask]:
+        return list(self._supervised)
 
     def health(self) -> dict[str, Any]:
         keys = self.keys

@@ -23,8 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import trio
-
 from ...http.client import HttpClient
 from ...resources.plan import (
     AnonymousIncoming,
@@ -126,7 +124,7 @@ def _oidc(plan: OIDCIncoming, settings: AuthSettings, client: HttpClient) -> Jwt
     authenticator = JwtAuthenticator(
         issuer=plan.issuer, audience=plan.audience, keys=jwks, introspector=introspector,
         required_scopes=settings.required_scopes, scopes_supported=plan.scopes,
-        leeway=settings.leeway, supervised=(jwks.run,))
+        leeway=settings.leeway, supervised=((f"JWKS of {plan.issuer}", jwks.run),))
     jwks.on_removed = authenticator.key_removed
     return authenticator
 
@@ -156,14 +154,7 @@ def _kubernetes(plan: KubernetesIncoming, settings: AuthSettings) -> JwtAuthenti
 
     jwks = JwksCache(plan.issuer or api_server, jwks_url, client, allow_private=True,
                      headers=headers)
-    authenticator = JwtAuthenticator(
-        issuer=plan.issuer or "", audience=plan.audience, keys=jwks,
-        required_scopes=settings.required_scopes, scopes_supported=plan.scopes,
-        leeway=settings.leeway, restrict=_service_account_rule(plan.service_account,
-                                                               plan.namespace))
-
-    async def learn_issuer(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-                           ) -> None:
+    async def learn_issuer() -> None:
         """The service-account issuer the API server announces, before serving starts."""
         if not authenticator.issuer:
             url = f"{api_server}/.well-known/openid-configuration"
@@ -177,9 +168,13 @@ def _kubernetes(plan: KubernetesIncoming, settings: AuthSettings) -> JwtAuthenti
                 raise IncomingAuthError(f"{url} (HTTP {status}) announces no issuer")
             authenticator.issuer = jwks.issuer = issuer
             authenticator.authorization_servers = (issuer,)
-        task_status.started()
 
-    authenticator.supervised = (learn_issuer, jwks.run)
+    authenticator = JwtAuthenticator(
+        issuer=plan.issuer or "", audience=plan.audience, keys=jwks,
+        required_scopes=settings.required_scopes, scopes_supported=plan.scopes,
+        leeway=settings.leeway, restrict=_service_account_rule(plan.service_account,
+                                                               plan.namespace),
+        supervised=(("JWKS of the Kubernetes API server", jwks.run),), prepare=learn_issuer)
     jwks.on_removed = authenticator.key_removed
     return authenticator
 

@@ -5,7 +5,7 @@ Rules (the design's "hot path with a budget": a request with a warm cache does n
 * :meth:`JwksCache.run` fetches the JWKS at start and again when it expires: ``Cache-Control:
   max-age`` within ``[min_refresh, max_refresh]`` (``no-store``/``no-cache``: ``min_refresh``;
   none: ``default_refresh``). A failed refresh keeps the last good keys (state ``stale``) and is
-  retried with exponential backoff and jitter.
+  retried by the supervisor with exponential backoff and jitter.
 * A token naming a kid we do not hold makes :meth:`JwksCache.key_for` refetch (the issuer may
   have rotated its key), but at most once per ``miss_interval``, however many requests ask: a
   flood of random kids costs one fetch, not one per request. Concurrent misses share one fetch.
@@ -20,7 +20,6 @@ fast with :class:`KeysUnavailable` (503), never hang.
 from __future__ import annotations
 
 import logging
-import random
 import re
 from collections.abc import Awaitable, Callable
 from typing import Literal
@@ -28,6 +27,7 @@ from typing import Literal
 import trio
 
 from ...http.client import HttpClient
+from ...runtime.supervisor import Retry
 from ..discovery import FetchError, fetch_json
 from ..jwt import JwksError, VerifyKey, load_jwks
 from ..ssrf import UnsafeUrl, check_fetch_url
@@ -135,28 +135,19 @@ class JwksCache:
     # --- the supervised task -----------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the keys fresh until cancelled. Reports started after the first attempt, so
-        that serving starts with keys when the issuer is up (and without, but serving, when it
-        is not)."""
-        backoff = 1.0
-        started = False
+        """Keep the keys fresh (a supervised task): fetch, report started, wait until they
+        expire, again. A failed fetch raises :class:`Retry`: the supervisor tries again with
+        backoff while the last good keys keep serving, and reports started after that first
+        attempt, so that serving starts with keys when the issuer is up (and without, but
+        serving, when it is not)."""
         while True:
             try:
                 await self.refresh()
-                backoff = 1.0
-                wait = self._next_refresh - trio.current_time()
             except FetchError as exc:
-                log.warning("JWKS of %s: %s (keeping %d known keys)", self.issuer, exc,
-                            len(self.keys))
-                wait = backoff * (0.8 + 0.4 * random.random())  # noqa: S311
-                backoff = min(backoff * 2, 60.0)
-            except Exception:
-                log.exception("JWKS refresher of %s crashed; retrying", self.issuer)
-                wait = 5.0
-            if not started:
-                started = True
-                task_status.started()
-            await trio.sleep(max(wait, 0.0))
+                raise Retry(f"JWKS of {self.issuer}: {exc} (keeping {len(self.keys)} known "
+                            "keys)", level=logging.WARNING) from None
+            task_status.started()
+            await trio.sleep(max(self._next_refresh - trio.current_time(), 0.0))
 
     # --- the hot path ------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from coredis.exceptions import RedisError
 from coredis.retry import NoRetryPolicy
 
 from ...resources.plan import RedisStorage as RedisPlan
+from ...runtime.supervisor import RestartPolicy, Retry, Supervisor
 from . import (
     ROTATION_GRACE,
     CodeGrant,
@@ -71,6 +72,8 @@ warnings.filterwarnings("ignore", message=r"Use the :meth:`Redis\.ensure_replica
 
 T = TypeVar("T")
 WAIT_MS = 250
+_RESUBSCRIBE = RestartPolicy(initial=0.5, cap=5.0)
+"""A lost subscription is renewed fast: a missed ``+switch-master`` loses writes."""
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -116,6 +119,8 @@ class RedisStorage:
         self.failovers = 0
         self.on_revoked: Callable[[str, float], None] | None = None
         """Told of every session revoked by any replica (the revocations channel)."""
+        self.on_task_restart: Callable[[str], None] | None = None
+        """Told when a subscription task is renewed (the restarts metric)."""
 
     # --- connection ----------------------------------------------------------------------------
 
@@ -128,15 +133,22 @@ class RedisStorage:
                 "password": self.plan.password.value.decode() if self.plan.password else None}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Hold the connection (and the failover watcher) until cancelled."""
+        """Hold the connection and its subscriptions (a supervised task: a connection that
+        cannot be made is tried again with backoff, every call meanwhile raising
+        StorageUnavailable). Each subscription (revocations, every sentinel's
+        ``+switch-master``) is a supervised task of its own, renewed when it is lost."""
         async with self._connected() as client:
             self._client = client
             try:
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._hear_revocations, client)
+                    supervisor = Supervisor(nursery, on_restart=self.on_task_restart)
+                    supervisor.start_soon("Redis revocations subscription",
+                                          self._hear_revocations, client, policy=_RESUBSCRIBE)
                     if self._sentinel is not None:
                         for sentinel_client in list(self._sentinel.sentinels):
-                            nursery.start_soon(self._watch_failovers, sentinel_client, client)
+                            supervisor.start_soon("Redis sentinel subscription",
+                                                  self._watch_failovers, sentinel_client, client,
+                                                  policy=_RESUBSCRIBE)
                     task_status.started()
                     await trio.sleep_forever()
             finally:
@@ -165,33 +177,33 @@ class RedisStorage:
 
     async def _watch_failovers(self, sentinel_client: Redis[str], primary: Redis[str]) -> None:
         """Drop the master's connections as soon as a sentinel announces a new master."""
-        while True:
-            try:
-                async with sentinel_client.pubsub(channels=["+switch-master"],
-                                                  ignore_subscribe_messages=True) as pubsub:
-                    async for message in pubsub:
-                        if str(message["data"]).split()[0] == self.plan.master_name:
-                            self.failovers += 1
-                            log.warning("Redis failover: %s", message["data"])
-                            primary.connection_pool.disconnect()
-            except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
-                log.info("sentinel subscription lost (%r); again in 1s", group.exceptions[0])
-            await trio.sleep(1)
+        lost: BaseException | None = None
+        try:
+            async with sentinel_client.pubsub(channels=["+switch-master"],
+                                              ignore_subscribe_messages=True) as pubsub:
+                async for message in pubsub:
+                    if str(message["data"]).split()[0] == self.plan.master_name:
+                        self.failovers += 1
+                        log.warning("Redis failover: %s", message["data"])
+                        primary.connection_pool.disconnect()
+        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
+            lost = group.exceptions[0]
+        raise Retry(f"sentinel subscription lost ({lost!r})")
 
     async def _hear_revocations(self, client: Redis[str]) -> None:
         """Sessions revoked by other replicas, so that their cached tokens stop working here
         at once (``revocations`` channel: ``<session id> <until>``)."""
-        while True:
-            try:
-                async with client.pubsub(channels=[self._key("revocations")],
-                                         ignore_subscribe_messages=True) as pubsub:
-                    async for message in pubsub:
-                        session, _, until = str(message["data"]).partition(" ")
-                        if self.on_revoked is not None and until:
-                            self.on_revoked(session, float(until))
-            except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
-                log.info("revocation subscription lost (%r); again in 1s", group.exceptions[0])
-            await trio.sleep(1)
+        lost: BaseException | None = None
+        try:
+            async with client.pubsub(channels=[self._key("revocations")],
+                                     ignore_subscribe_messages=True) as pubsub:
+                async for message in pubsub:
+                    session, _, until = str(message["data"]).partition(" ")
+                    if self.on_revoked is not None and until:
+                        self.on_revoked(session, float(until))
+        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
+            lost = group.exceptions[0]
+        raise Retry(f"revocation subscription lost ({lost!r})")
 
     async def _do(self, operation: Callable[[Redis[str]], Any]) -> Any:
         """Run ``operation`` on the client; every Redis failure becomes StorageUnavailable."""

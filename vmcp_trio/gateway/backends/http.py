@@ -13,7 +13,8 @@ Failure rules:
   backend gave event ids (bounded attempts, honouring ``retry:``), else the call fails.
 * Transport errors and timeouts raise :class:`BackendError` naming the backend; a timed-out or
   cancelled call sends ``notifications/cancelled`` to the backend so it can stop work.
-* The GET stream reconnects with backoff (and ``Last-Event-ID``); 405 means the backend has none.
+* The GET stream is a supervised task: it reconnects with backoff (and ``Last-Event-ID``); 405
+  means the backend has none.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import random
 from typing import Any
 
 import trio
@@ -37,6 +37,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...protocol.sse import SSEParser
+from ...runtime.supervisor import Retry, Supervisor
 from .base import (
     BackendAuthRequired,
     BackendError,
@@ -72,10 +73,12 @@ class HttpBackendLink(HttpLinkFields):
         self._reinit_lock = trio.Lock()
         self._generation = 0
         self._closed = False
+        self._listen_parser = SSEParser(self.max_event_bytes)
+        """The GET stream's parser: its last event id and ``retry:`` outlive a reconnect."""
 
     # --- setup --------------------------------------------------------------------------------
 
-    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any], *,
+    async def start(self, supervisor: Supervisor, client_capabilities: dict[str, Any], *,
                     listen: bool = True) -> None:
         """Initialize the backend session and (unless ``listen`` is false) start listening on
         its GET stream."""
@@ -87,7 +90,7 @@ class HttpBackendLink(HttpLinkFields):
             raise BackendError(self.name, f"did not answer initialize within "
                                           f"{self.timeout:g}s") from None
         if listen:
-            nursery.start_soon(self._listen, name=f"backend {self.name} GET stream")
+            supervisor.start_soon(f"backend {self.name} GET stream", self._listen)
 
     async def _initialize(self) -> None:
         self.session_id = None
@@ -239,27 +242,33 @@ class HttpBackendLink(HttpLinkFields):
             raise BackendError(self.name, "lost the session") from None
 
     async def _listen(self) -> None:
-        """The GET stream, kept open (reconnecting with backoff) until the session ends."""
-        parser = SSEParser(self.max_event_bytes)
-        delay = 0.5
-        while not self._closed:
-            headers = await self._headers(accept="text/event-stream")
-            if parser.last_event_id is not None:
-                headers.append(("last-event-id", parser.last_event_id))
-            try:
-                async with self.client.stream("GET", self.url, headers=headers) as response:
-                    if response.status == 405:
-                        return  # the backend offers no standalone stream
-                    if response.status == 200:
-                        delay = 0.5
-                        await consume_sse(self.name, response, parser, None, self.session_sink)
-                    else:
-                        log.info("backend %s GET stream: HTTP %s", self.name, response.status)
-            except HttpError as exc:
-                log.info("backend %s GET stream failed: %s", self.name, exc)
-            pause = (parser.retry / 1000) if parser.retry else delay
-            await trio.sleep(min(pause, 30.0) * (0.8 + 0.4 * random.random()))  # noqa: S311
-            delay = min(delay * 2, 30.0)
+        """The GET stream, for the supervisor: open it, deliver what it carries, and raise
+        :class:`Retry` when it ends or fails (reconnecting with ``Last-Event-ID`` and the
+        backend's ``retry:`` hint, if any); return when the link closed or the backend has no
+        GET stream (405)."""
+        if self._closed:
+            return
+        headers = await self._headers(accept="text/event-stream")
+        if self._listen_parser.last_event_id is not None:
+            headers.append(("last-event-id", self._listen_parser.last_event_id))
+        try:
+            async with self.client.stream("GET", self.url, headers=headers) as response:
+                if response.status == 405:
+                    return  # the backend offers no standalone stream
+                if response.status != 200:
+                    raise Retry(f"backend {self.name} GET stream: HTTP {response.status}",
+                                after=self._retry_hint())
+                await consume_sse(self.name, response, self._listen_parser, None,
+                                  self.session_sink)
+        except HttpError as exc:
+            raise Retry(f"backend {self.name} GET stream failed: {exc}",
+                        after=self._retry_hint()) from None
+        if not self._closed:
+            raise Retry(f"backend {self.name} GET stream ended", after=self._retry_hint())
+
+    def _retry_hint(self) -> float | None:
+        retry = self._listen_parser.retry
+        return retry / 1000 if retry else None
 
     async def aclose(self) -> None:
         """End the backend session (DELETE; a 405 or an unreachable backend is fine)."""

@@ -29,6 +29,7 @@ from ...auth.outgoing.caller import Caller
 from ...auth.outgoing.strategies import CredentialError, OutgoingStrategy
 from ...http.client import HttpClient
 from ...resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
+from ...runtime.supervisor import Supervisor
 from .base import BackendError, BackendLink, CredentialHook, FallbackToLegacy, Sink
 from .http import HttpBackendLink
 from .legacy_sse import LegacySseBackendLink
@@ -86,14 +87,14 @@ class BackendLinks:
         return self.plan.operational.timeout_for(name).total_seconds()
 
     async def open(self, name: str, *, owner: str, capabilities: dict[str, Any], sink: Sink,
-                   caller: Callable[[], Caller | None], nursery: trio.Nursery) -> BackendLink:
-        """A started link of the client session ``owner``: its long-lived streams run in
-        ``nursery``, unrelated messages go to ``sink``. Raises :class:`BackendError`."""
+                   caller: Callable[[], Caller | None], supervisor: Supervisor) -> BackendLink:
+        """A started link of the client session ``owner``: its long-lived streams run under
+        ``supervisor``, unrelated messages go to ``sink``. Raises :class:`BackendError`."""
         endpoint = self.endpoints[name]
         timeout = self.timeout(name)
         if isinstance(endpoint, HttpEndpoint):
             return await self.connect_http(
-                name, endpoint, nursery, capabilities, sink, timeout,
+                name, endpoint, supervisor, capabilities, sink, timeout,
                 credentials=SessionCredentials(name, self.strategies[name], caller))
         assert isinstance(endpoint, StdioEndpoint)
         process = self.stdio[name]
@@ -103,7 +104,7 @@ class BackendLinks:
             raise BackendError(name, f"is not running ({process.last_error or 'starting'})")
         return StdioBackendLink(process, owner, timeout=timeout)
 
-    async def connect_http(self, name: str, endpoint: HttpEndpoint, nursery: trio.Nursery,
+    async def connect_http(self, name: str, endpoint: HttpEndpoint, supervisor: Supervisor,
                            capabilities: dict[str, Any], sink: Sink, timeout: float, *,
                            listen: bool = True,
                            credentials: CredentialHook | None = None) -> HttpLink:
@@ -112,7 +113,7 @@ class BackendLinks:
         if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
             stateless = StatelessBackendLink(name, endpoint.url, self.client, session_sink=sink,
                                              credentials=credentials, timeout=timeout)
-            if await stateless.start(nursery, capabilities, listen=listen):
+            if await stateless.start(supervisor, capabilities, listen=listen):
                 return stateless
             self.handshake_backends.add(name)
         refused: FallbackToLegacy | None = None
@@ -120,14 +121,14 @@ class BackendLinks:
             link = HttpBackendLink(name, endpoint.url, self.client, session_sink=sink,
                                    credentials=credentials, timeout=timeout)
             try:
-                await link.start(nursery, capabilities, listen=listen)
+                await link.start(supervisor, capabilities, listen=listen)
                 return link
             except FallbackToLegacy as exc:
                 refused = exc
         legacy = LegacySseBackendLink(name, endpoint.url, self.client, session_sink=sink,
                                       credentials=credentials, timeout=timeout)
         try:
-            await legacy.start(nursery, capabilities)
+            await legacy.start(supervisor.nursery, capabilities)
         except BackendError:
             if refused is not None:
                 raise refused from None

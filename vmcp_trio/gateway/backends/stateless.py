@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +66,7 @@ from ...protocol.stateless import (
     param_headers,
 )
 from ...protocol.stateless import CLIENT_INFO as META_CLIENT_INFO
+from ...runtime.supervisor import Retry, Supervisor
 from .base import (
     CLIENT_INFO,
     BackendAuthRequired,
@@ -125,7 +125,7 @@ class StatelessBackendLink(HttpLinkFields):
 
     # --- setup --------------------------------------------------------------------------------
 
-    async def start(self, nursery: trio.Nursery, client_capabilities: dict[str, Any], *,
+    async def start(self, supervisor: Supervisor, client_capabilities: dict[str, Any], *,
                     listen: bool = True) -> bool:
         """``server/discover``: True when the backend speaks 2026-07-28 (the link is then
         ready, listening unless ``listen`` is false); False when it answered as a server of
@@ -154,7 +154,7 @@ class StatelessBackendLink(HttpLinkFields):
         self.instructions = instructions if isinstance(instructions, str) else None
         if listen:
             self._listening = True
-            nursery.start_soon(self._listen, name=f"backend {self.name} listen stream")
+            supervisor.start_soon(f"backend {self.name} listen stream", self._listen)
         return True
 
     @staticmethod
@@ -375,9 +375,9 @@ class StatelessBackendLink(HttpLinkFields):
         return Response(0, {})
 
     async def _listen(self) -> None:
-        """Keep one ``subscriptions/listen`` stream open with the current filter (reopened
-        when the filter changes, and with backoff when it breaks) until the link closes."""
-        delay = 0.5
+        """Keep one ``subscriptions/listen`` stream open with the current filter, reopened at
+        once when the filter changes, until the link closes; for the supervisor, which opens
+        it again after a backoff when it ends or breaks (:class:`Retry`)."""
         while not self._closed:
             wanted, acked = self._filter(), self._acked
             self._filter_changed = trio.Event()
@@ -387,16 +387,13 @@ class StatelessBackendLink(HttpLinkFields):
                 continue
             with trio.CancelScope() as scope:
                 self._listen_scope = scope
-                if await self._listen_once(wanted, acked):
-                    delay = 0.5
+                await self._listen_once(wanted, acked)
             self._listen_scope = None
-            if scope.cancelled_caught:
-                continue  # the filter changed: reopen at once
-            await trio.sleep(delay * (0.8 + 0.4 * random.random()))  # noqa: S311
-            delay = min(delay * 2, 30.0)
+            if not scope.cancelled_caught and not self._closed:
+                raise Retry(f"backend {self.name} listen stream ended")
 
-    async def _listen_once(self, wanted: dict[str, Any], acked: trio.Event) -> bool:
-        """One listen stream, until it ends; whether it was acknowledged."""
+    async def _listen_once(self, wanted: dict[str, Any], acked: trio.Event) -> None:
+        """One listen stream, until it ends."""
         ok = False
 
         async def deliver(message: Message) -> None:
@@ -430,7 +427,6 @@ class StatelessBackendLink(HttpLinkFields):
             log.info("backend %s listen stream: %s", self.name, exc.detail)
         if not ok:
             acked.set()  # nobody waits for an acknowledgement that will not come
-        return ok
 
     async def aclose(self) -> None:
         """Nothing to end at the backend (no session); stop listening."""

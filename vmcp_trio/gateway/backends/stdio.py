@@ -15,9 +15,11 @@ every session's requests over it with ids of its own. What this costs, and how i
   subscribed to that URI. The backend sees one subscription per URI, however many sessions hold
   it.
 
-Supervision: the process is started, initialized and watched by :meth:`StdioProcess.run`, a
-long-lived task. When it exits, every pending call fails with an error naming the backend, and
-it is started again after an exponential backoff with jitter (reset after a minute of uptime).
+Supervision: :meth:`StdioProcess.run` is one life of the process (started, initialized within
+``init_timeout``, served until it exits), run by the supervisor. When it ends, every pending call
+fails with an error naming the backend, and the supervisor starts it again after an exponential
+backoff with jitter (reset after a minute of uptime). A process that cannot start, never answers
+``initialize``, exits at once or writes a line over 4 MiB is that backend's failure alone.
 Its stderr goes to the log, line by line. It gets a minimal environment (``PATH``, ``HOME``,
 locale, temp dir) plus ``spec.env``: the gateway's own environment may hold secrets.
 """
@@ -27,7 +29,6 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import random
 import subprocess
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -50,6 +51,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...resources.plan import StdioEndpoint
+from ...runtime.supervisor import Retry
 from .base import BackendError, Sink, initialize_params, read_initialize
 from .pending import PendingCall, PendingCalls
 
@@ -86,7 +88,7 @@ class StdioProcess:
         self.server_info: dict[str, Any] = {}
         self.instructions: str | None = None
         self.state = "starting"
-        self.restarts = 0
+        self._lives = 0
         self.last_error: str | None = None
         self.ready = trio.Event()
         self._process: trio.Process | None = None
@@ -99,62 +101,70 @@ class StdioProcess:
 
     # --- supervision ---------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the process running until cancelled. Reports started at once: the gateway does
-        not wait for a slow backend to serve the others."""
-        task_status.started()
-        delay = 0.5
-        while True:
-            started = trio.current_time()
-            try:
-                await self._run_once()
-                self.last_error = "exited"
-            except BackendError as exc:
-                self.last_error = exc.detail
-            except OSError as exc:
-                self.last_error = f"cannot start: {exc.strerror or exc}"
+    async def run(self) -> None:
+        """One life of the process, for the supervisor (which starts it again after a backoff):
+        start it, initialize it, serve until it exits. Ends by raising :class:`Retry` saying
+        why (the process is stopped, and every call in flight fails naming the backend)."""
+        self._lives += 1
+        self.state = "starting"
+        reason = "stopped"
+        try:
+            reason = await self._live()
+        except OSError as exc:
+            reason = f"cannot start: {exc.strerror or exc}"
+        finally:
+            self.last_error = reason
             self.state = "backoff"
             self.ready = trio.Event()
-            self._calls.fail_all(self.last_error or "stopped")
-            if trio.current_time() - started > 60:
-                delay = 0.5
-            log.warning("backend %s %s; restarting in %.1fs", self.name, self.last_error, delay)
-            await trio.sleep(delay * (0.8 + 0.4 * random.random()))  # noqa: S311 - jitter
-            delay = min(delay * 2, 30.0)
-            self.restarts += 1
+            self._calls.fail_all(reason)
+        raise Retry(f"backend {self.name} {reason}", level=logging.WARNING)
+
+    @property
+    def restarts(self) -> int:
+        return max(0, self._lives - 1)
 
     def _environment(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in _BASE_ENV if k in os.environ}
         env.update(dict(self.endpoint.env))
         return env
 
-    async def _run_once(self) -> None:
-        self.state = "starting"
+    async def _live(self) -> str:
+        """Run the process until it ends; why it ended."""
         command = [self.endpoint.command, *self.endpoint.args]
         process = await trio.lowlevel.open_process(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd=self.endpoint.working_dir, env=self._environment(),
             start_new_session=True)  # a Ctrl-C in the terminal is for vmcp, which stops it
         self._process = process
+        reason: str | None = None
         try:
+            # Nothing is raised out of this nursery's body (trio would wrap it in a group):
+            # the outcome is kept in ``reason``.
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._read_stdout, process, nursery.cancel_scope)
                 nursery.start_soon(self._read_stderr, process)
-                with trio.fail_after(self.init_timeout):
-                    await self._initialize()
-                self.state = "running"
-                self.ready.set()
-                log.info("backend %s running (pid %s, protocol %s)", self.name, process.pid,
-                         self.revision)
-                await process.wait()
+                try:
+                    with trio.fail_after(self.init_timeout):
+                        await self._initialize()
+                except trio.TooSlowError:
+                    reason = f"did not answer initialize within {self.init_timeout:g}s"
+                except BackendError as exc:
+                    reason = exc.detail
+                else:
+                    self.state = "running"
+                    self.ready.set()
+                    log.info("backend %s running (pid %s, protocol %s)", self.name,
+                             process.pid, self.revision)
+                    await process.wait()
                 nursery.cancel_scope.cancel()
-            raise BackendError(self.name, f"exited with status {process.returncode}")
-        except trio.TooSlowError:
-            raise BackendError(self.name, "did not answer initialize in time") from None
         finally:
             self._process = None
             with trio.CancelScope(shield=True):
                 await _stop(process)
+        if reason is not None:
+            return reason
+        before = "" if self.ready.is_set() else " before answering initialize"
+        return f"exited with status {process.returncode}{before}"
 
     async def _initialize(self) -> None:
         reply = await self._request_raw(
@@ -190,7 +200,10 @@ class StdioProcess:
             while (newline := buffer.find(b"\n")) != -1:
                 line, buffer = buffer[:newline], buffer[newline + 1:]
                 if line.strip():
-                    await self._dispatch(line)
+                    try:
+                        await self._dispatch(line)
+                    except BackendError as exc:  # answering it failed: the process is going
+                        log.info("%s", exc)
             if len(buffer) > MAX_LINE:
                 log.error("backend %s wrote a line over %d bytes; restarting it", self.name,
                           MAX_LINE)
