@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import re
+import time
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from vmcp_trio.gateway.aggregation import BackendListing, Route, build_catalog, template_pattern
 from vmcp_trio.resources.plan import AggregationPlan, ToolOverridePlan, WorkloadToolsPlan
 
@@ -73,7 +79,41 @@ def test_resources_and_templates_route_by_uri() -> None:
 
 
 def test_template_patterns() -> None:
-    assert template_pattern("test://template/{id}/data").fullmatch("test://template/42/data")
-    assert not template_pattern("test://template/{id}/data").fullmatch("test://template/a/b/data")
-    assert template_pattern("file:///{+path}").fullmatch("file:///a/b/c.txt")
-    assert template_pattern("search://q{?term,page}").fullmatch("search://q?term=x&page=2")
+    assert template_pattern("test://template/{id}/data").matches("test://template/42/data")
+    assert not template_pattern("test://template/{id}/data").matches("test://template/a/b/data")
+    assert template_pattern("file:///{+path}").matches("file:///a/b/c.txt")
+    assert template_pattern("search://q{?term,page}").matches("search://q?term=x&page=2")
+    assert template_pattern("search://q{?term,page}").matches("search://q")
+    assert not template_pattern("search://q{?term}").matches("search://qx")
+    assert template_pattern("{x}-{y}.txt").matches("a-b-c.txt")
+    assert not template_pattern("{x}-{y}.txt").matches("a/b-c.txt")
+    assert template_pattern("mem://{a}{b}").matches("mem://")
+    assert template_pattern("x{a}{?q}").matches("xab?a=b&c")
+
+
+def test_a_hostile_template_costs_linear_time() -> None:
+    """As a regular expression this template backtracked for seconds on this URI (a backend's
+    template could stall the whole gateway); it must not."""
+    started = time.perf_counter()
+    for template in ("{a}{b}{c}{d}{e}{f}{g}{h}x", "{a}-{b}-{c}-{d}-{e}-{f}-{g}x",
+                     "{+a}{+b}{+c}{+d}{+e}{+f}x"):
+        assert not template_pattern(template).matches("-" * 2000 + "y")
+    assert time.perf_counter() - started < 1.0
+
+
+@settings(max_examples=500)
+@given(st.lists(st.sampled_from(["a", "/", "-", "{x}", "{+y}", "{?q}", "{&r}", "?", "#"]),
+                max_size=8),
+       st.text(alphabet="a/-?#&=", max_size=20))
+def test_the_matcher_agrees_with_a_regular_expression(pieces: list[str], uri: str) -> None:
+    template = "".join(pieces)
+    regex = ""
+    position = 0
+    for match in re.finditer(r"\{([+#./;?&]?)([^}]*)\}", template):
+        regex += re.escape(template[position:match.start()])
+        query, anything = r"(?:[?&][^#]*)?", ".*"
+        regex += {"?": query, "&": query, "+": anything, "#": anything}.get(match.group(1),
+                                                                          r"[^/?#]*")
+        position = match.end()
+    regex += re.escape(template[position:])
+    assert template_pattern(template).matches(uri) == bool(re.fullmatch(regex, uri))

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from vmcp_trio.protocol.jsonrpc import (
     INVALID_REQUEST,
+    MAX_DEPTH,
     PARSE_ERROR,
     ErrorObject,
     ErrorResponse,
@@ -19,6 +20,7 @@ from vmcp_trio.protocol.jsonrpc import (
     Request,
     Response,
     decode_body,
+    decode_message,
     encode,
     parse_message,
 )
@@ -88,3 +90,46 @@ def test_any_json_parses_or_gives_a_json_rpc_error(value: Any) -> None:
         assert exc.error.code == INVALID_REQUEST
         return
     assert parse_message(orjson.loads(encode(message))) == message
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_a_message_too_deep_to_send_on_is_refused_naming_where() -> None:
+    """orjson reads 1,024 levels and writes 254: what is accepted must be writable."""
+    deep = (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "x", '
+            b'"arguments": {"a": ' + b"[" * 300 + b"1" + b"]" * 300 + b"}}}")
+    with pytest.raises(JsonRpcError) as caught:
+        decode_body(deep)
+    assert caught.value.error.code == INVALID_REQUEST and caught.value.id == 7
+    assert str(MAX_DEPTH) in caught.value.error.message
+    assert '"params.arguments.a[0][0]...' in caught.value.error.message
+    fine = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "x", "arguments": {"a": _nested(MAX_DEPTH - 4)}}}
+    [message], _ = decode_body(orjson.dumps(fine))
+    assert isinstance(message, Request)
+    orjson.dumps(message.to_dict())  # and it can be sent on
+
+
+def test_a_deep_batch_member_is_refused_alone_and_batches_are_bounded() -> None:
+    good = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    deep = {"jsonrpc": "2.0", "id": 2, "method": "ping", "params": {"x": _nested(200)}}
+    messages, batch = decode_body(orjson.dumps([good, deep]))
+    assert batch and isinstance(messages[0], Request)
+    assert isinstance(messages[1], JsonRpcError) and messages[1].id == 2
+    with pytest.raises(JsonRpcError, match="at most 3 messages; this one holds 4"):
+        decode_body(orjson.dumps([good] * 4), max_batch=3)
+
+
+def test_a_peer_s_malformed_answer_is_known_as_an_answer() -> None:
+    """A backend's answer too deep (or with a wrong field) still names the call it answers."""
+    with pytest.raises(JsonRpcError) as caught:
+        decode_message(orjson.dumps({"jsonrpc": "2.0", "id": 5, "result": {"x": _nested(200)}}))
+    assert caught.value.answer and caught.value.id == 5
+    with pytest.raises(JsonRpcError) as caught:
+        decode_message(b'{"jsonrpc": "2.0", "id": 6, "method": "x", "params": [1]}')
+    assert not caught.value.answer

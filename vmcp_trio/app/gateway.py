@@ -45,7 +45,7 @@ from ..gateway.backends.stdio import StdioProcess
 from ..gateway.core import Gateway
 from ..gateway.server import MCP_PATH, GatewayApp
 from ..gateway.settings import GatewaySettings
-from ..http import hypercorn_tuning
+from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
 from ..http.serving import hypercorn_config
 from ..resources.plan import EmbeddedIncoming, GatewayPlan, StdioEndpoint
@@ -199,6 +199,7 @@ async def serve_gateway(process: GatewayProcess, *,
                         ) -> None:
     """Serve until ``shutdown_trigger`` returns; reports the ``/mcp`` URLs when listening."""
     hypercorn_tuning.install()
+    hypercorn_guard.install(process.metrics.faults.labels("connection").inc)
     settings = process.settings
     stop = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -28,7 +28,8 @@ from typing import Any
 
 from ..resources.plan import AggregationPlan
 
-__all__ = ["BackendListing", "Catalog", "Route", "build_catalog", "template_pattern"]
+__all__ = ["BackendListing", "Catalog", "Route", "UriTemplate", "build_catalog",
+           "template_pattern"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +57,7 @@ class Catalog:
     tool_routes: Mapping[str, Route] = field(default_factory=dict)
     prompt_routes: Mapping[str, Route] = field(default_factory=dict)
     resource_routes: Mapping[str, str] = field(default_factory=dict)
-    template_routes: tuple[tuple[re.Pattern[str], str], ...] = ()
+    template_routes: tuple[tuple[UriTemplate, str], ...] = ()
     template_owners: Mapping[str, str] = field(default_factory=dict)
     """``uriTemplate`` -> backend, for completions that name a template."""
     conflicts: tuple[str, ...] = ()
@@ -68,30 +69,82 @@ class Catalog:
         backend = self.resource_routes.get(uri)
         if backend is not None:
             return backend
-        for pattern, candidate in self.template_routes:
-            if pattern.fullmatch(uri):
+        for template, candidate in self.template_routes:
+            if template.matches(uri):
                 return candidate
         return None
 
 
 _EXPRESSION = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
+_SEGMENT_END = frozenset("/?#")
 
 
-def template_pattern(template: str) -> re.Pattern[str]:
-    """An RFC 6570 URI template as a regular expression matching the URIs it can expand to."""
-    out = ""
-    position = 0
-    for match in _EXPRESSION.finditer(template):
-        out += re.escape(template[position:match.start()])
-        operator = match.group(1)
-        if operator in ("?", "&"):
-            out += r"(?:[?&][^#]*)?"
-        elif operator in ("+", "#"):
-            out += r".*"
-        else:
-            out += r"[^/?#]*"
-        position = match.end()
-    return re.compile(out + re.escape(template[position:]))
+@dataclass(frozen=True)
+class UriTemplate:
+    """An RFC 6570 URI template as the URIs it can expand to: literal text, and holes that
+    match a run of characters (a simple expression: none of ``/?#``; ``+`` and ``#``: any;
+    ``?`` and ``&``: an optional query part).
+
+    Matching keeps the set of positions the URI can be at after each part: linear in the URI's
+    length for each part, whatever the template. (A regular expression would backtrack: a
+    backend's ``{a}{b}{c}{d}{e}{f}{g}{h}x`` took seconds on a 40-character URI, blocking the
+    whole gateway.)"""
+
+    parts: tuple[tuple[str, str], ...]
+    """``("literal", text)`` or ``("segment" | "any" | "query", "")``."""
+
+    @classmethod
+    def parse(cls, template: str) -> UriTemplate:
+        parts: list[tuple[str, str]] = []
+        position = 0
+        for match in _EXPRESSION.finditer(template):
+            if match.start() > position:
+                parts.append(("literal", template[position:match.start()]))
+            operator = match.group(1)
+            kind = ("query" if operator in ("?", "&") else
+                    "any" if operator in ("+", "#") else "segment")
+            if not (parts and parts[-1][0] == kind and kind != "query"):  # two holes are one
+                parts.append((kind, ""))
+            position = match.end()
+        if position < len(template):
+            parts.append(("literal", template[position:]))
+        return cls(tuple(parts))
+
+    def matches(self, uri: str) -> bool:
+        reach = {0}
+        end = len(uri)
+        for kind, text in self.parts:
+            if not reach:
+                return False
+            if kind == "literal":
+                reach = {p + len(text) for p in reach if uri.startswith(text, p)}
+            elif kind == "any":
+                reach = set(range(min(reach), end + 1))
+            else:
+                stops = _SEGMENT_END if kind == "segment" else frozenset("#")
+                extended: set[int] = set()
+                """Positions a run went through: the rest of a run from there is known."""
+                for start in sorted(reach):
+                    if kind == "query":
+                        if start >= end or uri[start] not in "?&":
+                            continue
+                        start += 1
+                    if start in extended:
+                        continue
+                    extended.add(start)
+                    position = start
+                    while position < end and uri[position] not in stops:
+                        position += 1
+                        if position in extended:
+                            break
+                        extended.add(position)
+                reach = reach | extended
+        return end in reach
+
+
+def template_pattern(template: str) -> UriTemplate:
+    """The URIs an RFC 6570 URI template can expand to (see :class:`UriTemplate`)."""
+    return UriTemplate.parse(template)
 
 
 def _ordered(listings: Sequence[BackendListing], plan: AggregationPlan) -> list[BackendListing]:
@@ -158,7 +211,7 @@ def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan,
     resources: list[dict[str, Any]] = []
     resource_routes: dict[str, str] = {}
     templates: list[dict[str, Any]] = []
-    template_routes: list[tuple[re.Pattern[str], str]] = []
+    template_routes: list[tuple[UriTemplate, str]] = []
     template_owners: dict[str, str] = {}
     for listing in ordered:
         for resource in listing.resources:

@@ -150,7 +150,7 @@ class Gateway:
 
     async def _health_changed(self, backend: str, usable: bool) -> None:
         for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
-            await session.backend_health_changed(backend, usable)
+            session.backend_health_changed(backend, usable)
 
     async def _route_from_stdio(self, backend: str, owner: str | None,
                                 message: Message) -> None:

@@ -26,6 +26,7 @@ from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
+    TOO_BUSY,
     ErrorObject,
     ErrorResponse,
     JsonRpcError,
@@ -38,7 +39,7 @@ from ..protocol.jsonrpc import (
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
 from .core import SERVER_CAPABILITIES, Gateway, TooManySessions
 from .responder import Responder
-from .session import ClientSession, SessionClosed
+from .session import ClientSession, SessionBusy, SessionClosed
 from .streams import EventStream, parse_event_id
 
 __all__ = ["HandshakeFront"]
@@ -172,10 +173,13 @@ class HandshakeFront:
             return await session.handle(request, stream)
 
         try:
-            await self.responder.answer(http, send, session, compute,
+            await self.responder.answer(http, send, session, request.id, compute,
                                         headers=_session_headers(session))
         except SessionClosed:
             await send_json(send, 404, encode_error(INVALID_REQUEST, "Session not found"))
+        except SessionBusy as exc:
+            await send_json(send, 429, encode_error(TOO_BUSY, str(exc), request.id),
+                            [*_session_headers(session), ("retry-after", "1")])
 
     async def get(self, request: HttpRequest, send: Send, caller: Caller) -> None:
         if not request.accepts("text/event-stream"):

@@ -37,7 +37,8 @@ import trio
 from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
 from .backends.base import BackendError, BackendLink
 
-__all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "params_digest"]
+__all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "check_input_responses",
+           "params_digest"]
 
 MRTR_FIELDS = ("_meta", "inputResponses", "requestState")
 
@@ -73,7 +74,8 @@ class RequestStateSigner:
     def verify(self, state: object, identity: tuple[str, str], method: str,
                digest: str) -> str | None:
         """The parked call's id when ``state`` is genuine, current and for these params."""
-        if not isinstance(state, str) or state.count(".") != 1 or len(state) > 1024:
+        if (not isinstance(state, str) or len(state) > 1024 or not state.isascii()
+                or state.count(".") != 1):
             return None
         payload, mac = state.split(".")
         if not hmac.compare_digest(mac, self._mac(payload, identity)):
@@ -87,6 +89,29 @@ class RequestStateSigner:
             return None
         call_id = body.get("c")
         return call_id if isinstance(call_id, str) else None
+
+
+def check_input_responses(responses: object) -> str | None:
+    """What is wrong with a retry's ``inputResponses`` (its field path and the rule), or None:
+    an object mapping each input key to a result object, or to ``{"error": {"code": <integer>,
+    "message": <string>}}``."""
+    if not isinstance(responses, dict):
+        return "params.inputResponses must be an object"
+    for key, value in responses.items():
+        where = f"params.inputResponses[{str(key)[:64]!r}]"
+        if not isinstance(value, dict):
+            return f"{where} must be a result object"
+        if "error" not in value:
+            continue
+        error = value["error"]
+        if not isinstance(error, dict):
+            return f"{where}.error must be an object"
+        code = error.get("code")
+        if not isinstance(code, int) or isinstance(code, bool):
+            return f"{where}.error.code must be an integer"
+        if not isinstance(error.get("message"), str):
+            return f"{where}.error.message must be a string"
+    return None
 
 
 @dataclass
@@ -149,18 +174,19 @@ class ParkedCall:
             changed = self._changed
             await changed.wait()
 
-    async def answer(self, responses: dict[str, Any]) -> None:
-        """Send the client's answers to the backend; unknown keys are ignored (the spec's
-        SHOULD), questions left unanswered are asked again."""
+    async def answer(self, responses: dict[str, dict[str, Any]]) -> None:
+        """Send the client's answers (checked by :func:`check_input_responses`) to the
+        backend; unknown keys are ignored (the spec's SHOULD), questions left unanswered are
+        asked again."""
         for key, value in responses.items():
             pending = self.asked.pop(key, None)
             if pending is None:
                 continue
             reply: Response | ErrorResponse
-            if isinstance(value, dict) and isinstance(value.get("error"), dict):
-                error = value["error"]
+            error = value.get("error")
+            if isinstance(error, dict):
                 reply = ErrorResponse(pending.backend_id, ErrorObject(
-                    int(error.get("code", -32603)), str(error.get("message", "error"))))
+                    error["code"], error["message"], error.get("data")))
             else:
                 reply = Response(pending.backend_id, value)
             with contextlib.suppress(BackendError):  # the call itself will fail and say so

@@ -25,9 +25,16 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from ..http.asgi import HttpRequest, Send, open_stream, send_json
-from ..protocol.jsonrpc import ErrorResponse, Response, encode
+from ..protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    ErrorResponse,
+    RequestId,
+    Response,
+    encode,
+    encode_error,
+)
 from ..protocol.sse import encode_comment
-from .session import ClientSession
+from .session import ClientSession, SessionBusy, SessionClosed
 from .settings import GatewaySettings
 from .streams import EventStream, StreamGap
 
@@ -53,25 +60,36 @@ class Responder:
         """SSE connections open to clients now."""
 
     async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
-                     compute: Compute, *, headers: list[tuple[str, str]],
+                     request_id: RequestId, compute: Compute, *, headers: list[tuple[str, str]],
                      cancel_on_close: bool = False,
                      status: Callable[[Reply], int] = _always_ok) -> None:
         """Run ``compute`` in the session and answer with what it writes (see the module
-        docstring). Raises :class:`~.session.SessionClosed` (before anything was sent) when the
-        session is ending."""
+        docstring). A session that is ending (:class:`~.session.SessionClosed`) or full
+        (:class:`~.session.SessionBusy`) raises before anything was sent."""
         stream = session.streams.open()
         work_scope = trio.CancelScope()
         replies: list[Response | ErrorResponse] = []
 
         async def work() -> None:
-            with work_scope:
-                reply = await compute(stream)
-                if reply is not None:
-                    replies.append(reply)
-                    stream.push(encode(reply))
-            stream.finish()
+            try:
+                with work_scope:
+                    reply = await compute(stream)
+                    if reply is not None:
+                        replies.append(reply)
+                        stream.push(encode(reply))
+            except Exception as exc:  # still an answer: the client must not wait forever
+                log.error("session %s: request %r failed", session.id[:8], request_id,
+                          exc_info=exc)
+                stream.push(encode_error(INTERNAL_ERROR, "Internal error: the gateway failed "
+                                         "to answer this request", request_id))
+            finally:
+                stream.finish()
 
-        session.spawn(work)
+        try:
+            session.spawn(work)
+        except (SessionClosed, SessionBusy):
+            stream.finish()
+            raise
         client_left = False
         async with trio.open_nursery() as nursery:
 

@@ -11,7 +11,9 @@
 * Anything else goes to ``extra_endpoints`` (the embedded authorization server), else 404.
 
 Errors are JSON-RPC error objects (id null when the request could not be read) with the HTTP
-status that says what failed.
+status that says what failed. A fault while serving one HTTP request ends that request only
+(500 with a JSON-RPC error, when nothing was sent yet; logged with its request id); a client
+that leaves before its body arrived is a debug line and a counter, never a traceback.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from ..auth.metadata import METADATA_PATH, bearer_challenge, resource_metadata, 
 from ..auth.outgoing.caller import Caller
 from ..http.asgi import (
     BodyTooLarge,
+    ClientGone,
     HttpRequest,
     Receive,
     Scope,
@@ -36,6 +39,7 @@ from ..http.asgi import (
     send_json,
 )
 from ..protocol.jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     JsonRpcError,
     decode_body,
@@ -81,6 +85,20 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
+class _GuardedSend:
+    """The ASGI ``send`` of one request, remembering whether the response has started."""
+
+    __slots__ = ("_send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self.started = True
+        await self._send(message)
+
+
 ExtraEndpoints = Callable[[HttpRequest, Send], Awaitable[bool]]
 """Serves a request if it is one of its endpoints; False otherwise."""
 
@@ -109,6 +127,23 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
+        guarded = _GuardedSend(send)
+        try:
+            await self.route(scope, receive, guarded)
+        except ClientGone as exc:
+            self.metrics.client_disconnects.inc()
+            log.debug("%s %s: %s", scope["method"], scope["path"][:200], exc)
+        except Exception as exc:
+            # A fault while serving this HTTP request ends this request only (the MCP work
+            # it started has its own containment, with the JSON-RPC id).
+            log.error("%s %s failed", scope["method"], scope["path"][:200], exc_info=exc)
+            self.metrics.faults.labels("request").inc()
+            if not guarded.started:
+                await send_json(send, 500, encode_error(
+                    INTERNAL_ERROR, "Internal error: the gateway failed to serve this request "
+                                    f"(logged as request {REQUEST_ID.get()})"))
+
+    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
         if sum(len(k) + len(v) for k, v in scope["headers"]) > self.settings.max_header_bytes:
             # hypercorn bounds only headers that arrive in pieces; a block read at once is not.
             await send_json(send, 431, encode_error(

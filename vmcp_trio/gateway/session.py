@@ -15,10 +15,11 @@ that asked under the backend's id.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,9 +28,11 @@ import trio
 from ..auth.identity import Identity
 from ..auth.outgoing.caller import Caller
 from ..protocol.jsonrpc import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    TOO_BUSY,
     ErrorObject,
     ErrorResponse,
     Message,
@@ -42,16 +45,23 @@ from ..protocol.jsonrpc import (
 from ..protocol.revisions import Revision
 from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
 from ..resources.plan import GatewayPlan
+from ..runtime.logs import REQUEST_ID
 from ..runtime.metrics import Metrics
-from ..runtime.supervisor import Supervisor
+from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .aggregation import BackendListing, Catalog, build_catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.links import BackendLinks
 from .health import HealthMonitor
-from .mrtr import MRTR_FIELDS, ParkedCall, RequestStateSigner, params_digest
+from .mrtr import (
+    MRTR_FIELDS,
+    ParkedCall,
+    RequestStateSigner,
+    check_input_responses,
+    params_digest,
+)
 from .streams import EventStream, StreamRegistry
 
-__all__ = ["ClientSession", "SessionClosed", "SessionServices"]
+__all__ = ["ClientSession", "SessionBusy", "SessionClosed", "SessionServices"]
 
 log = logging.getLogger("vmcp.session")
 
@@ -78,6 +88,10 @@ class SessionClosed(Exception):
     """The session ended while a request was using it."""
 
 
+class SessionBusy(Exception):
+    """The session has as many requests at work as it may (the message says so)."""
+
+
 @dataclass(frozen=True)
 class SessionServices:
     """What a session uses of the process: the same for every session."""
@@ -92,6 +106,8 @@ class SessionServices:
     """Told when a session ended, to drop it from the table."""
     stream_buffer_events: int = 256
     sse_retry_ms: int = 2000
+    max_requests: int = 64
+    """Requests of one session at work at once."""
 
 
 @dataclass
@@ -118,7 +134,8 @@ class Subscription:
 
     def wants(self, message: Notification) -> bool:
         if message.method == "notifications/resources/updated":
-            return (message.params or {}).get("uri") in self.uris
+            uri = (message.params or {}).get("uri")
+            return isinstance(uri, str) and uri in self.uris
         return message.method in self.methods
 
 
@@ -156,8 +173,10 @@ class ClientSession:
         self.last_active = trio.current_time()
         self.open_connections = 0
         self.closed = trio.Event()
-        self._nursery: trio.Nursery | None = None
         self._supervisor: Supervisor | None = None
+        self._requests: trio.Nursery | None = None
+        self._working = 0
+        """Request tasks at work (:meth:`spawn`)."""
         self._catalog: Catalog | None = None
         self._catalog_generation = 0
         self._catalog_lock = trio.Lock()
@@ -168,6 +187,8 @@ class ClientSession:
         self.parked: dict[str, ParkedCall] = {}
         self.subscriptions: list[Subscription] = []
         self._uri_refs: dict[str, int] = {}
+        """Listen streams holding each subscribed URI."""
+        self._subscriptions_lock = trio.Lock()
         self.log_level = "debug"
         """The level a handshake client set with ``logging/setLevel``: vmcp enforces it for
         every backend, also those that do not filter (or have no logging capability)."""
@@ -175,23 +196,44 @@ class ClientSession:
     # --- lifetime ------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Connect the backends, report started, and hold the session's nursery until closed.
-        The backend links' long-lived tasks run under the session's own supervisor."""
+        """Connect the backends, report started, and hold the session until closed.
+
+        Two nurseries: the session's machinery (its backend links' long-lived tasks, under the
+        session's own supervisor) and, inside it, the client's requests (:meth:`spawn`), so
+        that closing the session stops the requests before the links they use. Whatever goes
+        wrong in the session ends it, and only it (it never raises but to be cancelled)."""
+        started = False
         try:
-            async with trio.open_nursery() as nursery:
-                self._nursery = nursery
-                self._supervisor = Supervisor(nursery,
+            async with trio.open_nursery() as machinery:
+                self._supervisor = Supervisor(machinery,
                                               on_restart=self.services.metrics.count_restart)
-                await self._connect_backends(self._supervisor)
-                task_status.started()
-                await self.closed.wait()
-                nursery.cancel_scope.cancel()
+                async with trio.open_nursery() as requests:
+                    self._requests = requests
+                    await self._connect_backends(self._supervisor)
+                    task_status.started()
+                    started = True
+                    await self.closed.wait()
+                    requests.cancel_scope.cancel()
+                machinery.cancel_scope.cancel()
+        except Exception as exc:
+            self.fail("its machinery", exc)
         finally:
             self.closed.set()
             with trio.CancelScope(shield=True):
                 for link in self.links.values():
-                    await link.aclose()
+                    with contextlib.suppress(Exception):
+                        await link.aclose()
             self.services.forget(self)
+            if not started:
+                task_status.started()  # whoever waits for it finds it closed
+
+    def fail(self, what: str, error: BaseException) -> None:
+        """A fault in the session's own machinery: log it, count it, end this session (its
+        client's next request gets 404, as for an expired session)."""
+        log.error("session %s: %s failed; ending the session", self.id[:8], what,
+                  exc_info=error)
+        self.services.metrics.faults.labels("session").inc()
+        self.close()
 
     async def _connect(self, name: str, supervisor: Supervisor) -> None:
         try:
@@ -211,13 +253,19 @@ class ClientSession:
             for backend in self.plan.backends:
                 connecting.start_soon(self._connect, backend.name, supervisor)
 
-    async def backend_health_changed(self, backend: str, usable: bool) -> None:
+    def backend_health_changed(self, backend: str, usable: bool) -> None:
         """A backend became unhealthy or healthy again: rebuild the catalog (connecting to it if
-        this session never could) and tell the client its lists changed."""
+        this session never could) and tell the client its lists changed. The work is the
+        session's (a task of its machinery): the health checker that tells does not wait."""
         if self.closed.is_set() or self._supervisor is None:
             return
+        self._supervisor.start_soon(f"health change of {backend}", self._react_to_health,
+                                    self._supervisor, backend, usable, policy=NEVER_RESTART)
+
+    async def _react_to_health(self, supervisor: Supervisor, backend: str,
+                               usable: bool) -> None:
         if usable and backend not in self.links:
-            await self._connect(backend, self._supervisor)
+            await self._connect(backend, supervisor)
         self.invalidate_catalog()
         for method in sorted(_LIST_CHANGED):
             if self.revision.stateless:
@@ -237,11 +285,26 @@ class ClientSession:
     def touch(self) -> None:
         self.last_active = trio.current_time()
 
-    def spawn(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn`` in the session's nursery (it ends with the session)."""
-        if self._nursery is None or self.closed.is_set():
+    def spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
+        """Run the work of a client's request in the session's request nursery (it ends with
+        the session). Raises :class:`SessionClosed` when the session is ending, and
+        :class:`SessionBusy` when it already has ``max_requests`` at work."""
+        if self._requests is None or self.closed.is_set():
             raise SessionClosed
-        self._nursery.start_soon(fn, *args)
+        if self._working >= self.services.max_requests:
+            raise SessionBusy(f"the session has {self._working} requests in flight, the most "
+                              "one session may have; wait for some to finish")
+        self._working += 1
+        self._requests.start_soon(self._work, fn, args)
+
+    async def _work(self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
+        try:
+            await fn(*args)
+        except Exception as exc:  # the request's own fault stays the request's
+            log.error("session %s: a request's work failed", self.id[:8], exc_info=exc)
+            self.services.metrics.faults.labels("request").inc()
+        finally:
+            self._working -= 1
 
     # --- the client's requests -------------------------------------------------------------------
 
@@ -262,6 +325,8 @@ class ClientSession:
         except BackendError as exc:
             call.backend = exc.backend
             reply = backend_error(request.id, exc.backend, exc.detail)
+        except Exception as exc:  # a fault while answering ends this request only
+            reply = self._internal_error(request, exc)
         finally:
             self._in_flight.pop(request.id, None)
             if reply is not None:
@@ -270,6 +335,16 @@ class ClientSession:
             self.services.metrics.observe(method, call.backend or "vmcp", outcome,
                                           trio.current_time() - started)
         return reply
+
+    def _internal_error(self, request: Request, error: Exception) -> ErrorResponse:
+        """-32603 for a request the gateway failed to answer: logged once with the traceback
+        (the log line carries the HTTP request id, which the client is told), and counted."""
+        log.error("session %s: %s (id %r) failed", self.id[:8], request.method[:100],
+                  request.id, exc_info=error)
+        self.services.metrics.faults.labels("request").inc()
+        where = REQUEST_ID.get()
+        return _error(request.id, INTERNAL_ERROR, "Internal error: the gateway failed to "
+                      "answer this request" + (f" (logged as request {where})" if where else ""))
 
     async def _dispatch(self, request: Request, call: Call) -> Response | ErrorResponse:
         method = request.method
@@ -411,21 +486,36 @@ class ClientSession:
 
     # --- messages from backends -------------------------------------------------------------------
 
+    # A sink is called by a backend's machinery (a link's stream reader, a shared stdio
+    # process): what goes wrong in this session while taking the message is this session's
+    # fault, never the backend's or the other sessions'.
+
     def _call_sink(self, link: BackendLink, call: Call) -> Sink:
         async def sink(message: Message) -> None:
-            await self._relay(link, message, call)
+            await self._guarded(link.name, self._relay(link, message, call))
         return sink
 
     def unrelated_sink(self, link_name: str) -> Sink:
         async def sink(message: Message) -> None:
-            link = self.links.get(link_name)
-            if isinstance(message, Notification) and message.method in _LIST_CHANGED:
-                self.invalidate_catalog()
-            if self.revision.stateless:
-                await self._unrelated_stateless(link, message)
-            elif link is not None or not isinstance(message, Request):
-                await self._relay(link, message, Call(self.streams.standalone))
+            await self._guarded(link_name, self._unrelated(link_name, message))
         return sink
+
+    async def _guarded(self, backend: str, delivery: Awaitable[None]) -> None:
+        try:
+            await delivery
+        except BackendError as exc:  # answering the backend failed: it is going away
+            log.info("session %s: %s", self.id[:8], exc)
+        except Exception as exc:
+            self.fail(f"taking a message of backend {backend!r}", exc)
+
+    async def _unrelated(self, link_name: str, message: Message) -> None:
+        link = self.links.get(link_name)
+        if isinstance(message, Notification) and message.method in _LIST_CHANGED:
+            self.invalidate_catalog()
+        if self.revision.stateless:
+            await self._unrelated_stateless(link, message)
+        elif link is not None or not isinstance(message, Request):
+            await self._relay(link, message, Call(self.streams.standalone))
 
     async def _relay(self, link: BackendLink | None, message: Message, call: Call) -> None:
         if self.closed.is_set():
@@ -507,49 +597,55 @@ class ClientSession:
         for subscription in self.subscriptions:
             if subscription.wants(message):
                 params = dict(message.params or {})
-                params["_meta"] = {**params.get("_meta", {}), SUBSCRIPTION_ID: subscription.id}
+                meta = params.get("_meta")
+                params["_meta"] = {**(meta if isinstance(meta, dict) else {}),
+                                   SUBSCRIPTION_ID: subscription.id}
                 subscription.stream.push(encode(Notification(message.method, params)))
 
     async def subscribe_uris(self, uris: list[str], stream: EventStream) -> list[str]:
         """Subscribe to resources at their backends (once per URI for all listen streams);
-        the URIs that could be subscribed."""
+        the URIs that could be subscribed. Listen streams opening and closing at once take
+        turns here, so the count of holders of a URI is always right."""
         catalog = await self.catalog()
         honored = []
-        for uri in uris:
-            if self._uri_refs.get(uri):
-                self._uri_refs[uri] += 1
-                honored.append(uri)
-                continue
-            backend = catalog.resource_backend(uri)
-            link = self.links.get(backend or "")
-            if link is None or not link.server_capabilities.get("resources", {}).get(
-                    "subscribe"):
-                continue
-            try:
-                reply = await link.call("resources/subscribe", {"uri": uri},
-                                        self._call_sink(link, Call(stream)))
-            except BackendError as exc:
-                log.info("session %s: %s", self.id[:8], exc)
-                continue
-            if isinstance(reply, Response):
-                self._uri_refs[uri] = 1
-                honored.append(uri)
+        async with self._subscriptions_lock:
+            for uri in uris:
+                if self._uri_refs.get(uri):
+                    self._uri_refs[uri] += 1
+                    honored.append(uri)
+                    continue
+                backend = catalog.resource_backend(uri)
+                link = self.links.get(backend or "")
+                if link is None or not link.server_capabilities.get("resources", {}).get(
+                        "subscribe"):
+                    continue
+                try:
+                    reply = await link.call("resources/subscribe", {"uri": uri},
+                                            self._call_sink(link, Call(stream)))
+                except BackendError as exc:
+                    log.info("session %s: %s", self.id[:8], exc)
+                    continue
+                if isinstance(reply, Response):
+                    self._uri_refs[uri] = 1
+                    honored.append(uri)
         return honored
 
     async def unsubscribe_uris(self, uris: frozenset[str]) -> None:
         catalog = await self.catalog()
-        for uri in uris:
-            self._uri_refs[uri] -= 1
-            if self._uri_refs[uri]:
-                continue
-            del self._uri_refs[uri]
-            link = self.links.get(catalog.resource_backend(uri) or "")
-            if link is not None:
-                try:
-                    await link.call("resources/unsubscribe", {"uri": uri},
-                                    self._call_sink(link, Call(self.streams.standalone)))
-                except BackendError as exc:
-                    log.info("session %s: %s", self.id[:8], exc)
+        async with self._subscriptions_lock:
+            for uri in uris:
+                holders = self._uri_refs.get(uri, 0) - 1
+                if holders > 0:
+                    self._uri_refs[uri] = holders
+                    continue
+                self._uri_refs.pop(uri, None)
+                link = self.links.get(catalog.resource_backend(uri) or "")
+                if link is not None:
+                    try:
+                        await link.call("resources/unsubscribe", {"uri": uri},
+                                        self._call_sink(link, Call(self.streams.standalone)))
+                    except BackendError as exc:
+                        log.info("session %s: %s", self.id[:8], exc)
 
     async def handle_stateless(self, request: Request, stream: EventStream,
                             context: StatelessContext) -> Response | ErrorResponse | None:
@@ -572,11 +668,9 @@ class ClientSession:
                 return _error(request.id, INVALID_PARAMS, "params.requestState is invalid, "
                               "altered, expired or for other params")
             responses = params.get("inputResponses") or {}
-            if not isinstance(responses, dict) or not all(
-                    isinstance(v, dict) for v in responses.values()):
-                return _error(request.id, INVALID_PARAMS,
-                              "params.inputResponses must map each input key to a result "
-                              "object")
+            problem = check_input_responses(responses)
+            if problem is not None:
+                return _error(request.id, INVALID_PARAMS, problem)
             parked.call.stream = stream
             await parked.answer(responses)
         else:
@@ -585,8 +679,11 @@ class ClientSession:
             parked = ParkedCall(secrets.token_urlsafe(12),
                                 trio.current_time() + signer.ttl)
             parked.call = Call(stream, context, parked)
+            try:
+                self.spawn(self._run_parked, parked, Request(request.id, request.method, clean))
+            except SessionBusy as exc:
+                return _error(request.id, TOO_BUSY, str(exc))
             self.parked[parked.id] = parked
-            self.spawn(self._run_parked, parked, Request(request.id, request.method, clean))
         try:
             await parked.wait()
         except trio.Cancelled:

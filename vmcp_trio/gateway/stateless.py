@@ -29,6 +29,7 @@ from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..protocol.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
+    TOO_BUSY,
     ErrorObject,
     ErrorResponse,
     JsonRpcError,
@@ -37,6 +38,7 @@ from ..protocol.jsonrpc import (
     Request,
     Response,
     encode,
+    encode_error,
 )
 from ..protocol.revisions import REVISIONS, STATELESS
 from ..protocol.stateless import (
@@ -53,7 +55,7 @@ from ..protocol.stateless import (
 )
 from .core import SERVER_CAPABILITIES, Gateway
 from .responder import Responder
-from .session import ClientSession, SessionClosed, Subscription
+from .session import ClientSession, SessionBusy, SessionClosed, Subscription
 from .streams import EventStream
 
 __all__ = ["StatelessFront"]
@@ -169,11 +171,15 @@ class StatelessFront:
             return None if reply is None else self._complete(request.method, reply)
 
         try:
-            await self.responder.answer(http, send, session, compute, headers=[],
+            await self.responder.answer(http, send, session, request.id, compute, headers=[],
                                         cancel_on_close=True, status=_status)
         except SessionClosed:
-            await send_json(send, 503, encode(ErrorResponse(request.id, ErrorObject(
-                INVALID_REQUEST, "the gateway is shutting down"))), [("retry-after", "5")])
+            await send_json(send, 503, encode_error(
+                INVALID_REQUEST, "the gateway is shutting down", request.id),
+                [("retry-after", "5")])
+        except SessionBusy as exc:
+            await send_json(send, 429, encode_error(TOO_BUSY, str(exc), request.id),
+                            [("retry-after", "1")])
 
     async def listen(self, http: HttpRequest, send: Send, session: ClientSession,
                      request: Request) -> None:

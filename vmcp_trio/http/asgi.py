@@ -4,7 +4,8 @@ Hypercorn's trio worker calls the app once per request. What this layer adds:
 
 * :class:`HttpRequest`: method, path, lower-cased headers, query, client address;
   :meth:`HttpRequest.body` reads at most ``limit`` bytes and raises :class:`BodyTooLarge` past it
-  (a declared ``Content-Length`` over the limit fails before reading anything).
+  (a declared ``Content-Length`` over the limit fails before reading anything), or
+  :class:`ClientGone` when the client leaves first.
 * Replies: :func:`send_json`, :func:`send_empty`, :func:`send_text`, and
   :func:`open_stream` for SSE, which gives a :class:`StreamWriter` and watches ``receive()`` for
   ``http.disconnect`` (hypercorn's ``send`` never raises after the client left, so this is the
@@ -25,6 +26,7 @@ import trio
 __all__ = [
     "ASGIApp",
     "BodyTooLarge",
+    "ClientGone",
     "HttpRequest",
     "StreamWriter",
     "lifespan",
@@ -39,6 +41,11 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = Sequence[tuple[str, str]]
+
+
+class ClientGone(Exception):
+    """The client went away before its request was read (an aborted upload, a reset stream):
+    nobody to answer, nothing to log but a line."""
 
 
 class BodyTooLarge(Exception):
@@ -91,7 +98,7 @@ class HttpRequest:
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
-                raise trio.BrokenResourceError("the client went away")
+                raise ClientGone("the client went away before sending the whole body")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:

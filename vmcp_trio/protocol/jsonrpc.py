@@ -9,6 +9,11 @@ Rules kept here (JSON-RPC 2.0 and MCP's "Base Protocol"):
 * ``params`` and ``result`` are objects when present (MCP never uses positional params).
 * A body that is not JSON is ``-32700``; JSON that is not a valid message is ``-32600``, answered
   with the request's id when one can be read, else ``null``.
+* A message nested deeper than :data:`MAX_DEPTH` levels is ``-32600`` too, naming where: orjson
+  reads 1,024 levels but writes only 254, and a message the gateway accepted must be one it can
+  send on (with room for the envelopes it adds, such as a batch or an ``InputRequiredResult``).
+  The check costs nothing for a message with fewer containers than the limit (counted in C) and
+  about as much as parsing for a large one.
 
 Parsing returns frozen message objects; ``params``/``result`` stay plain dicts (the gateway mostly
 forwards them). Encoding uses orjson: the body of every request on the hot path goes through here.
@@ -25,9 +30,11 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_DEPTH",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "RESOURCE_NOT_FOUND",
+    "TOO_BUSY",
     "ErrorObject",
     "ErrorResponse",
     "JsonRpcError",
@@ -36,7 +43,9 @@ __all__ = [
     "Request",
     "RequestId",
     "Response",
+    "check_depth",
     "decode_body",
+    "decode_message",
     "encode",
     "encode_error",
     "parse_message",
@@ -48,9 +57,13 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 RESOURCE_NOT_FOUND = -32002
+TOO_BUSY = -32000
+"""JSON-RPC's first implementation-defined server error: refused for now, try again later."""
 
 RequestId = str | int
 _MAX_ID_LENGTH = 256
+MAX_DEPTH = 128
+"""The deepest nesting of objects and arrays accepted in a message (the envelope counts)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +87,8 @@ class JsonRpcError(Exception):
         super().__init__(message)
         self.error = ErrorObject(code, message, data)
         self.id = id
+        self.answer = False
+        """The message was shaped as a response (no ``method``): a peer answering ``id``."""
 
     def response(self) -> ErrorResponse:
         return ErrorResponse(self.id, self.error)
@@ -185,12 +200,69 @@ def parse_message(obj: Any) -> Message:
     return ErrorResponse(msg_id, ErrorObject(error["code"], error["message"], error.get("data")))
 
 
-def decode_body(body: bytes) -> tuple[list[Message | JsonRpcError], bool]:
+def _depth_exceeded(value: Any, limit: int) -> list[str | int] | None:
+    """The path to a container nested deeper than ``limit`` (the value itself is level 1), or
+    None. Iterative: the depth of the input cannot exhaust the stack."""
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
+    while stack:
+        node, depth, path = stack.pop()
+        if depth > limit:
+            return list(path)
+        pairs = node.items() if type(node) is dict else enumerate(node)
+        for key, child in pairs:
+            kind = type(child)
+            if kind is dict or kind is list:
+                stack.append((child, depth + 1, (*path, key) if len(path) < 6 else path))
+    return None
+
+
+def _describe_path(path: list[str | int]) -> str:
+    text = ""
+    for part in path[:5]:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text + ("..." if len(path) > 5 else "")
+
+
+def check_depth(value: Any, raw: bytes | str | None = None) -> None:
+    """Raise :class:`JsonRpcError` (-32600, naming where and the limit) when ``value`` nests
+    deeper than :data:`MAX_DEPTH`. ``raw``, the text it was parsed from, lets a message with
+    fewer containers than the limit skip the walk."""
+    if isinstance(raw, bytes) and raw.count(b"{") + raw.count(b"[") <= MAX_DEPTH:
+        return
+    if isinstance(raw, str) and raw.count("{") + raw.count("[") <= MAX_DEPTH:
+        return
+    if not isinstance(value, dict | list):
+        return
+    path = _depth_exceeded(value, MAX_DEPTH)
+    if path is not None:
+        where = f' at "{_describe_path(path)}"' if path else ""
+        raise JsonRpcError(INVALID_REQUEST, f"the message is nested deeper than {MAX_DEPTH} "
+                                            f"levels{where}",
+                           _id_of(value) if isinstance(value, dict) else None)
+
+
+def decode_message(data: bytes | str) -> Message:
+    """One message from JSON text (a line of a stdio backend, an SSE event, a JSON body):
+    raises :class:`JsonRpcError` (-32700 not JSON, -32600 not a message or too deep)."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        raise JsonRpcError(PARSE_ERROR, "not valid JSON") from None
+    try:
+        check_depth(value, data)
+        return parse_message(value)
+    except JsonRpcError as exc:
+        exc.answer = isinstance(value, dict) and "method" not in value
+        raise
+
+
+def decode_body(body: bytes, *, max_batch: int = 64) -> tuple[list[Message | JsonRpcError], bool]:
     """Parse an HTTP body: ``(messages, was_batch)``.
 
-    Invalid members of a batch come back as :class:`JsonRpcError` in their place so that the
-    valid ones can still be served. A body that is not JSON raises ``-32700``; an empty batch or
-    a body that is neither object nor array raises ``-32600``.
+    Invalid members of a batch (too deep ones too) come back as :class:`JsonRpcError` in their
+    place so that the valid ones can still be served. A body that is not JSON raises ``-32700``;
+    an empty batch, a batch of more than ``max_batch`` messages, or a body that is neither
+    object nor array raises ``-32600``.
     """
     try:
         value = orjson.loads(body)
@@ -199,13 +271,20 @@ def decode_body(body: bytes) -> tuple[list[Message | JsonRpcError], bool]:
     if isinstance(value, list):
         if not value:
             raise JsonRpcError(INVALID_REQUEST, "an empty JSON array is not a valid batch")
+        if len(value) > max_batch:
+            raise JsonRpcError(INVALID_REQUEST, f"a batch may hold at most {max_batch} "
+                                                f"messages; this one holds {len(value)}")
+        shallow = body.count(b"{") + body.count(b"[") <= MAX_DEPTH
         out: list[Message | JsonRpcError] = []
         for item in value:
             try:
+                if not shallow:
+                    check_depth(item)
                 out.append(parse_message(item))
             except JsonRpcError as exc:
                 out.append(exc)
         return out, True
+    check_depth(value, body)
     return [parse_message(value)], False
 
 

@@ -22,7 +22,6 @@ Error responses carry the request's id (never null when the id could be read).
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,7 +105,7 @@ def decode_header_value(raw: str) -> str | None:
         encoded = value[len(_SENTINEL_PREFIX):-len(_SENTINEL_SUFFIX)]
         try:
             return base64.b64decode(encoded, validate=True).decode("utf-8")
-        except (binascii.Error, UnicodeDecodeError):
+        except ValueError:  # not base64 (non-ASCII text too), or not UTF-8 inside
             return None
     return value
 

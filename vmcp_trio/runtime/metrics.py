@@ -53,6 +53,12 @@ class Metrics:
         self.task_restarts = Counter("vmcp_task_restarts", "Restarts of supervised tasks after "
                                      "a failure or crash, by task", ["task"],
                                      registry=self.registry)
+        self.faults = Counter("vmcp_faults", "Unexpected errors contained where they happened, "
+                              "by what they ended: request, session or connection",
+                              ["scope"], registry=self.registry)
+        self.client_disconnects = Counter("vmcp_client_disconnects", "Clients that left before "
+                                          "their request was read or answered",
+                                          registry=self.registry)
 
     def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
         self.requests.labels(method, backend, outcome).inc()

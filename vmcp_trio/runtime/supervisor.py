@@ -18,9 +18,10 @@ Rules it keeps:
 * :meth:`Supervisor.start` returns once the task reports started (trio's ``task_status``), or
   once its first run failed: a dependency that is down delays nothing and stops nothing; the task
   keeps trying in the background and its state says so.
-* A supervisor runs its tasks in one nursery and lists them in :attr:`Supervisor.tasks` with
-  their :class:`TaskHealth`: the process has one for its own tasks, each client session one for
-  the tasks of its backend links, all counting in the same metric.
+* A supervisor runs its tasks in one nursery and lists the live ones (not yet done or failed)
+  in :attr:`Supervisor.tasks` with their :class:`TaskHealth`: the process has one for its own
+  tasks, each client session one for the tasks of its backend links, all counting in the same
+  metric.
 """
 
 from __future__ import annotations
@@ -176,12 +177,12 @@ class Supervisor:
             else:
                 status.report()
                 if not policy.restart_on_return:
-                    health.enter("done")
+                    self._finished(health, "done")
                     return
                 pause = policy.initial
             status.report()
             if not policy.restart:
-                health.enter("failed")
+                self._finished(health, "failed")
                 return
             if trio.current_time() - began >= policy.reset_after:
                 delay = policy.initial
@@ -192,6 +193,11 @@ class Supervisor:
             if self.on_restart is not None:
                 self.on_restart(health.name)
             await trio.sleep(wait * (0.8 + 0.4 * random.random()))  # noqa: S311 - jitter
+
+    def _finished(self, health: TaskHealth, state: State) -> None:
+        health.enter(state)
+        if self.tasks.get(health.name) is health:
+            del self.tasks[health.name]
 
     @staticmethod
     def _crashed(health: TaskHealth, error: BaseException) -> None:

@@ -19,20 +19,17 @@ import logging
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-import orjson
 import trio
 
 from ...http.client import HttpClient, HttpError
 from ...protocol.jsonrpc import (
     ErrorResponse,
-    JsonRpcError,
     Message,
     Notification,
     Request,
     RequestId,
     Response,
     encode,
-    parse_message,
 )
 from ...protocol.revisions import REVISIONS, Revision
 from ...protocol.sse import SSEError, SSEParser
@@ -133,10 +130,8 @@ class LegacySseBackendLink(HttpLinkFields):
         return target
 
     async def _dispatch(self, data: str) -> None:
-        try:
-            message = parse_message(orjson.loads(data))
-        except (orjson.JSONDecodeError, JsonRpcError) as exc:
-            log.warning("backend %s sent an invalid message: %s", self.name, exc)
+        message = self._calls.decode(data)
+        if message is None:
             return
         if isinstance(message, Response | ErrorResponse):
             self._calls.deliver(message)

@@ -2,7 +2,8 @@
 
 Both transports write a request, then read every message of the backend on one channel and
 hand each response to the call waiting for its id. What they share lives here: the table of
-calls in flight, delivering a response, failing every call when the backend goes away, and
+calls in flight, reading a message (a malformed answer fails its call), delivering a response,
+failing every call when the backend goes away, and
 the cancel rule (a call cancelled by the client sends ``notifications/cancelled`` so the backend
 can stop, within a bound, and never waits for an answer).
 """
@@ -10,6 +11,7 @@ can stop, within a bound, and never waits for an answer).
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,15 +22,19 @@ from ...protocol.jsonrpc import (
     INTERNAL_ERROR,
     ErrorObject,
     ErrorResponse,
+    JsonRpcError,
     Message,
     Notification,
     Request,
     RequestId,
     Response,
+    decode_message,
 )
 from .base import BackendError, Sink
 
 __all__ = ["PendingCall", "PendingCalls"]
+
+log = logging.getLogger("vmcp.backend")
 
 
 @dataclass
@@ -46,6 +52,21 @@ class PendingCalls:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         self.calls: dict[RequestId, PendingCall] = {}
+
+    def decode(self, data: bytes | str) -> Message | None:
+        """A message of the backend, or None when it is not a valid one (logged). A malformed
+        answer to a call in flight (too deep, a wrong field) fails that call at once, saying
+        what was wrong, rather than leave it waiting."""
+        try:
+            return decode_message(data)
+        except JsonRpcError as exc:
+            log.warning("backend %s sent something that is not a valid JSON-RPC message: %s",
+                        self.backend, exc)
+            if exc.answer and exc.id is not None:
+                self.deliver(ErrorResponse(exc.id, ErrorObject(
+                    INTERNAL_ERROR, f"backend {self.backend!r} sent an invalid answer: {exc}",
+                    {"backend": self.backend})))
+            return None
 
     def deliver(self, message: Response | ErrorResponse) -> bool:
         """Hand a response to its call; False when no call waits for that id."""

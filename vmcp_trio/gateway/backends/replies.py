@@ -10,16 +10,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
-
 from ...http.client import HttpClient, HttpError, HttpResponse
 from ...protocol.jsonrpc import (
+    INTERNAL_ERROR,
+    ErrorObject,
     ErrorResponse,
     JsonRpcError,
     Message,
     RequestId,
     Response,
-    parse_message,
+    decode_message,
 )
 from ...protocol.sse import SSEError, SSEParser
 from .base import BackendError, CredentialHook, NoCredentials, Sink
@@ -62,20 +62,25 @@ async def read_json_reply(backend: str, response: HttpResponse,
                           max_body: int) -> Response | ErrorResponse:
     """The JSON-RPC response in an ``application/json`` body."""
     try:
-        body = await response.read(max_body)
-        message = parse_message(orjson.loads(body))
-    except (orjson.JSONDecodeError, JsonRpcError, HttpError) as exc:
+        message = decode_message(await response.read(max_body))
+    except (JsonRpcError, HttpError) as exc:
         raise BackendError(backend, f"sent an invalid JSON reply: {exc}") from None
     if isinstance(message, Response | ErrorResponse):
         return message
     raise BackendError(backend, "answered a request with something other than a response")
 
 
-def _parse_event(backend: str, data: str) -> Message | None:
+def _parse_event(backend: str, data: str, request_id: RequestId | None) -> Message | None:
+    """The message of one SSE event; None when it is not one (logged). A malformed answer to
+    ``request_id`` becomes an error answer saying what was wrong."""
     try:
-        return parse_message(orjson.loads(data))
-    except (orjson.JSONDecodeError, JsonRpcError) as exc:
+        return decode_message(data)
+    except JsonRpcError as exc:
         log.warning("backend %s sent an invalid message on SSE: %s", backend, exc)
+        if exc.answer and exc.id is not None and exc.id == request_id:
+            return ErrorResponse(request_id, ErrorObject(
+                INTERNAL_ERROR, f"backend {backend!r} sent an invalid answer: {exc}",
+                {"backend": backend}))
         return None
 
 
@@ -88,7 +93,7 @@ async def consume_sse(backend: str, response: HttpResponse, parser: SSEParser,
             for event in parser.feed(chunk):
                 if not event.data:
                     continue  # priming event
-                message = _parse_event(backend, event.data)
+                message = _parse_event(backend, event.data, request_id)
                 if message is None:
                     continue
                 if isinstance(message, Response | ErrorResponse) and message.id == request_id:

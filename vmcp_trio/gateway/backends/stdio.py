@@ -33,21 +33,18 @@ import subprocess
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import orjson
 import trio
 
 from ...protocol.jsonrpc import (
     INTERNAL_ERROR,
     ErrorObject,
     ErrorResponse,
-    JsonRpcError,
     Message,
     Notification,
     Request,
     RequestId,
     Response,
     encode,
-    parse_message,
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...resources.plan import StdioEndpoint
@@ -225,11 +222,8 @@ class StdioProcess:
                              line[:2000].decode("utf-8", errors="replace"))
 
     async def _dispatch(self, line: bytes) -> None:
-        try:
-            message = parse_message(orjson.loads(line))
-        except (orjson.JSONDecodeError, JsonRpcError) as exc:
-            log.warning("backend %s wrote something that is not a JSON-RPC message: %s",
-                        self.name, exc)
+        message = self._calls.decode(line)
+        if message is None:
             return
         if isinstance(message, Response | ErrorResponse):
             self._calls.deliver(message)
