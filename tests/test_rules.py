@@ -4,6 +4,7 @@ resource it is reported against and the message a user would read."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -480,6 +481,32 @@ def test_args_need_a_command(anonymous: Docs) -> None:
     set_field(resource(anonymous, "MCPServer", "notes"), "spec.args", ["--verbose"])
     expect_error(validate(anonymous), "unused-field", "spec.args",
                  contains="only with spec.command")
+
+
+@pytest.mark.parametrize(("command", "env", "fragment"), [
+    ("npxx", {}, "'npxx' is not found on the PATH"),
+    ("/nonexistent/server", {}, "'/nonexistent/server' is not an executable file"),
+    ("./README.md", {}, "is not an executable file"),
+    ("sh", {"PATH": "/nonexistent"}, "'sh' is not found on the PATH (/nonexistent)"),
+])
+def test_a_command_that_cannot_start_is_an_error(anonymous: Docs, command: str,
+                                                 env: dict[str, str], fragment: str) -> None:
+    """vmcp starts spec.command itself: a misspelled one is caught before serving."""
+    server = resource(anonymous, "MCPServer", "everything")
+    set_field(server, "spec.command", command)
+    if env:
+        set_field(server, "spec.env", env)
+    expect_error(validate(anonymous), "command", "spec.command", name="everything",
+                 contains=fragment)
+
+
+def test_a_relative_command_is_found_in_the_working_dir(anonymous: Docs, tmp_path: Path) -> None:
+    (tmp_path / "server").write_text("#!/bin/sh\n")
+    (tmp_path / "server").chmod(0o755)
+    server = resource(anonymous, "MCPServer", "everything")
+    set_field(server, "spec.command", "./server")
+    set_field(server, "spec.workingDir", str(tmp_path))
+    assert not [p for p in validate(anonymous).errors if p.rule == "command"]
 
 
 def test_stdio_transport_with_url(anonymous: Docs) -> None:

@@ -87,8 +87,25 @@ def build_parser() -> argparse.ArgumentParser:
                        help="end sessions idle this long (default: %(default)s)")
     serve.add_argument("--max-sessions", type=int, default=10_000,
                        help="most concurrent client sessions (default: %(default)s)")
+    serve.add_argument("--max-sessions-per-client", type=int, default=100,
+                       help="sessions one identity (anonymous: one address) may hold; past it "
+                            "its longest-idle session is ended (default: %(default)s)")
+    serve.add_argument("--max-requests-per-session", type=int, default=64,
+                       help="requests of one session at work at once (default: %(default)s)")
+    serve.add_argument("--max-stdio-calls-per-session", type=int, default=16,
+                       help="calls one session may have in flight on a shared stdio backend "
+                            "(default: %(default)s)")
     serve.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                        help="largest request body (default: %(default)s)")
+    serve.add_argument("--body-timeout", type=float, default=15.0, metavar="SECONDS",
+                       help="time a request body may take once its headers arrived; 408 after "
+                            "(default: %(default)s)")
+    serve.add_argument("--max-batch", type=int, default=64,
+                       help="messages in one JSON-RPC batch (2025-03-26) (default: "
+                            "%(default)s)")
+    serve.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS",
+                       help="close an HTTP connection idle this long (also bounds slow request "
+                            "headers) (default: %(default)s)")
     serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                        help="a browser Origin allowed besides same-origin; repeatable")
     serve.add_argument("--auth-leeway", type=float, default=30.0, metavar="SECONDS",
@@ -209,6 +226,13 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         parser.error("--tls-cert and --tls-key go together")
     if not 0 <= args.port <= 65535:
         parser.error("--port must be between 0 and 65535")
+    for flag in ("max_sessions", "max_sessions_per_client", "max_requests_per_session",
+                 "max_stdio_calls_per_session", "max_body_bytes", "max_batch"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+    for flag in ("body_timeout", "idle_timeout", "session_ttl"):
+        if not getattr(args, flag) > 0:
+            parser.error(f"--{flag.replace('_', '-')} must be more than 0 seconds")
     options = _load_options(args, parser)
     try:
         result = validate_paths(args.config, options)
@@ -233,6 +257,11 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
+        max_sessions_per_client=args.max_sessions_per_client,
+        max_requests_per_session=args.max_requests_per_session,
+        max_stdio_calls_per_session=args.max_stdio_calls_per_session,
+        body_timeout_seconds=args.body_timeout, max_batch=args.max_batch,
+        idle_connection_seconds=args.idle_timeout,
         allowed_origins=tuple(args.allowed_origin),
         trust_forwarded_headers=args.trust_forwarded_headers,
         token_exchange_cache=not args.no_token_exchange_cache,

@@ -118,7 +118,9 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
         backend.name: build_strategy(backend.outgoing, client=http, exchangers=exchangers,
                                      tokens=authserver, cache=settings.token_exchange_cache)
         for backend in plan.backends}
-    stdio = {backend.name: StdioProcess(backend.name, backend.endpoint)
+    stdio = {backend.name: StdioProcess(
+                 backend.name, backend.endpoint,
+                 max_calls_per_session=settings.max_stdio_calls_per_session)
              for backend in plan.backends if isinstance(backend.endpoint, StdioEndpoint)}
     links = BackendLinks(plan, http, strategies, stdio)
     gateway = Gateway(plan, settings, links, metrics)
@@ -206,6 +208,7 @@ async def serve_gateway(process: GatewayProcess, *,
         await nursery.start(_run_parts, process)
         config = hypercorn_config(settings.host, settings.port,
                                   max_header_bytes=settings.max_header_bytes,
+                                  idle_seconds=settings.idle_connection_seconds,
                                   tls_cert=tls_cert, tls_key=tls_key)
         serve = partial(hypercorn_serve, cast("Framework", process.app), config,
                         shutdown_trigger=stop.wait)

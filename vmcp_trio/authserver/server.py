@@ -29,6 +29,7 @@ the same RFC 8414 document).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import logging
@@ -40,6 +41,7 @@ from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 import orjson
 
 from ..auth.identity import Identity
+from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_empty, send_json, send_text
 from ..http.client import HttpClient
 from ..resources.plan import AuthServerPlan
@@ -53,6 +55,7 @@ from .storage import (
     RefreshFamily,
     RegisteredClient,
     Storage,
+    StorageFull,
     StorageUnavailable,
     StoredUpstream,
 )
@@ -74,8 +77,13 @@ log = logging.getLogger("vmcp.authserver")
 MAX_REGISTRATION_BYTES = 64 * 1024
 MAX_FORM_BYTES = 16 * 1024
 CLIENT_LIFETIME = 30 * 24 * 3600.0
+UNUSED_CLIENT_LIFETIME = 24 * 3600.0
+"""A public client that never completed a login is forgotten after a day (a registration flood
+fades); its first login extends it to CLIENT_LIFETIME."""
 PENDING_LIFETIME = 600.0
 REGISTRATIONS_PER_MINUTE = 20
+AUTHORIZATIONS_PER_MINUTE = 30
+MAX_STATE_CHARS = 1024
 _NO_STORE = [("cache-control", "no-store"), ("pragma", "no-cache")]
 _CORS = [("access-control-allow-origin", "*")]
 
@@ -125,6 +133,9 @@ class AuthorizationServer:
         """Sessions revoked in this process (replayed code, reused refresh token, revocation),
         until their tokens would have expired anyway: their access tokens stop working."""
         self.registrations = _RateLimit(REGISTRATIONS_PER_MINUTE)
+        self.authorizations = _RateLimit(AUTHORIZATIONS_PER_MINUTE)
+        """Logins started per client address: what one address may hold of the pending
+        table."""
         storage.on_revoked = self.heard_revocation
         self.access_lifetime = plan.access_token_lifespan.total_seconds()
         self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
@@ -185,6 +196,11 @@ class AuthorizationServer:
                 await self.revoke(request, send)
             else:
                 return False
+        except StorageFull as exc:
+            log.warning("authorization server: %s", exc)
+            await send_json(send, 503, {"error": "temporarily_unavailable",
+                                        "error_description": str(exc)},
+                            [("retry-after", "30")])
         except StorageUnavailable as exc:
             log.error("authorization server storage: %s", exc)
             await send_json(send, 503, {"error": "temporarily_unavailable",
@@ -261,7 +277,8 @@ class AuthorizationServer:
             token_endpoint_auth_method=metadata.token_endpoint_auth_method,
             grant_types=metadata.grant_types, client_name=metadata.client_name,
             scope=metadata.scope, secret_sha256=_sha256(secret) if secret else None,
-            created_at=now, expires_at=now + CLIENT_LIFETIME)
+            created_at=now,
+            expires_at=now + (CLIENT_LIFETIME if secret else UNUSED_CLIENT_LIFETIME))
         await self.storage.put_client(client)
         answer: dict[str, Any] = {
             "client_id": client.client_id, "client_id_issued_at": int(now),
@@ -292,9 +309,19 @@ class AuthorizationServer:
         return redirect_uri + ("&" if urlsplit(redirect_uri).query else "?") + query
 
     async def authorize(self, request: HttpRequest, send: Send) -> None:
+        wait = self.authorizations.retry_after(request.client, time.monotonic())
+        if wait:
+            await send_text(send, 429, "Authorization failed: too many logins started from "
+                            "this address; try again shortly\n",
+                            headers=[("retry-after", str(wait))])
+            return
         query = {k: v[0] for k, v in request.query.items() if v}
         if any(len(v) > 1 for v in request.query.values()):
             await self._show_error(send, 400, "a parameter is repeated")
+            return
+        if len(query.get("state") or "") > MAX_STATE_CHARS:
+            await self._show_error(send, 400, f"state is longer than {MAX_STATE_CHARS} "
+                                              "characters")
             return
         client = await self.storage.get_client(query.get("client_id", ""))
         if client is None:
@@ -486,6 +513,9 @@ class AuthorizationServer:
                                    grant.scopes, resource, grant.name, grant.email, family_id,
                                    new_family=True)
         await self.storage.set_code_family(code_id, family_id)
+        if client.expires_at - time.time() < CLIENT_LIFETIME / 2:  # a client in use stays
+            await self.storage.put_client(dataclasses.replace(
+                client, expires_at=time.time() + CLIENT_LIFETIME))
         return answer
 
     def _same_resource(self, form: dict[str, str], bound: str | None) -> str | None:
@@ -586,9 +616,15 @@ class AuthorizationServer:
         return stored.id_token if stored is not None else None
 
     async def _upstream(self, session_id: str, provider: str) -> StoredUpstream | None:
+        """A session's stored upstream tokens; storage trouble (Redis failing over) is the
+        calling backend's error for this call, saying so."""
         if session_id in self.revoked_sessions:
             return None
-        return await self.storage.get_upstream(session_id, provider)
+        try:
+            return await self.storage.get_upstream(session_id, provider)
+        except StorageUnavailable as exc:
+            raise CredentialError(f"the stored {provider} token cannot be read now ({exc}); "
+                                  "try again shortly") from None
 
     def heard_revocation(self, session_id: str, until: float) -> None:
         """Another replica revoked a session (the storage's broadcast)."""

@@ -51,7 +51,12 @@ backend has such items)."""
 
 
 class TooManySessions(Exception):
-    pass
+    """No session for this client now (the message says which bound, and why): 503 when the
+    gateway is full, 429 when this client is."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Gateway:
@@ -64,6 +69,8 @@ class Gateway:
         self.server_info = {"name": f"vmcp-trio/{plan.name}", "version": __version__}
         self.health = HealthMonitor(plan, links, self._health_changed)
         self.sessions: dict[str, ClientSession] = {}
+        self._by_client: dict[tuple[str, ...], dict[str, ClientSession]] = {}
+        """The handshake sessions of each client (:attr:`Caller.client_key`)."""
         self.stateless_sessions: dict[tuple[str, str], ClientSession] = {}
         self._stateless_lock = trio.Lock()
         """The stateless clients' context, one per identity: their backend links and catalog."""
@@ -71,7 +78,7 @@ class Gateway:
             plan=plan, links=links, health=self.health, metrics=metrics,
             request_states=RequestStateSigner(), forget=self.forget_session,
             stream_buffer_events=settings.stream_buffer_events,
-            sse_retry_ms=settings.sse_retry_ms)
+            sse_retry_ms=settings.sse_retry_ms, max_requests=settings.max_requests_per_session)
         self._sessions_nursery: trio.Nursery | None = None
         for process in links.stdio.values():
             process.router = self._route_from_stdio
@@ -87,12 +94,30 @@ class Gateway:
 
     async def create_session(self, revision: Revision, client_capabilities: dict[str, Any],
                              client_info: dict[str, Any], caller: Caller) -> ClientSession:
+        """A new handshake session. Raises :class:`TooManySessions` when the gateway holds
+        ``max_sessions``, or this client ``max_sessions_per_client`` all with a stream open
+        (otherwise its longest-idle session makes room: a client that never says DELETE
+        cannot lock itself, or anyone, out)."""
         if len(self.sessions) >= self.settings.max_sessions:
-            raise TooManySessions
+            raise TooManySessions(f"the gateway holds {len(self.sessions)} sessions, the most "
+                                  "it may; try again later", status=503)
+        mine = self._by_client.setdefault(caller.client_key, {})
+        if len(mine) >= self.settings.max_sessions_per_client:
+            idle = [s for s in mine.values() if s.open_connections == 0]
+            if not idle:
+                raise TooManySessions(f"this client holds {len(mine)} sessions with open "
+                                      "streams, the most one client may; end one (DELETE) "
+                                      "first", status=429)
+            oldest = min(idle, key=lambda s: s.last_active)
+            log.info("session %s ended: its client opened more than %d sessions",
+                     oldest.id[:8], self.settings.max_sessions_per_client)
+            del mine[oldest.id]
+            oldest.close()
         assert self._sessions_nursery is not None
         session = ClientSession(self.services, secrets.token_urlsafe(24), revision,
                                 client_capabilities, client_info, caller)
         self.sessions[session.id] = session
+        mine[session.id] = session
         await self._sessions_nursery.start(session.run)
         return session
 
@@ -126,6 +151,11 @@ class Gateway:
     def forget_session(self, session: ClientSession) -> None:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
+        mine = self._by_client.get(session.client_key)
+        if mine is not None:
+            mine.pop(session.id, None)
+            if not mine:
+                del self._by_client[session.client_key]
         if self.stateless_sessions.get(session.identity.key) is session:
             del self.stateless_sessions[session.identity.key]
         for process in self.links.stdio.values():

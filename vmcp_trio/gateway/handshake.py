@@ -138,10 +138,9 @@ class HandshakeFront:
             session = await self.gateway.create_session(
                 negotiated, capabilities if isinstance(capabilities, dict) else {},
                 client_info if isinstance(client_info, dict) else {}, caller)
-        except TooManySessions:
-            await send_json(send, 503, encode_error(
-                INTERNAL_ERROR, "Service Unavailable: too many sessions; try again later",
-                request.id), [("retry-after", "5")])
+        except TooManySessions as exc:
+            await send_json(send, exc.status, encode_error(TOO_BUSY, str(exc), request.id),
+                            [("retry-after", "5")])
             return
         if (session.failed_backends
                 and self.gateway.plan.operational.partial_failure_mode == "fail"):

@@ -28,6 +28,7 @@ from ..auth.incoming.authenticator import Authenticator, AuthFailure
 from ..auth.metadata import METADATA_PATH, bearer_challenge, resource_metadata, resource_url
 from ..auth.outgoing.caller import Caller
 from ..http.asgi import (
+    BodyTimeout,
     BodyTooLarge,
     ClientGone,
     HttpRequest,
@@ -86,16 +87,25 @@ def _host_name(host: str) -> str:
 
 
 class _GuardedSend:
-    """The ASGI ``send`` of one request, remembering whether the response has started."""
+    """The ASGI ``send`` of one request: remembers whether the response has started, and
+    closes an HTTP/1.1 connection whose request body was not read (a refusal sent before it:
+    the unread body would otherwise be taken for the next request, or a pooled client would
+    reuse a connection the server is about to drop)."""
 
-    __slots__ = ("_send", "started")
+    __slots__ = ("_close", "_send", "request", "started")
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, request: HttpRequest, http_version: str) -> None:
         self._send = send
+        self.request = request
+        self._close = http_version in ("1.0", "1.1")
         self.started = False
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        self.started = True
+        if not self.started:
+            self.started = True
+            if self._close and self.request.body_unread:
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  (b"connection", b"close")]}
         await self._send(message)
 
 
@@ -127,30 +137,36 @@ class GatewayApp:
             return
         if scope["type"] != "http":
             return
-        guarded = _GuardedSend(send)
+        request = HttpRequest(scope, receive, body_timeout=self.settings.body_timeout_seconds)
+        guarded = _GuardedSend(send, request, scope.get("http_version", "1.1"))
         try:
-            await self.route(scope, receive, guarded)
+            await self.route(request, guarded)
         except ClientGone as exc:
             self.metrics.client_disconnects.inc()
-            log.debug("%s %s: %s", scope["method"], scope["path"][:200], exc)
+            log.debug("%s %s: %s", request.method, request.path[:200], exc)
+        except BodyTimeout as exc:
+            log.info("%s %s: %s", request.method, request.path[:200], exc)
+            if not guarded.started:
+                await send_json(guarded, 408, encode_error(INVALID_REQUEST, f"Request Timeout: "
+                                                                           f"{exc}"))
         except Exception as exc:
             # A fault while serving this HTTP request ends this request only (the MCP work
             # it started has its own containment, with the JSON-RPC id).
-            log.error("%s %s failed", scope["method"], scope["path"][:200], exc_info=exc)
+            log.error("%s %s failed", request.method, request.path[:200], exc_info=exc)
             self.metrics.faults.labels("request").inc()
             if not guarded.started:
-                await send_json(send, 500, encode_error(
+                await send_json(guarded, 500, encode_error(
                     INTERNAL_ERROR, "Internal error: the gateway failed to serve this request "
                                     f"(logged as request {REQUEST_ID.get()})"))
 
-    async def route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if sum(len(k) + len(v) for k, v in scope["headers"]) > self.settings.max_header_bytes:
+    async def route(self, request: HttpRequest, send: Send) -> None:
+        headers = request.scope["headers"]
+        if sum(len(k) + len(v) for k, v in headers) > self.settings.max_header_bytes:
             # hypercorn bounds only headers that arrive in pieces; a block read at once is not.
             await send_json(send, 431, encode_error(
                 INVALID_REQUEST, f"Request header fields are larger than "
                                  f"{self.settings.max_header_bytes} bytes in all"))
             return
-        request = HttpRequest(scope, receive)
         REQUEST_ID.set(_request_id(request.header("x-request-id")))
         path = request.path
         if path == MCP_PATH:
@@ -204,7 +220,7 @@ class GatewayApp:
         """Who is calling, or None after answering 400/401/403/503 with a challenge."""
         auth = self.auth
         if auth.anonymous:
-            return Caller(await auth.authenticate(None))
+            return Caller(await auth.authenticate(None), address=request.client)
         try:
             if request.query_string and "access_token" in request.query:
                 raise AuthFailure(400, "invalid_request", "tokens in the query string are "
@@ -213,7 +229,7 @@ class GatewayApp:
                 token = bearer_token(request.header("authorization"))
             except HeaderError as exc:
                 raise AuthFailure(400, "invalid_request", exc.reason) from None
-            return Caller(await auth.authenticate(token), token)
+            return Caller(await auth.authenticate(token), token, request.client)
         except AuthFailure as failure:
             self.metrics.auth_failures.labels(str(failure.status),
                                               failure.error or "none").inc()
@@ -284,7 +300,7 @@ class GatewayApp:
             await send_json(send, 413, encode_error(INVALID_REQUEST, str(exc)))
             return
         try:
-            messages, batch = decode_body(body)
+            messages, batch = decode_body(body, max_batch=self.settings.max_batch)
         except JsonRpcError as exc:
             await send_json(send, 400, encode(exc.response()))
             return

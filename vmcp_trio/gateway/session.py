@@ -162,6 +162,8 @@ class ClientSession:
         self.client_capabilities = client_capabilities
         self.client_info = client_info
         self.identity: Identity = caller.identity
+        self.client_key = caller.client_key
+        """Who the session counts against in the per-client bounds (fixed at creation)."""
         self.caller = caller
         """Who sent the session's latest request (its token is the one its backend
         credentials are computed for)."""

@@ -20,8 +20,20 @@ class GatewaySettings:
     port: int = 4483
     session_idle_ttl: float = 30 * 60.0
     max_sessions: int = 10_000
+    max_sessions_per_client: int = 100
+    """Sessions one identity (under anonymous auth: one address) may hold; past it the
+    client's longest-idle session without an open stream is ended, or 429."""
+    max_requests_per_session: int = 64
+    max_stdio_calls_per_session: int = 16
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_seconds: float = 15.0
+    """How long a request body may take to arrive once its headers did (408 after)."""
+    max_batch: int = 64
+    """Messages in one 2025-03-26 batch."""
     max_header_bytes: int = 16 * 1024
+    idle_connection_seconds: float = 75.0
+    """An HTTP connection with no request in progress is closed after this (this also bounds
+    how long request headers may take to arrive)."""
     stream_buffer_events: int = 256
     sse_retry_ms: int = 2000
     keepalive_seconds: float = 15.0

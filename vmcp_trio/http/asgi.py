@@ -4,8 +4,8 @@ Hypercorn's trio worker calls the app once per request. What this layer adds:
 
 * :class:`HttpRequest`: method, path, lower-cased headers, query, client address;
   :meth:`HttpRequest.body` reads at most ``limit`` bytes and raises :class:`BodyTooLarge` past it
-  (a declared ``Content-Length`` over the limit fails before reading anything), or
-  :class:`ClientGone` when the client leaves first.
+  (a declared ``Content-Length`` over the limit fails before reading anything), within a
+  deadline (:class:`BodyTimeout`), or :class:`ClientGone` when the client leaves first.
 * Replies: :func:`send_json`, :func:`send_empty`, :func:`send_text`, and
   :func:`open_stream` for SSE, which gives a :class:`StreamWriter` and watches ``receive()`` for
   ``http.disconnect`` (hypercorn's ``send`` never raises after the client left, so this is the
@@ -25,6 +25,7 @@ import trio
 
 __all__ = [
     "ASGIApp",
+    "BodyTimeout",
     "BodyTooLarge",
     "ClientGone",
     "HttpRequest",
@@ -48,6 +49,14 @@ class ClientGone(Exception):
     nobody to answer, nothing to log but a line."""
 
 
+class BodyTimeout(Exception):
+    """The body did not arrive within the deadline (a stalled upload holds a connection)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the request body did not arrive within {seconds:g}s")
+        self.seconds = seconds
+
+
 class BodyTooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"the request body is larger than {limit} bytes")
@@ -55,12 +64,15 @@ class BodyTooLarge(Exception):
 
 
 class HttpRequest:
-    __slots__ = ("_receive", "client", "headers", "method", "path", "query_string", "scheme",
-                 "scope")
+    __slots__ = ("_receive", "body_done", "body_timeout", "client", "headers", "method", "path",
+                 "query_string", "scheme", "scope")
 
-    def __init__(self, scope: Scope, receive: Receive) -> None:
+    def __init__(self, scope: Scope, receive: Receive, *, body_timeout: float = 30.0) -> None:
         self.scope = scope
         self._receive = receive
+        self.body_timeout = body_timeout
+        self.body_done = False
+        """The whole body was read."""
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.scheme: str = scope.get("scheme", "http")
@@ -89,23 +101,37 @@ class HttpRequest:
     def query(self) -> dict[str, list[str]]:
         return parse_qs(self.query_string.decode("latin-1"), keep_blank_values=True)
 
+    @property
+    def body_unread(self) -> bool:
+        """The request has a body that was not (wholly) read: an answer now leaves it on the
+        connection, which must then close (HTTP/1.1)."""
+        if self.body_done:
+            return False
+        declared = self.headers.get("content-length")
+        return (declared is not None and declared != "0") or "transfer-encoding" in self.headers
+
     async def body(self, limit: int) -> bytes:
+        """The whole body: at most ``limit`` bytes (:class:`BodyTooLarge`), within
+        ``body_timeout`` seconds (:class:`BodyTimeout`), or :class:`ClientGone`."""
         declared = self.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BodyTooLarge(limit)
         parts: list[bytes] = []
         size = 0
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone("the client went away before sending the whole body")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise BodyTooLarge(limit)
-            parts.append(chunk)
-            if not message.get("more_body"):
-                return b"".join(parts)
+        with trio.move_on_after(self.body_timeout):
+            while True:
+                message = await self._receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone("the client went away before sending the whole body")
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > limit:
+                    raise BodyTooLarge(limit)
+                parts.append(chunk)
+                if not message.get("more_body"):
+                    self.body_done = True
+                    return b"".join(parts)
+        raise BodyTimeout(self.body_timeout)
 
     async def wait_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import os
+import shutil
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from . import models as m
 from .plan import (
@@ -50,6 +53,22 @@ def check_url_template(template: str) -> str | None:
                 f"use {{name}}, {{namespace}} and {{port}}")
     if not template.startswith(("http://", "https://")):
         return "must start with http:// or https://"
+    return None
+
+
+def _command_problem(command: str, env: Mapping[str, str], working_dir: str | None) -> str | None:
+    """Why vmcp could not start ``command`` on this machine, or None: a path (with a slash)
+    must name an executable file (relative to ``workingDir``); a bare name must be found on
+    the PATH the process will have (``spec.env`` may set it)."""
+    if "/" in command:
+        target = Path(working_dir or ".") / command
+        if not (target.is_file() and os.access(target, os.X_OK)):
+            return f"{command[:200]!r} is not an executable file"
+        return None
+    search = env["PATH"] if "PATH" in env else os.environ.get("PATH", os.defpath)
+    if shutil.which(command, path=search) is None:
+        return (f"{command[:200]!r} is not found on the PATH ({search[:200]}); give a path or "
+                "install it")
     return None
 
 
@@ -155,6 +174,9 @@ class Resolver:
                 self.report.error(resource, (*path, "transport"), "transport",
                                   "must be stdio (or omitted) for a server that vmcp starts "
                                   "with spec.command")
+            problem = _command_problem(spec.command, spec.env, spec.working_dir)
+            if problem is not None:
+                self.report.error(resource, (*path, "command"), "command", problem)
             endpoint: Endpoint = StdioEndpoint(
                 spec.command, spec.args, tuple(sorted(spec.env.items())), spec.working_dir)
         elif spec.url is not None:

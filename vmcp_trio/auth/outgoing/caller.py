@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..identity import Identity
+from ..identity import ANONYMOUS, Identity
 
 __all__ = ["Caller"]
 
@@ -19,3 +19,13 @@ __all__ = ["Caller"]
 class Caller:
     identity: Identity
     token: str | None = field(default=None, repr=False)
+    address: str = ""
+    """The client's network address (what tells anonymous callers apart for bounds)."""
+
+    @property
+    def client_key(self) -> tuple[str, ...]:
+        """Who the per-client bounds count: the identity, and for the one anonymous identity
+        every request shares, the address too."""
+        if self.identity == ANONYMOUS:
+            return (*self.identity.key, self.address)
+        return self.identity.key

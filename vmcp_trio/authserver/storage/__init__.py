@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = ["ROTATION_GRACE", "CodeGrant", "PendingAuthorization", "RefreshFamily",
-           "RegisteredClient", "Storage", "StorageUnavailable", "StoredUpstream"]
+           "RegisteredClient", "Storage", "StorageFull", "StorageUnavailable", "StoredUpstream"]
 
 
 ROTATION_GRACE = 10.0
@@ -39,6 +39,11 @@ was used, revokes the family."""
 
 class StorageUnavailable(Exception):
     """The storage cannot be reached (Redis down or failing over); the message says so."""
+
+
+class StorageFull(StorageUnavailable):
+    """A bounded table is full of live records and refuses more rather than drop one (a login
+    in progress, a registered client); the message says which."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,11 @@
 """The in-process storage (``storage.type: memory``, the default): nothing survives a restart,
 and replicas do not share it (use Redis for either).
 
-Every table is bounded: when one is full, expired records go first, then the oldest. Expiry is
-checked on every read, so an expired record is never returned even before a sweep.
+Every table is bounded: when one is full, expired records go first, then the oldest, except in
+the tables of what others cannot be allowed to push out (logins in progress, registered
+clients): those refuse a new record (:class:`StorageFull`, a 503) while they are full of live
+ones. Expiry is checked on every read, so an expired record is never returned even before a
+sweep.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from . import (
     PendingAuthorization,
     RefreshFamily,
     RegisteredClient,
+    StorageFull,
     StoredUpstream,
 )
 
@@ -28,19 +32,23 @@ T = TypeVar("T")
 
 
 class _Table(Generic[T]):
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, *, full: str | None = None) -> None:
         self.limit = limit
+        self.full = full
+        """When set, the table refuses new records while full of live ones (the message)."""
         self.rows: OrderedDict[str, tuple[float, T]] = OrderedDict()
 
     def put(self, key: str, value: T, expires_at: float) -> None:
-        self.rows[key] = (expires_at, value)
-        self.rows.move_to_end(key)
-        if len(self.rows) > self.limit:
+        if len(self.rows) >= self.limit and key not in self.rows:
             now = time.time()
             for stale in [k for k, (exp, _) in self.rows.items() if exp <= now]:
                 del self.rows[stale]
-            while len(self.rows) > self.limit:
-                self.rows.popitem(last=False)
+            if self.full is not None and len(self.rows) >= self.limit:
+                raise StorageFull(self.full)
+        self.rows[key] = (expires_at, value)
+        self.rows.move_to_end(key)
+        while len(self.rows) > self.limit:
+            self.rows.popitem(last=False)
 
     def get(self, key: str) -> T | None:
         row = self.rows.get(key)
@@ -58,9 +66,13 @@ class _Table(Generic[T]):
 
 
 class MemoryStorage:
-    def __init__(self, *, limit: int = 100_000) -> None:
-        self.clients: _Table[RegisteredClient] = _Table(limit)
-        self.pending: _Table[PendingAuthorization] = _Table(limit)
+    def __init__(self, *, limit: int = 100_000, pending_limit: int = 10_000) -> None:
+        self.clients: _Table[RegisteredClient] = _Table(
+            limit, full=f"{limit} clients are registered, the most this server holds; try "
+                        "again when unused registrations have expired")
+        self.pending: _Table[PendingAuthorization] = _Table(
+            pending_limit, full=f"{pending_limit} logins are in progress, the most this server "
+                                "holds; try again shortly")
         self.codes: _Table[CodeGrant] = _Table(limit)
         self.families: _Table[RefreshFamily] = _Table(limit)
         self.upstream: _Table[StoredUpstream] = _Table(limit)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,6 +53,7 @@ class PendingCalls:
     def __init__(self, backend: str) -> None:
         self.backend = backend
         self.calls: dict[RequestId, PendingCall] = {}
+        self._per_owner: Counter[str] = Counter()
 
     def decode(self, data: bytes | str) -> Message | None:
         """A message of the backend, or None when it is not a valid one (logged). A malformed
@@ -86,10 +88,15 @@ class PendingCalls:
     def owners(self) -> set[str]:
         return {call.owner for call in self.calls.values() if call.owner}
 
+    def in_flight(self, owner: str) -> int:
+        """Calls of ``owner`` waiting for their answer."""
+        return self._per_owner[owner]
+
     async def exchange(self, request: Request, call: PendingCall,
                        send: Callable[[Message], Awaitable[None]]) -> Response | ErrorResponse:
         """Send ``request`` and wait for its answer."""
         self.calls[request.id] = call
+        self._per_owner[call.owner] += 1
         try:
             await send(request)
             await call.done.wait()
@@ -102,5 +109,8 @@ class PendingCalls:
             raise
         finally:
             del self.calls[request.id]
+            self._per_owner[call.owner] -= 1
+            if not self._per_owner[call.owner]:
+                del self._per_owner[call.owner]
         assert call.reply is not None
         return call.reply

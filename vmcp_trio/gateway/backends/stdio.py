@@ -11,6 +11,8 @@ every session's requests over it with ids of its own. What this costs, and how i
   session with calls in flight when there is exactly one; with several, a request is refused
   with an error and a log line is dropped (never guessed: that could leak one user's data to
   another). With no call in flight, log lines go to every session.
+* One session may hold at most ``max_calls_per_session`` calls in flight on the process (16 by
+  default): a session that starts many long calls cannot take the backend from the others.
 * ``list_changed`` notifications go to every session; ``resources/updated`` to the sessions that
   subscribed to that URI. The backend sees one subscription per URI, however many sessions hold
   it.
@@ -74,9 +76,11 @@ async def _no_sessions(backend: str, owner: str | None, message: Message) -> Non
 
 class StdioProcess:
     def __init__(self, name: str, endpoint: StdioEndpoint, *,
-                 init_timeout: float = 30.0) -> None:
+                 init_timeout: float = 30.0, max_calls_per_session: int = 16) -> None:
         self.name = name
         self.endpoint = endpoint
+        self.max_calls_per_session = max_calls_per_session
+        """The share of the process one client session may hold with calls in flight."""
         self.router: SessionRouter = _no_sessions
         """Set by the owner of the client sessions (:class:`~vmcp_trio.gateway.core.Gateway`)."""
         self.init_timeout = init_timeout
@@ -304,6 +308,11 @@ class StdioProcess:
                       sink: Sink) -> Response | ErrorResponse:
         if not self.ready.is_set():
             raise BackendError(self.name, f"is not running ({self.last_error or 'starting'})")
+        if owner and self._calls.in_flight(owner) >= self.max_calls_per_session:
+            raise BackendError(self.name, f"already has {self.max_calls_per_session} calls of "
+                                          "this session in flight, the most one session may "
+                                          "have on a shared stdio backend; wait for one to "
+                                          "finish")
         return await self._request_raw(method, params, owner=owner, sink=sink)
 
     async def send(self, message: Message) -> None:
