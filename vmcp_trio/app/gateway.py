@@ -120,6 +120,7 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
         for backend in plan.backends}
     stdio = {backend.name: StdioProcess(
                  backend.name, backend.endpoint,
+                 init_timeout=plan.operational.timeout_for(backend.name).total_seconds(),
                  max_calls_per_session=settings.max_stdio_calls_per_session)
              for backend in plan.backends if isinstance(backend.endpoint, StdioEndpoint)}
     links = BackendLinks(plan, http, strategies, stdio)

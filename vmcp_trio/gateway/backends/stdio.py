@@ -18,12 +18,13 @@ every session's requests over it with ids of its own. What this costs, and how i
   it.
 
 Supervision: :meth:`StdioProcess.run` is one life of the process (started, initialized within
-``init_timeout``, served until it exits), run by the supervisor. When it ends, every pending call
-fails with an error naming the backend, and the supervisor starts it again after an exponential
-backoff with jitter (reset after a minute of uptime). A process that cannot start, never answers
-``initialize``, exits at once or writes a line over 4 MiB is that backend's failure alone.
-Its stderr goes to the log, line by line. It gets a minimal environment (``PATH``, ``HOME``,
-locale, temp dir) plus ``spec.env``: the gateway's own environment may hold secrets.
+``init_timeout``, the backend's operational timeout, served until it exits), run by the
+supervisor. When it ends, every pending call fails with an error naming the backend, and the
+supervisor starts it again after an exponential backoff with jitter (reset after a minute of
+uptime). A process that cannot start, never answers ``initialize``, exits at once or writes a
+line over 4 MiB is that backend's failure alone. Its stderr goes to the log, line by line. It
+gets a minimal environment (``PATH``, ``HOME``, locale, temp dir) plus ``spec.env``: the
+gateway's own environment may hold secrets.
 """
 
 from __future__ import annotations
