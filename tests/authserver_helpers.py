@@ -32,7 +32,8 @@ class Stack:
     mcp: str
     corp: Idp
     hub: Idp
-    gateway: GatewayProcess
+    gateway: GatewayProcess | None = None
+    """The gateway when it runs in the test's process."""
 
 
 def as_docs(issuer: str, corp: Idp, hub: Idp, *, storage: dict[str, Any] | None = None,

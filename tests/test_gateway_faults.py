@@ -3,8 +3,12 @@ open-streams and sessions gauges come back to zero."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import trio
 
+from vmcp_trio.gateway.session import ClientSession
 from vmcp_trio.http.client import HttpClient
 
 from .gateway_helpers import RawClient, running_gateway, stuck_backend
@@ -87,3 +91,39 @@ async def test_clients_that_vanish_leak_nothing() -> None:
         for client in clients:
             await client.aclose()
 
+
+
+async def test_a_bug_in_one_handler_ends_only_that_request(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An injected bug (KeyError for one tool): that request gets -32603 with its id and the
+    request id the log line carries; the session, another client, and the process go on."""
+    original = ClientSession._dispatch
+
+    async def buggy(self: ClientSession, request: Any, call: Any) -> Any:
+        if (request.params or {}).get("name") == "clock_echo" and \
+                request.params["arguments"].get("message") == "boom":
+            raise KeyError("injected")
+        return await original(self, request, call)
+
+    monkeypatch.setattr(ClientSession, "_dispatch", buggy)
+    async with running_gateway() as (url, _):
+        first, second = RawClient(url), RawClient(url)
+        await first.initialize()
+        await second.initialize()
+        broken = await first.post({"jsonrpc": "2.0", "id": "req-9", "method": "tools/call",
+                                   "params": {"name": "clock_echo",
+                                              "arguments": {"message": "boom"}}},
+                                  headers=first.headers(x_request_id="trace-123"))
+        error = broken.messages[-1]["error"]
+        assert broken.messages[-1]["id"] == "req-9" and error["code"] == -32603
+        assert "logged as request trace-123" in error["message"]
+        assert "injected" not in error["message"]  # no internals in the answer
+        for client in (first, second):
+            again = await client.request("tools/call", {"name": "clock_echo",
+                                                        "arguments": {"message": "ok"}})
+            assert again.result["content"][0]["text"] == "ok"
+        await first.aclose()
+        await second.aclose()
+    crashes = [r for r in caplog.records if r.exc_info]
+    assert len(crashes) == 1 and "tools/call" in crashes[0].getMessage()
+    assert isinstance(crashes[0].exc_info[1], KeyError)  # type: ignore[index]

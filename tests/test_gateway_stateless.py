@@ -7,62 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import pytest
 import trio
 
-from vmcp_trio.http.client import HttpClient
-from vmcp_trio.protocol.sse import SSEParser
-
-from .gateway_helpers import Reply, running_gateway, stuck_backend
-
-VERSION = "2026-07-28"
-CAPS = {"sampling": {}, "elicitation": {}, "roots": {}}
-
-
-def meta(capabilities: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
-    return {"io.modelcontextprotocol/protocolVersion": VERSION,
-            "io.modelcontextprotocol/clientCapabilities": CAPS if capabilities is None
-            else capabilities, **extra}
-
-
-class StatelessClient:
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.http = HttpClient()
-        self.ids = 0
-
-    async def post(self, method: str, params: dict[str, Any] | None = None, *,
-                   headers: dict[str, str] | None = None, name: str | None = None,
-                   stop_after: int | None = None) -> Reply:
-        self.ids += 1
-        body: dict[str, Any] = {"jsonrpc": "2.0", "id": self.ids, "method": method,
-                                "params": {"_meta": meta(), **(params or {})}}
-        wire = {"accept": "application/json, text/event-stream",
-                "content-type": "application/json", "mcp-protocol-version": VERSION,
-                "mcp-method": method}
-        if name is not None:
-            wire["mcp-name"] = name
-        wire.update(headers or {})
-        with trio.fail_after(15):
-            async with self.http.stream("POST", self.url, headers=list(wire.items()),
-                                        body=orjson.dumps(body)) as response:
-                reply = Reply(response.status,
-                              {k.decode(): v.decode() for k, v in response.headers})
-                if reply.headers.get("content-type", "").startswith("text/event-stream"):
-                    parser = SSEParser()
-                    async for chunk in response.iter_bytes():
-                        reply.events += parser.feed(chunk)
-                        if stop_after is not None and len(
-                                [e for e in reply.events if e.data]) >= stop_after:
-                            break
-                else:
-                    reply.body = orjson.loads(await response.read(1 << 22))
-        return reply
-
-    async def call(self, tool: str, arguments: dict[str, Any], **params: Any) -> Reply:
-        return await self.post("tools/call", {"name": tool, "arguments": arguments, **params},
-                               name=tool)
+from .gateway_helpers import (
+    VERSION,
+    Reply,
+    StatelessClient,
+    meta,
+    running_gateway,
+    stuck_backend,
+)
 
 
 @pytest.fixture

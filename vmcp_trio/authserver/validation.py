@@ -46,7 +46,6 @@ ERROR_CODES = frozenset({
 })
 
 MAX_REDIRECT_URIS = 10
-MAX_SCOPE_CHARS = 1000
 MAX_URI_CHARS = 2000
 MAX_CLIENT_NAME_CHARS = 200
 MAX_SCOPE_CHARS = 4000
@@ -293,7 +292,7 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
       ``response_types`` (default code) only code; consistent with each other (RFC 7591 2.1:
       authorization_code needs code, and code needs authorization_code);
     * ``client_name`` at most 200 characters, no control characters; ``scope`` RFC 6749 scope
-      tokens, at most 1,000 characters; ``client_uri`` / ``logo_uri`` https URLs.
+      tokens (at most 4,000 characters); ``client_uri`` / ``logo_uri`` https URLs.
 
     Raises OAuthError: invalid_redirect_uri for anything about ``redirect_uris``,
     invalid_client_metadata otherwise; the description names the field, and in a list the
@@ -336,8 +335,6 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
     if scope is not None:
         if not isinstance(scope, str):
             raise _metadata_error("scope is not a string")
-        if len(scope) > MAX_SCOPE_CHARS:
-            raise _metadata_error(f"scope is longer than {MAX_SCOPE_CHARS} characters")
         try:
             scope = " ".join(parse_scope(scope)) or None
         except OAuthError as exc:

@@ -90,6 +90,26 @@ class Responder:
         except (SessionClosed, SessionBusy):
             stream.finish()
             raise
+        if cancel_on_close:
+            if await self._client_left_within_window(http, stream):
+                work_scope.cancel()
+                return
+        else:  # the work goes on whatever the client does: nothing to watch (the hot path)
+            with trio.move_on_after(self.json_window):
+                await stream.wait_event()
+        payload = stream.only_reply()
+        if payload is not None:
+            await send_json(send, status(replies[0] if replies else None), payload, headers)
+            return
+        if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
+            stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
+        await self.pump(http, send, session, stream, -1, headers)
+        if cancel_on_close and not stream.finished:
+            work_scope.cancel()
+
+    async def _client_left_within_window(self, http: HttpRequest, stream: EventStream) -> bool:
+        """Wait up to the JSON window for the stream's first event; True if the client left
+        meanwhile."""
         client_left = False
         async with trio.open_nursery() as nursery:
 
@@ -103,19 +123,7 @@ class Responder:
             with trio.move_on_after(self.json_window):
                 await stream.wait_event()
             nursery.cancel_scope.cancel()
-        if client_left:
-            if cancel_on_close:
-                work_scope.cancel()
-            return
-        payload = stream.only_reply()
-        if payload is not None:
-            await send_json(send, status(replies[0] if replies else None), payload, headers)
-            return
-        if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
-            stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
-        await self.pump(http, send, session, stream, -1, headers)
-        if cancel_on_close and not stream.finished:
-            work_scope.cancel()
+        return client_left
 
     async def pump(self, http: HttpRequest, send: Send, session: ClientSession,
                    stream: EventStream, after: int, headers: list[tuple[str, str]]) -> None:

@@ -35,10 +35,10 @@ def install(on_fault: Callable[[], None] | None = None) -> None:
     original = tcp_server.TCPServer.run
 
     async def run(self: Any) -> None:
+        peer = _peer(self)  # before the connection closes
         try:
             await original(self)
         except* Exception as group:
-            peer = _peer(self)
             error = group.exceptions[0]
             log.info("HTTP connection%s closed: the HTTP server failed on its input "
                      "(%s: %s)", f" from {peer}" if peer else "", type(error).__name__,
