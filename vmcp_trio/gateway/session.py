@@ -66,6 +66,8 @@ __all__ = ["ClientSession", "SessionBusy", "SessionClosed", "SessionServices"]
 log = logging.getLogger("vmcp.session")
 
 MAX_PAGES = 50
+RETRY_FAILED_AFTER = 2.0
+"""Seconds between tries of a backend that failed this session's catalog."""
 MAX_PENDING_CLIENT_REQUESTS = 1024
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _LIST_CHANGED = {
@@ -180,6 +182,8 @@ class ClientSession:
         self._working = 0
         """Request tasks at work (:meth:`spawn`)."""
         self._catalog: Catalog | None = None
+        self._catalog_retry_at = 0.0
+        """When a catalog with failures is next rebuilt (trio clock)."""
         self._catalog_generation = 0
         self._catalog_lock = trio.Lock()
         self._relay_ids = itertools.count(1)
@@ -269,6 +273,9 @@ class ClientSession:
         if usable and backend not in self.links:
             await self._connect(backend, supervisor)
         self.invalidate_catalog()
+        self._tell_lists_changed()
+
+    def _tell_lists_changed(self) -> None:
         for method in sorted(_LIST_CHANGED):
             if self.revision.stateless:
                 self.publish(Notification(method))
@@ -398,6 +405,13 @@ class ClientSession:
         routes = catalog.tool_routes if kind == "tool" else catalog.prompt_routes
         route = routes.get(name)
         if route is None:
+            if catalog.failures:  # it may be one of theirs: say who could not be asked
+                unavailable = "; ".join(f"backend {backend!r} {detail}" for backend, detail
+                                        in sorted(catalog.failures.items()))
+                return ErrorResponse(request.id, ErrorObject(
+                    INVALID_PARAMS, f"Unknown {kind}: {name[:200]} (unavailable now: "
+                                    f"{unavailable[:500]})",
+                    {"unavailable": sorted(catalog.failures)}))
             return _error(request.id, INVALID_PARAMS, f"Unknown {kind}: {name[:200]}")
         return await self._forward(self._link(route.backend), request,
                                    {**params, "name": route.name}, call)
@@ -742,29 +756,64 @@ class ClientSession:
         self._catalog = None
 
     async def catalog(self) -> Catalog:
-        if self._catalog is not None:  # the common case: no lock, no checkpoint
-            return self._catalog
+        """What the client sees: the backends' lists, merged. Kept until something changes
+        (a list_changed, a backend's health). A catalog built while a backend failed (a
+        listing, or this session's connection to it: a credential that could not be read,
+        say) is rebuilt in the background every :data:`RETRY_FAILED_AFTER` seconds while
+        requests go on with it, since no health change may ever come to say the backend is
+        back; when it is, the client hears that its lists changed."""
+        catalog = self._catalog
+        if catalog is not None:  # the common case: no lock, no checkpoint
+            if catalog.failures and trio.current_time() >= self._catalog_retry_at:
+                self._catalog_retry_at = trio.current_time() + RETRY_FAILED_AFTER
+                if self._supervisor is not None:
+                    self._supervisor.start_soon("catalog retry", self._retry_failed,
+                                                policy=NEVER_RESTART)
+            return catalog
         async with self._catalog_lock:
             if self._catalog is not None:
                 return self._catalog
-            generation = self._catalog_generation
-            listings: list[BackendListing] = []
-            failures: dict[str, str] = {}
-            async with trio.open_nursery() as nursery:
-                for link in self.links.values():
-                    if not self.services.health.usable(link.name):
-                        failures[link.name] = "is unhealthy"
-                        continue
-                    listing = BackendListing(link.name)
-                    listings.append(listing)
-                    nursery.start_soon(self._fill_listing, link, listing, failures)
-            failures.update(self.failed_backends)
-            catalog = build_catalog(listings, self.plan.aggregation, failures)
-            for conflict in catalog.conflicts:
-                log.warning("session %s: %s", self.id[:8], conflict)
-            if generation == self._catalog_generation:
-                self._catalog = catalog
-            return catalog
+            return await self._build_catalog()
+
+    async def _build_catalog(self) -> Catalog:
+        """List every usable backend (under the catalog lock) and keep the result unless the
+        catalog was invalidated meanwhile."""
+        generation = self._catalog_generation
+        listings: list[BackendListing] = []
+        failures: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+            for link in self.links.values():
+                if not self.services.health.usable(link.name):
+                    failures[link.name] = "is unhealthy"
+                    continue
+                listing = BackendListing(link.name)
+                listings.append(listing)
+                nursery.start_soon(self._fill_listing, link, listing, failures)
+        failures.update(self.failed_backends)
+        catalog = build_catalog(listings, self.plan.aggregation, failures)
+        for conflict in catalog.conflicts:
+            log.warning("session %s: %s", self.id[:8], conflict)
+        if generation == self._catalog_generation:
+            self._catalog = catalog
+            self._catalog_retry_at = trio.current_time() + RETRY_FAILED_AFTER
+        return catalog
+
+    async def _retry_failed(self) -> None:
+        async with self._catalog_lock:
+            before = self._catalog
+            if before is None or not before.failures or self._supervisor is None:
+                return
+            await self._reconnect_failed(self._supervisor)
+            after = await self._build_catalog()
+        if set(after.failures) != set(before.failures):
+            self._tell_lists_changed()
+
+    async def _reconnect_failed(self, supervisor: Supervisor) -> None:
+        """Try again the usable backends this session could not connect to."""
+        async with trio.open_nursery() as nursery:
+            for name in list(self.failed_backends):
+                if self.services.health.usable(name):
+                    nursery.start_soon(self._connect, name, supervisor)
 
     async def _fill_listing(self, link: BackendLink, listing: BackendListing,
                             failures: dict[str, str]) -> None:
