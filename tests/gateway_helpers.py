@@ -80,8 +80,10 @@ async def stuck_backend() -> AsyncIterator[tuple[list[dict[str, Any]], trio.Even
 @asynccontextmanager
 async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
                           tls: tuple[str, str] | None = None,
+                          ready: tuple[str, ...] | None = None,
                           **settings: Any) -> AsyncIterator[Running]:
-    """A real gateway (hypercorn, trio worker) on a free port; ``tls`` = (cert, key) files."""
+    """A real gateway (hypercorn, trio worker) on a free port; ``tls`` = (cert, key) files.
+    Yields once the stdio backends ``ready`` (default: all) run (a broken one never does)."""
     result = validate_documents([SourceDocument("t.yaml", i + 1, d)
                                  for i, d in enumerate(docs or quickstart_docs())])
     assert result.ok, result.problems
@@ -91,9 +93,10 @@ async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
         urls = await nursery.start(partial(
             serve_gateway, gateway, shutdown_trigger=stop.wait,
             tls_cert=tls[0] if tls else None, tls_key=tls[1] if tls else None))
-        for process in gateway.links.stdio.values():
-            with trio.fail_after(20):
-                await process.ready.wait()
+        for name, process in gateway.links.stdio.items():
+            if ready is None or name in ready:
+                with trio.fail_after(20):
+                    await process.ready.wait()
         yield urls[0], gateway
         stop.set()
 

@@ -534,8 +534,8 @@ class ClientSession:
             await self._relay(link, message, Call(self.streams.standalone))
 
     async def _relay(self, link: BackendLink | None, message: Message, call: Call) -> None:
-        if self.closed.is_set():
-            return
+        if self.closed.is_set() or isinstance(message, Response | ErrorResponse):
+            return  # a backend's answers are to the gateway's calls, never the client's
         stream = call.stream
         if stream.finished:  # late for its request (say, after a cancel): the session's stream
             if self.revision.stateless:

@@ -86,8 +86,10 @@ def _parse_event(backend: str, data: str, request_id: RequestId | None) -> Messa
 
 async def consume_sse(backend: str, response: HttpResponse, parser: SSEParser,
                       request_id: RequestId | None, sink: Sink) -> Response | ErrorResponse | None:
-    """Read an SSE stream until the response to ``request_id`` (returned); every other message
-    goes to ``sink``. None when the stream ended (or broke) first."""
+    """Read an SSE stream until the response to ``request_id`` (returned); every other request
+    or notification goes to ``sink``. An answer to any other id is dropped: the backend was not
+    asked it on this stream, and passed on it could stand in for another of the client's
+    requests. None when the stream ended (or broke) first."""
     try:
         async for chunk in response.iter_bytes():
             for event in parser.feed(chunk):
@@ -96,8 +98,12 @@ async def consume_sse(backend: str, response: HttpResponse, parser: SSEParser,
                 message = _parse_event(backend, event.data, request_id)
                 if message is None:
                     continue
-                if isinstance(message, Response | ErrorResponse) and message.id == request_id:
-                    return message
+                if isinstance(message, Response | ErrorResponse):
+                    if message.id == request_id:
+                        return message
+                    log.info("backend %s answered id %r, which it was not asked on this "
+                             "stream; dropped", backend, message.id)
+                    continue
                 await sink(message)
     except (HttpError, SSEError) as exc:
         log.info("backend %s stream broke: %s", backend, exc)

@@ -94,6 +94,8 @@ class StdioProcess:
         self.last_error: str | None = None
         self.ready = trio.Event()
         self._process: trio.Process | None = None
+        self._fault: str | None = None
+        """Why the gateway stopped the current process, if it did."""
         self._send_lock = trio.Lock()
         self._ids = itertools.count(1)
         self._calls = PendingCalls(name)
@@ -138,6 +140,7 @@ class StdioProcess:
             cwd=self.endpoint.working_dir, env=self._environment(),
             start_new_session=True)  # a Ctrl-C in the terminal is for vmcp, which stops it
         self._process = process
+        self._fault = None
         reason: str | None = None
         try:
             # Nothing is raised out of this nursery's body (trio would wrap it in a group):
@@ -152,6 +155,10 @@ class StdioProcess:
                     reason = f"did not answer initialize within {self.init_timeout:g}s"
                 except BackendError as exc:
                     reason = exc.detail
+                    with trio.move_on_after(1):  # an exit says more than a closed pipe
+                        await process.wait()
+                    if process.returncode is not None:
+                        reason = None
                 else:
                     self.state = "running"
                     self.ready.set()
@@ -163,6 +170,8 @@ class StdioProcess:
             self._process = None
             with trio.CancelScope(shield=True):
                 await _stop(process)
+        if self._fault is not None:
+            return self._fault
         if reason is not None:
             return reason
         before = "" if self.ready.is_set() else " before answering initialize"
@@ -192,24 +201,30 @@ class StdioProcess:
                 raise BackendError(self.name, "closed its input") from None
 
     async def _read_stdout(self, process: trio.Process, scope: trio.CancelScope) -> None:
+        """Every line of the process's stdout, each a message, until it ends. A line over
+        :data:`MAX_LINE` bytes (counted as it arrives, before it is complete) stops the
+        process: the supervisor starts it again."""
         assert process.stdout is not None
-        buffer = b""
-        while True:
-            chunk = await process.stdout.receive_some(65536)
-            if not chunk:
-                break
+        buffer = bytearray()
+        too_long = False
+        while not too_long and (chunk := await process.stdout.receive_some(65536)):
+            searched = len(buffer)  # what was there before holds no newline
             buffer += chunk
-            while (newline := buffer.find(b"\n")) != -1:
-                line, buffer = buffer[:newline], buffer[newline + 1:]
+            while (newline := buffer.find(b"\n", searched)) != -1:
+                if newline > MAX_LINE:
+                    break
+                line = bytes(buffer[:newline])
+                del buffer[:newline + 1]
+                searched = 0
                 if line.strip():
                     try:
                         await self._dispatch(line)
                     except BackendError as exc:  # answering it failed: the process is going
                         log.info("%s", exc)
-            if len(buffer) > MAX_LINE:
-                log.error("backend %s wrote a line over %d bytes; restarting it", self.name,
-                          MAX_LINE)
-                break
+            too_long = newline > MAX_LINE or len(buffer) > MAX_LINE
+        if too_long:
+            self._fault = f"wrote a line over {MAX_LINE} bytes"
+            log.error("backend %s %s; restarting it", self.name, self._fault)
         with trio.CancelScope(shield=True):
             await _stop(process)
         scope.cancel()
