@@ -67,16 +67,19 @@ class Responder:
         docstring). A session that is ending (:class:`~.session.SessionClosed`) or full
         (:class:`~.session.SessionBusy`) raises before anything was sent."""
         stream = session.streams.open()
-        work_scope = trio.CancelScope()
+        work_scope = trio.CancelScope() if cancel_on_close else None
         replies: list[Response | ErrorResponse] = []
 
         async def work() -> None:
             try:
-                with work_scope:
+                if work_scope is None:
                     reply = await compute(stream)
-                    if reply is not None:
-                        replies.append(reply)
-                        stream.push(encode(reply))
+                else:
+                    with work_scope:
+                        reply = await compute(stream)
+                if reply is not None:
+                    replies.append(reply)
+                    stream.push(encode(reply))
             except Exception as exc:  # still an answer: the client must not wait forever
                 log.error("session %s: request %r failed", session.id[:8], request_id,
                           exc_info=exc)
@@ -90,7 +93,7 @@ class Responder:
         except (SessionClosed, SessionBusy):
             stream.finish()
             raise
-        if cancel_on_close:
+        if work_scope is not None:
             if await self._client_left_within_window(http, stream):
                 work_scope.cancel()
                 return
@@ -104,7 +107,7 @@ class Responder:
         if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
             stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
         await self.pump(http, send, session, stream, -1, headers)
-        if cancel_on_close and not stream.finished:
+        if work_scope is not None and not stream.finished:
             work_scope.cancel()
 
     async def _client_left_within_window(self, http: HttpRequest, stream: EventStream) -> bool:
