@@ -251,8 +251,12 @@ def main() -> None:
     config.parent.mkdir(exist_ok=True)
     config.write_text(CONFIG % (sys.executable, ROOT / "examples/servers/notes_server.py"))
     port = free_port()
+    # Every session of the bench comes from one address (one anonymous client, as far as the
+    # per-client bound can tell): lift that bound with the global one.
+    sessions = str(args.streams + 100)
     with started([sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
-                  "--port", str(port), "--max-sessions", str(args.streams + 100)],
+                  "--port", str(port), "--max-sessions", sessions,
+                  "--max-sessions-per-client", sessions],
                  cpu=available[0], ready_line="MCP endpoint") as (gateway, _):
         url = f"http://127.0.0.1:{port}/mcp"
         metrics, ratios = trio.run(run, url, gateway.pid, args.streams)
