@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
@@ -26,6 +27,9 @@ from mcp.shared.auth import OAuthClientMetadata
 
 from vmcp_trio.authserver.keygen import generate_signing_key
 from vmcp_trio.authserver.keys import SigningKeys
+from vmcp_trio.authserver.server import CLIENT_LIFETIME, UNUSED_CLIENT_LIFETIME
+from vmcp_trio.authserver.storage import PendingAuthorization, StorageFull
+from vmcp_trio.authserver.storage.memory import MemoryStorage
 
 from .authserver_helpers import (
     CLIENT_REDIRECT,
@@ -402,3 +406,38 @@ async def test_an_issuer_with_a_path(upstreams: tuple[int, Idp, Idp]) -> None:
         status, _, registered = await call(stack, "POST", "/oauth/register",
                                            body={"redirect_uris": [CLIENT_REDIRECT]})
         assert status == 201 and registered["client_id"]
+
+
+async def test_a_public_client_lives_a_day_until_its_first_login(stack: Stack) -> None:
+    """A registration flood fades: a public client that never logged in is kept a day; its
+    first login keeps it for CLIENT_LIFETIME."""
+    assert stack.gateway is not None and stack.gateway.authserver is not None
+    storage = stack.gateway.authserver.storage
+    unused = await storage.get_client(await register(stack))
+    assert unused is not None
+    assert abs(unused.expires_at - time.time() - UNUSED_CLIENT_LIFETIME) < 60
+    client_id, _, _ = await tokens(stack)
+    used = await storage.get_client(client_id)
+    assert used is not None and abs(used.expires_at - time.time() - CLIENT_LIFETIME) < 60
+
+
+async def test_full_tables_refuse_new_records_rather_than_push_out_live_ones() -> None:
+    storage = MemoryStorage(limit=2, pending_limit=2)
+    for n in range(2):
+        await storage.put_pending(pending(f"s{n}"))
+    with pytest.raises(StorageFull, match="2 logins are in progress"):
+        await storage.put_pending(pending("s2"))
+    assert await storage.take_pending("s0") is not None  # the live ones are all still there
+    await storage.put_pending(pending("s2"))  # room again
+    _, live = storage.pending.rows["s1"]
+    storage.pending.rows["s1"] = (time.time() - 1, live)  # s1 expired: it makes room
+    await storage.put_pending(pending("s3"))
+    assert await storage.take_pending("s3") is not None
+    assert await storage.take_pending("s1") is None
+
+
+def pending(state: str) -> PendingAuthorization:
+    return PendingAuthorization(
+        state=state, client_id="c", redirect_uri=CLIENT_REDIRECT, client_state=None,
+        code_challenge="x" * 43, scopes=(), resource=None, session_id="s", providers=("p",),
+        leg=0, verifier="v", nonce=None, expires_at=time.time() + 600)

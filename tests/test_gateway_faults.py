@@ -127,3 +127,30 @@ async def test_a_bug_in_one_handler_ends_only_that_request(
     crashes = [r for r in caplog.records if r.exc_info]
     assert len(crashes) == 1 and "tools/call" in crashes[0].getMessage()
     assert isinstance(crashes[0].exc_info[1], KeyError)  # type: ignore[index]
+
+
+async def test_one_session_cannot_take_a_shared_stdio_backend_from_the_others() -> None:
+    """A session may hold only --max-stdio-calls-per-session calls on a shared stdio process:
+    its next one is refused at once, naming the bound, while another session's calls and lists
+    go through."""
+    async with running_gateway(max_stdio_calls_per_session=2) as (url, _):
+        greedy, other = RawClient(url), RawClient(url)
+        await greedy.initialize()
+        await other.initialize()
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(greedy.request, "tools/call", {
+                    "name": "clock_countdown", "arguments": {"steps": 2, "delay_ms": 500}})
+            await trio.sleep(0.3)
+            refused = await greedy.request("tools/call", {"name": "clock_echo",
+                                                          "arguments": {"message": "x"}})
+            error = refused.messages[-1]["error"]
+            assert error["data"] == {"backend": "clock"}
+            assert "already has 2 calls of this session in flight" in error["message"]
+            listed = await other.request("tools/list")
+            assert any(t["name"] == "clock_echo" for t in listed.result["tools"])
+            fine = await other.request("tools/call", {"name": "clock_echo",
+                                                      "arguments": {"message": "mine"}})
+            assert fine.result["content"][0]["text"] == "mine"
+        await greedy.aclose()
+        await other.aclose()
