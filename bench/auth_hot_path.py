@@ -239,7 +239,8 @@ def _vmcp_cpu_per_call(backend_url: str, incoming: str, auth: bytes, server_cpu:
     port = free_port()
     config = gateway_config(backend_url, incoming)
     try:
-        with started([sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
+        with started([sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+                      "--config", str(config),
                       "--port", str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (
                 gateway, _):
             url = f"http://127.0.0.1:{port}/mcp"

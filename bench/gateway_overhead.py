@@ -62,7 +62,8 @@ def main() -> None:
     with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
         port = free_port()
         config = gateway_config(line.split()[-1])
-        with started([python, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
+        with started([python, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+                      "--config", str(config), "--port",
                       str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
             via = phase(f"http://127.0.0.1:{port}/mcp",
                         {"vmcp": gateway.pid, "floor": backend.pid}, args)

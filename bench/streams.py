@@ -254,7 +254,8 @@ def main() -> None:
     # Every session of the bench comes from one address (one anonymous client, as far as the
     # per-client bound can tell): lift that bound with the global one.
     sessions = str(args.streams + 100)
-    with started([sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
+    with started([sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+                  "--config", str(config),
                   "--port", str(port), "--max-sessions", sessions,
                   "--max-sessions-per-client", sessions],
                  cpu=available[0], ready_line="MCP endpoint") as (gateway, _):

@@ -112,7 +112,8 @@ def run(args: argparse.Namespace, *, cache: bool, backend_url: str, token_url: s
         "spec: {groupRef: {name: bench}, externalAuthConfigRef: {name: floor-exchange}, url:")
     config.write_text(text + exchange_config(token_url))
     port = free_port()
-    command = [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
+    command = [sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+               "--config", str(config), "--port",
                str(port)] + ([] if cache else ["--no-token-exchange-cache"])
     seen.clear()
     try:

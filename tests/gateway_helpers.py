@@ -87,7 +87,8 @@ async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
     result = validate_documents([SourceDocument("t.yaml", i + 1, d)
                                  for i, d in enumerate(docs or quickstart_docs())])
     assert result.ok, result.problems
-    gateway = build_gateway(result.plans[0], GatewaySettings(**{"port": 0, **settings}))
+    gateway = build_gateway(result.plans[0], GatewaySettings(**{
+        "port": 0, "drain_delay_seconds": 0.0, **settings}))
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(partial(

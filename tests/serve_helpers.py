@@ -79,8 +79,8 @@ def serving(docs: list[dict[str, Any]], workdir: Path, *flags: str,
     with log_path.open("wb") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
-             str(port), *flags], cwd=ROOT, stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+             str(port), "--drain-delay", "0s", *flags], cwd=ROOT, stdin=subprocess.DEVNULL,
+            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     running = Served(f"http://127.0.0.1:{port}/mcp", process, log_path)
     try:
         deadline = time.monotonic() + 30

@@ -278,7 +278,8 @@ def targets() -> Iterator[Targets]:
             gateway_port = free_port()
             with (workdir / "gateway.log").open("wb") as log:
                 processes.append(subprocess.Popen(
-                    [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
+                    [sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+                     "--config", str(config),
                      "--host", "127.0.0.1", "--port", str(gateway_port)],
                     cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT))

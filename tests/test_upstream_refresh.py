@@ -76,7 +76,8 @@ async def test_two_replicas_refresh_each_token_once(short_lived: tuple[int, Idp,
         config.write_text(yaml.safe_dump_all(docs))
         other_port = free_port()
         replica = subprocess.Popen(
-            [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
+            [sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+             "--config", str(config), "--port",
              str(other_port)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             cwd=ROOT)
         try:

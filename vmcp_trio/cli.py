@@ -24,6 +24,7 @@ from .auth.incoming.build import SERVICE_ACCOUNT_DIR, AuthSettings, IncomingAuth
 from .authserver.keygen import generate_hmac_secret, generate_signing_key
 from .gateway.settings import GatewaySettings
 from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
+from .resources.durations import DurationError, parse_duration
 from .resources.fields import DNS_NAME_RULE, is_dns_subdomain
 from .resources.problems import Problem
 from .resources.resolver import DEFAULT_BACKEND_URL_TEMPLATE, check_url_template
@@ -103,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-batch", type=int, default=64,
                        help="messages in one JSON-RPC batch (2025-03-26) (default: "
                             "%(default)s)")
+    serve.add_argument("--drain-delay", type=_seconds, default="5s", metavar="DURATION",
+                       help="after SIGTERM/SIGINT, how long new sessions are still served while "
+                            "readiness already says 503 (default: 5s)")
+    serve.add_argument("--shutdown-grace", type=_seconds, default="30s", metavar="DURATION",
+                       help="after SIGTERM/SIGINT, how long calls in flight have to finish "
+                            "before each gets an error (default: 30s)")
     serve.add_argument("--idle-timeout", type=float, default=75.0, metavar="SECONDS",
                        help="close an HTTP connection idle this long (also bounds slow request "
                             "headers) (default: %(default)s)")
@@ -147,6 +154,14 @@ def build_parser() -> argparse.ArgumentParser:
                                "instead of printing a Secret; never overwrites")
     generate.set_defaults(handler=_keys_generate, parser=generate)
     return parser
+
+
+def _seconds(text: str) -> float:
+    """A Go duration (``30s``, ``1m30s``) as seconds, for argparse."""
+    try:
+        return parse_duration(text).total_seconds()
+    except DurationError as exc:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} {exc}") from None
 
 
 def _problem_json(problem: Problem) -> dict[str, Any]:
@@ -261,6 +276,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         max_requests_per_session=args.max_requests_per_session,
         max_stdio_calls_per_session=args.max_stdio_calls_per_session,
         body_timeout_seconds=args.body_timeout, max_batch=args.max_batch,
+        drain_delay_seconds=args.drain_delay, shutdown_grace_seconds=args.shutdown_grace,
         idle_connection_seconds=args.idle_timeout,
         allowed_origins=tuple(args.allowed_origin),
         trust_forwarded_headers=args.trust_forwarded_headers,

@@ -12,10 +12,11 @@
 * the gateway (sessions, health) and its HTTP app.
 
 :func:`serve_gateway` runs them: the tree of supervised tasks first (:func:`_run_parts`), then
-the HTTP server. Shutdown order
-matters: the sessions end first (their SSE streams observe it and finish cleanly), then
-hypercorn stops accepting and drains, then the rest stops. :func:`run_gateway` does that until
-SIGINT or SIGTERM; the process then exits 0.
+the HTTP server. Shutdown order matters: the gateway drains first (:func:`drain`: readiness off,
+new sessions refused, calls in flight finished or stopped with an error, sessions ended: their
+SSE streams observe it and finish cleanly), then hypercorn stops accepting, then the rest stops.
+:func:`run_gateway` does that on SIGINT or SIGTERM (a second one stops at once); the process then
+exits 0.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from ..authserver.storage.memory import MemoryStorage
 from ..authserver.storage.redis import RedisStorage
 from ..gateway.backends.links import BackendLinks
 from ..gateway.backends.stdio import StdioProcess
-from ..gateway.core import Gateway
+from ..gateway.core import SHUTTING_DOWN, Gateway
 from ..gateway.server import MCP_PATH, GatewayApp
 from ..gateway.settings import GatewaySettings
 from ..http import hypercorn_guard, hypercorn_tuning
@@ -216,11 +217,7 @@ async def serve_gateway(process: GatewayProcess, *,
         binds: list[str] = await nursery.start(serve)
         task_status.started([f"{bind}{MCP_PATH}" for bind in binds])
         await shutdown_trigger()
-        gateway = process.gateway
-        gateway.close_all()
-        with trio.move_on_after(settings.keepalive_seconds):
-            while gateway.sessions:
-                await trio.sleep(0.02)
+        await drain(process)
         stop.set()
         with trio.move_on_after(10):  # hypercorn returns from serve() once drained
             while len(nursery.child_tasks) > 1:
@@ -228,19 +225,66 @@ async def serve_gateway(process: GatewayProcess, *,
         nursery.cancel_scope.cancel()
 
 
-async def _signalled() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async for signum in signals:
-            print(f"\nvmcp: {signal.Signals(signum).name}, shutting down", file=sys.stderr)
-            return
+async def drain(process: GatewayProcess) -> None:
+    """The graceful part of a shutdown: readiness says no at once (a load balancer stops
+    sending new clients); new sessions are still served for ``drain_delay`` (while it
+    notices), then refused with 503; the calls in flight have until ``shutdown_grace`` to
+    finish and are delivered whole; at that deadline each call left gets a JSON-RPC error
+    saying the gateway is shutting down (a streamed call ends with that event); then the
+    sessions end."""
+    settings, gateway = process.settings, process.gateway
+    grace = settings.shutdown_grace_seconds
+    deadline = trio.current_time() + grace
+    gateway.draining = True
+    log.info("draining: /readyz says 503; new sessions are refused after %gs; calls in flight "
+             "have %gs to finish", min(settings.drain_delay_seconds, grace), grace)
+    await trio.sleep_until(min(trio.current_time() + settings.drain_delay_seconds, deadline))
+    gateway.refusing = True
+    with trio.move_on_at(deadline):
+        await gateway.workload.wait_idle()
+    if gateway.workload.active:
+        log.warning("the shutdown grace (%gs) is over: %d call(s) still at work are stopped, "
+                    "each told the gateway is shutting down", grace, gateway.workload.active)
+        gateway.stop_calls(SHUTTING_DOWN)
+        with trio.move_on_after(5):
+            await gateway.workload.wait_idle()
+    with trio.move_on_after(2):  # the last answers reach the clients connected for them
+        while gateway.undelivered():
+            await trio.sleep(0.02)
+    gateway.close_all()
+    with trio.move_on_after(settings.keepalive_seconds):
+        while gateway.sessions:
+            await trio.sleep(0.02)
 
 
 async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
                       tls_cert: str | None = None, tls_key: str | None = None,
                       on_ready: Callable[[list[str]], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then drain (:func:`drain`); a second signal stops at
+    once."""
+    process = build_gateway(plan, settings)
+    first = trio.Event()
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(partial(serve_gateway, build_gateway(plan, settings),
-                                           shutdown_trigger=_signalled, tls_cert=tls_cert,
-                                           tls_key=tls_key))
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if not first.is_set():
+                        print(f"\nvmcp: {name}, draining (up to "
+                              f"{settings.shutdown_grace_seconds:g}s; a second signal stops at "
+                              "once)", file=sys.stderr)
+                        first.set()
+                    else:
+                        print(f"vmcp: {name} again, stopping now", file=sys.stderr)
+                        nursery.cancel_scope.cancel()
+
+        async def serve(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve_gateway(process, shutdown_trigger=first.wait, tls_cert=tls_cert,
+                                tls_key=tls_key, task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch_signals)
+        urls = await nursery.start(serve)
         if on_ready is not None:
             on_ready(urls)

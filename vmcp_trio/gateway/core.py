@@ -35,7 +35,7 @@ from .mrtr import RequestStateSigner
 from .session import ClientSession, SessionServices
 from .settings import GatewaySettings
 
-__all__ = ["SERVER_CAPABILITIES", "Gateway", "TooManySessions"]
+__all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions"]
 
 log = logging.getLogger("vmcp.gateway")
 
@@ -48,6 +48,7 @@ SERVER_CAPABILITIES: dict[str, Any] = {
 }
 """What the virtual server offers clients, whatever its backends offer (a list is empty when no
 backend has such items)."""
+SHUTTING_DOWN = "the gateway is shutting down; try again (another replica will answer)"
 
 
 class TooManySessions(Exception):
@@ -79,6 +80,12 @@ class Gateway:
             request_states=RequestStateSigner(), forget=self.forget_session,
             stream_buffer_events=settings.stream_buffer_events,
             sse_retry_ms=settings.sse_retry_ms, max_requests=settings.max_requests_per_session)
+        self.workload = self.services.workload
+        self.draining = False
+        """Shutting down: readiness says no (so a load balancer stops sending new clients)."""
+        self.refusing = False
+        """Later in a drain: new sessions (and 2026-07-28 listen streams) are refused with
+        503."""
         self._sessions_nursery: trio.Nursery | None = None
         for process in links.stdio.values():
             process.router = self._route_from_stdio
@@ -164,6 +171,17 @@ class Gateway:
     def close_all(self) -> None:
         for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
             session.close()
+
+    def stop_calls(self, reason: str) -> None:
+        """The shutdown deadline: every request still being answered gets a JSON-RPC error
+        saying ``reason``."""
+        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+            session.stop_calls(reason)
+
+    def undelivered(self) -> int:
+        """Finished response streams that a connected client has not been given whole yet."""
+        return sum(session.streams.undelivered()
+                   for session in [*self.sessions.values(), *self.stateless_sessions.values()])
 
     async def reap_idle_sessions(self) -> None:
         """End the sessions idle longer than the TTL (a supervised task)."""

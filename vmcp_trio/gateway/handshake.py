@@ -37,7 +37,7 @@ from ..protocol.jsonrpc import (
     encode_error,
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
-from .core import SERVER_CAPABILITIES, Gateway, TooManySessions
+from .core import SERVER_CAPABILITIES, SHUTTING_DOWN, Gateway, TooManySessions
 from .responder import Responder
 from .session import ClientSession, SessionBusy, SessionClosed
 from .streams import EventStream, parse_event_id
@@ -124,12 +124,21 @@ class HandshakeFront:
     async def _batch_member(self, session: ClientSession, request: Request,
                             replies: list[Message]) -> None:
         stream = session.streams.open()
-        reply = await session.handle(request, stream)
-        if reply is not None:
-            replies.append(reply)
-        stream.finish()
+        workload = session.services.workload
+        workload.enter()
+        try:
+            reply = await session.handle(request, stream)
+            if reply is not None:
+                replies.append(reply)
+        finally:
+            stream.finish()
+            workload.leave()
 
     async def initialize(self, request: Request, send: Send, caller: Caller) -> None:
+        if self.gateway.refusing:
+            await send_json(send, 503, encode_error(TOO_BUSY, SHUTTING_DOWN, request.id),
+                            [("retry-after", "5")])
+            return
         params = request.params or {}
         negotiated = negotiate(params.get("protocolVersion"))
         capabilities = params.get("capabilities")

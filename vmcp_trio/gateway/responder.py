@@ -70,6 +70,8 @@ class Responder:
         work_scope = trio.CancelScope() if cancel_on_close else None
         replies: list[Response | ErrorResponse] = []
 
+        workload = session.services.workload
+
         async def work() -> None:
             try:
                 if work_scope is None:
@@ -87,11 +89,14 @@ class Responder:
                                          "to answer this request", request_id))
             finally:
                 stream.finish()
+                workload.leave()
 
+        workload.enter()
         try:
             session.spawn(work)
         except (SessionClosed, SessionBusy):
             stream.finish()
+            workload.leave()
             raise
         if work_scope is not None:
             if await self._client_left_within_window(http, stream):

@@ -313,9 +313,11 @@ class GatewayApp:
 
     async def readyz(self, send: Send) -> None:
         health = self.gateway.health
-        ready = health.ready()
+        ready = health.ready() and not self.gateway.draining
         body: dict[str, Any] = {"status": "ready" if ready else "not ready",
                                 "backends": {n: h.state for n, h in health.backends.items()}}
+        if self.gateway.draining:
+            body["draining"] = True
         auth = self.auth.health()
         if auth:
             body["auth"] = auth  # reported, not gating: cached keys may still serve

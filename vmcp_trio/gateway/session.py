@@ -20,7 +20,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -94,6 +94,29 @@ class SessionBusy(Exception):
     """The session has as many requests at work as it may (the message says so)."""
 
 
+class Workload:
+    """The requests being answered now, across all sessions, from their arrival until their
+    answer is on its way (pushed on its stream, or in its batch): what a drain waits for."""
+
+    def __init__(self) -> None:
+        self.active = 0
+        self._idle = trio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        if self.active == 0:
+            self._idle = trio.Event()
+        self.active += 1
+
+    def leave(self) -> None:
+        self.active -= 1
+        if self.active == 0:
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+
 @dataclass(frozen=True)
 class SessionServices:
     """What a session uses of the process: the same for every session."""
@@ -110,6 +133,7 @@ class SessionServices:
     sse_retry_ms: int = 2000
     max_requests: int = 64
     """Requests of one session at work at once."""
+    workload: Workload = field(default_factory=Workload)
 
 
 @dataclass
@@ -189,6 +213,11 @@ class ClientSession:
         self._relay_ids = itertools.count(1)
         self._relayed: dict[str, tuple[BackendLink, RequestId]] = {}
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
+        """The scope of each request being answered, by the id the client gave it."""
+        self._scopes: set[trio.CancelScope] = set()
+        """Every request being answered (ids may collide)."""
+        self._stopped_because: str | None = None
+        """Set when the gateway stops the calls in flight (its shutdown deadline)."""
         # 2026-07-28 only: calls waiting for the client's answers, and listen streams.
         self.parked: dict[str, ParkedCall] = {}
         self.subscriptions: list[Subscription] = []
@@ -285,6 +314,13 @@ class ClientSession:
     def close(self) -> None:
         self.closed.set()
 
+    def stop_calls(self, reason: str) -> None:
+        """End every request being answered: each gets a JSON-RPC error saying ``reason``
+        (on its stream, like any answer, so a streamed call ends with that event)."""
+        self._stopped_because = reason
+        for scope in self._scopes:
+            scope.cancel()
+
     def instructions(self) -> str | None:
         """The backends' instructions, each under its name."""
         parts = [f"{name}: {link.instructions}" for name, link in self.links.items()
@@ -325,19 +361,24 @@ class ClientSession:
         call = parked.call if parked is not None else Call(stream, stateless)
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
+        self._scopes.add(scope)
         started = trio.current_time()
         outcome = "cancelled"
         reply: Response | ErrorResponse | None = None
         try:
             with scope:
                 reply = await self._dispatch(request, call)
+            if self._stopped_because is not None and scope.cancelled_caught:
+                reply = _error(request.id, TOO_BUSY, self._stopped_because)
         except BackendError as exc:
             call.backend = exc.backend
             reply = backend_error(request.id, exc.backend, exc.detail)
         except Exception as exc:  # a fault while answering ends this request only
             reply = self._internal_error(request, exc)
         finally:
-            self._in_flight.pop(request.id, None)
+            self._scopes.discard(scope)
+            if self._in_flight.get(request.id) is scope:
+                del self._in_flight[request.id]
             if reply is not None:
                 outcome = "ok" if isinstance(reply, Response) else "error"
             method = request.method if request.method in _KNOWN_METHODS else "other"

@@ -31,6 +31,12 @@ class GatewaySettings:
     max_batch: int = 64
     """Messages in one 2025-03-26 batch."""
     max_header_bytes: int = 16 * 1024
+    drain_delay_seconds: float = 5.0
+    """After a shutdown signal, how long new sessions are still served (readiness is already
+    503: a load balancer needs a moment to notice)."""
+    shutdown_grace_seconds: float = 30.0
+    """After a shutdown signal, how long calls in flight have to finish (Kubernetes'
+    termination grace); then each left gets an error."""
     idle_connection_seconds: float = 75.0
     """An HTTP connection with no request in progress is closed after this (this also bounds
     how long request headers may take to arrive)."""

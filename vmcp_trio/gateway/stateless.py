@@ -53,7 +53,7 @@ from ..protocol.stateless import (
     check_param_headers,
     check_request,
 )
-from .core import SERVER_CAPABILITIES, Gateway
+from .core import SERVER_CAPABILITIES, SHUTTING_DOWN, Gateway
 from .responder import Responder
 from .session import ClientSession, SessionBusy, SessionClosed, Subscription
 from .streams import EventStream
@@ -127,6 +127,13 @@ class StatelessFront:
         if isinstance(checked, StatelessRejection):
             await send_json(send, checked.status, encode(ErrorResponse(request.id,
                                                                        checked.error)))
+            return
+        if self.gateway.refusing and request.method == "subscriptions/listen":
+            # A stream that would be cut at the end of the drain: open it elsewhere. (Other
+            # requests are served: each is short, and its client may be in the middle of a
+            # call that needs it.)
+            await send_json(send, 503, encode_error(TOO_BUSY, SHUTTING_DOWN, request.id),
+                            [("retry-after", "5")])
             return
         session = await self.gateway.stateless_session(caller)
         session.touch()

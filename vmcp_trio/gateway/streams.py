@@ -54,6 +54,8 @@ class EventStream:
         self.delivered = -1
         """Highest sequence number a writer has handed to the transport."""
         self._follower = 0
+        self.followed = False
+        """A writer (a client's connection) is following the stream now."""
 
     @property
     def last_seq(self) -> int:
@@ -109,21 +111,27 @@ class EventStream:
         self._follower += 1
         me = self._follower
         self._wake()
+        self.followed = True
         position = after
-        while me == self._follower:
-            changed = self._changed  # taken before scanning: an append during a yield wakes us
-            if self._events and self._events[0][0] > position + 1 and position < self.last_seq:
-                raise StreamGap(f"events of stream {self.key} after {position} were dropped")
-            for seq, payload, retry in list(self._events):
-                if seq > position:
-                    if me != self._follower:
-                        return
-                    position = seq
-                    yield encode_event(payload, id=f"{self.key}.{seq}", retry=retry)
-                    self.delivered = max(self.delivered, seq)
-            if self.finished and position >= self.last_seq:
-                return
-            await changed.wait()
+        try:
+            while me == self._follower:
+                changed = self._changed  # taken before scanning: an append during a yield wakes
+                if (self._events and self._events[0][0] > position + 1
+                        and position < self.last_seq):
+                    raise StreamGap(f"events of stream {self.key} after {position} were dropped")
+                for seq, payload, retry in list(self._events):
+                    if seq > position:
+                        if me != self._follower:
+                            return
+                        position = seq
+                        yield encode_event(payload, id=f"{self.key}.{seq}", retry=retry)
+                        self.delivered = max(self.delivered, seq)
+                if self.finished and position >= self.last_seq:
+                    return
+                await changed.wait()
+        finally:
+            if me == self._follower:
+                self.followed = False
 
 
 class StreamRegistry:
@@ -159,6 +167,11 @@ class StreamRegistry:
 
     def get(self, key: str) -> EventStream | None:
         return self._streams.get(key)
+
+    def undelivered(self) -> int:
+        """Finished streams with a client connected that has not had every event yet."""
+        return sum(1 for stream in self._streams.values()
+                   if stream.finished and stream.followed and not stream.drained)
 
     def __len__(self) -> int:
         return len(self._streams)
