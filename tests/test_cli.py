@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -125,3 +126,31 @@ def test_keys_generate_files_are_private_and_never_overwritten(tmp_path: Path) -
     assert len((tmp_path / "hmac-secret").read_bytes()) >= 32
     again = vmcp("keys", "generate", "--output-dir", str(tmp_path))
     assert again.returncode == 2 and "not overwriting" in again.stderr
+
+
+def test_operator_errors_of_serve_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    """Never a traceback: the line names the port, the address or the file; nothing was
+    started (no backend process runs for a server that cannot listen)."""
+    quickstart = str(EXAMPLES / "quickstart.yaml")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cases = [
+            (["--port", str(port)], f"vmcp: cannot listen on 127.0.0.1:{port}: Address "
+                                    "already in use"),
+            (["--host", "192.0.2.1", "--port", "0"], "vmcp: cannot listen on 192.0.2.1:0: "
+                                                     "Cannot assign requested address"),
+            (["--tls-cert", str(tmp_path / "none.pem"), "--tls-key", quickstart],
+             f"vmcp: --tls-cert {tmp_path / 'none.pem'} / --tls-key {quickstart}: cannot load "
+             "the certificate and key"),
+            (["-c", str(tmp_path / "nope.yaml")], "no such file or folder"),
+            (["--tls-cert", quickstart], "--tls-cert and --tls-key go together"),
+            (["--port", "70000"], "--port must be between 0 and 65535"),
+            (["--shutdown-grace", "soon"], "--shutdown-grace: 'soon'"),
+        ]
+        for flags, line in cases:
+            run = vmcp("serve", "-c", quickstart, *flags)
+            assert run.returncode == 2, (flags, run.stderr)
+            assert line in run.stderr, (flags, run.stderr)
+            assert "Traceback" not in run.stderr and "MCP endpoint" not in run.stdout

@@ -23,6 +23,7 @@ from .app.gateway import run_gateway
 from .auth.incoming.build import SERVICE_ACCOUNT_DIR, AuthSettings, IncomingAuthError
 from .authserver.keygen import generate_hmac_secret, generate_signing_key
 from .gateway.settings import GatewaySettings
+from .http.serving import ListenError
 from .resources import ConfigPathError, LoadOptions, ValidationResult, validate_paths
 from .resources.durations import DurationError, parse_duration
 from .resources.fields import DNS_NAME_RULE, is_dns_subdomain
@@ -294,15 +295,19 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
               "--method tools/list\n"
               "  Press Ctrl-C to stop.", flush=True)
 
-    failed: list[BaseException] = []
+    exit_code = EXIT_OK
     try:
         trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
                          tls_key=args.tls_key, on_ready=ready))
-    except* IncomingAuthError as group:
-        failed.extend(group.exceptions)
-    for error in failed:
-        print(f"vmcp: incoming auth: {error}", file=sys.stderr)
-    return EXIT_INVALID if failed else EXIT_OK
+    except* IncomingAuthError as auth_errors:
+        for error in auth_errors.exceptions:
+            print(f"vmcp: incoming auth: {error}", file=sys.stderr)
+        exit_code = EXIT_INVALID
+    except* ListenError as listen_errors:
+        for refusal in listen_errors.exceptions:
+            print(f"vmcp: {refusal}", file=sys.stderr)
+        exit_code = EXIT_USAGE
+    return exit_code
 
 
 def _raise_open_file_limit() -> None:

@@ -28,10 +28,8 @@ import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, cast
 
 import trio
-from hypercorn.trio import serve as hypercorn_serve
 
 from ..auth.incoming.authenticator import Authenticator
 from ..auth.incoming.build import build_authenticator
@@ -48,14 +46,11 @@ from ..gateway.server import MCP_PATH, GatewayApp
 from ..gateway.settings import GatewaySettings
 from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
-from ..http.serving import hypercorn_config
+from ..http.serving import hypercorn_config, listen, serve
 from ..resources.plan import EmbeddedIncoming, GatewayPlan, StdioEndpoint
 from ..resources.plan import RedisStorage as RedisStoragePlan
 from ..runtime.metrics import Metrics
 from ..runtime.supervisor import RestartPolicy, Supervisor
-
-if TYPE_CHECKING:
-    from hypercorn.typing import Framework
 
 __all__ = ["GatewayProcess", "build_gateway", "run_gateway", "serve_gateway"]
 
@@ -205,16 +200,16 @@ async def serve_gateway(process: GatewayProcess, *,
     hypercorn_tuning.install()
     hypercorn_guard.install(process.metrics.faults.labels("connection").inc)
     settings = process.settings
+    config = hypercorn_config(settings.host, settings.port,
+                              max_header_bytes=settings.max_header_bytes,
+                              idle_seconds=settings.idle_connection_seconds,
+                              tls_cert=tls_cert, tls_key=tls_key)
+    sockets = listen(config)  # before anything starts: an operator's mistake is one line
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(_run_parts, process)
-        config = hypercorn_config(settings.host, settings.port,
-                                  max_header_bytes=settings.max_header_bytes,
-                                  idle_seconds=settings.idle_connection_seconds,
-                                  tls_cert=tls_cert, tls_key=tls_key)
-        serve = partial(hypercorn_serve, cast("Framework", process.app), config,
-                        shutdown_trigger=stop.wait)
-        binds: list[str] = await nursery.start(serve)
+        binds: list[str] = await nursery.start(partial(
+            serve, process.app, config, sockets, shutdown_trigger=stop.wait))
         task_status.started([f"{bind}{MCP_PATH}" for bind in binds])
         await shutdown_trigger()
         await drain(process)
