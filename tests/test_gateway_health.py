@@ -14,10 +14,11 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 from mcp.server.mcpserver import MCPServer
 
+from vmcp_trio import __version__
 from vmcp_trio.http.client import HttpClient
 
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
-from .helpers import free_port
+from .helpers import ROOT, free_port
 
 
 @asynccontextmanager
@@ -170,3 +171,23 @@ async def test_metrics_count_requests_and_sessions() -> None:
                 await trio.sleep(0.05)
         await client.aclose()
     await http.aclose()
+
+
+async def test_metrics_follow_prometheus_conventions_and_are_documented() -> None:
+    """Counters end in _total, no _created series, the version in vmcp_build_info, and every
+    metric family is in the README's table."""
+    async with running_gateway() as (url, _):
+        http = HttpClient()
+        _, _, body = await http.request("GET", url.removesuffix("/mcp") + "/metrics")
+        await http.aclose()
+    text = body.decode()
+    types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
+    assert types and all(name.startswith("vmcp_") for name in types)
+    for name, kind in types.items():
+        if kind == "counter":
+            assert name.endswith("_total"), name
+    assert "_created" not in text
+    assert f'vmcp_build_info{{version="{__version__}"}} 1.0' in text
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    missing = [name for name in types if f"`{name}`" not in readme]
+    assert not missing, missing

@@ -146,9 +146,8 @@ def _watch(metrics: Metrics, gateway: Gateway, app: GatewayApp, authenticator: A
     for name, health in gateway.health.backends.items():
         metrics.watch(metrics.backend_healthy,
                       lambda h=health: 1.0 if h.usable else 0.0, name)  # type: ignore[misc]
-    for name, process in gateway.links.stdio.items():
-        metrics.watch(metrics.backend_restarts,
-                      lambda p=process: p.restarts, name)  # type: ignore[misc]
+    for process in gateway.links.stdio.values():
+        process.on_restart = lambda name: metrics.backend_restarts.labels(name).inc()
 
 
 STDIO_BACKEND = RestartPolicy(initial=0.5, cap=30.0, reset_after=60.0)

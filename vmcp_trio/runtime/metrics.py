@@ -2,14 +2,30 @@
 
 Kept small on purpose: per request one counter increment and one histogram observation
 (labels: method, backend, outcome), gauges read on scrape for sessions, open streams and backend
-health, and counters of stdio and supervised-task restarts. ``/metrics`` renders the text format.
+health, and counters of what went wrong and was contained. ``/metrics`` renders the text format.
+
+Conventions (Prometheus'): a counter's series ends in ``_total`` (the client library adds it to
+the names given here) and has no ``_created`` twin; every label's values are bounded (method
+names outside the MCP ones are "other", backends and tasks come from the configuration);
+``vmcp_build_info`` carries the version. README.md lists every metric with its labels.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from .. import __version__
+
+disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: _created doubles it
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
 
@@ -47,9 +63,12 @@ class Metrics:
                                           "Refreshes of stored upstream tokens by this process, "
                                           "by provider and outcome (ok, refused, failed)",
                                           ["provider", "outcome"], registry=self.registry)
-        self.backend_restarts = Gauge("vmcp_backend_restarts",
-                                      "Times a stdio backend process was restarted",
-                                      ["backend"], registry=self.registry)
+        self.backend_restarts = Counter("vmcp_backend_restarts",
+                                        "Restarts of a stdio backend's process", ["backend"],
+                                        registry=self.registry)
+        self.build_info = Gauge("vmcp_build_info", "1, labelled with the running version",
+                                ["version"], registry=self.registry)
+        self.build_info.labels(__version__).set(1)
         self.task_restarts = Counter("vmcp_task_restarts", "Restarts of supervised tasks after "
                                      "a failure or crash, by task", ["task"],
                                      registry=self.registry)

@@ -82,6 +82,8 @@ class StdioProcess:
         self.endpoint = endpoint
         self.max_calls_per_session = max_calls_per_session
         """The share of the process one client session may hold with calls in flight."""
+        self.on_restart: Callable[[str], None] | None = None
+        """Told the backend's name each time its process is started again (a metric)."""
         self.router: SessionRouter = _no_sessions
         """Set by the owner of the client sessions (:class:`~vmcp_trio.gateway.core.Gateway`)."""
         self.init_timeout = init_timeout
@@ -110,6 +112,8 @@ class StdioProcess:
         start it, initialize it, serve until it exits. Ends by raising :class:`Retry` saying
         why (the process is stopped, and every call in flight fails naming the backend)."""
         self._lives += 1
+        if self._lives > 1 and self.on_restart is not None:
+            self.on_restart(self.name)
         self.state = "starting"
         reason = "stopped"
         try:
