@@ -172,6 +172,7 @@ async def test_redis_away_gives_a_clear_503(upstreams: tuple[int, Idp, Idp],
         docs = docs_for(upstreams, cluster, keys)
         async with running_gateway(docs, port=port) as (url, gateway):
             stack = stack_of(upstreams, url, gateway)
+            assert (await call(stack, "GET", "/readyz"))[0] == 200
             await trio.to_thread.run_sync(cluster.stop)
             with trio.fail_after(15):
                 status, headers, answer = await call(stack, "POST", "/oauth/register", body={
@@ -180,6 +181,13 @@ async def test_redis_away_gives_a_clear_503(upstreams: tuple[int, Idp, Idp],
             assert answer["error"] == "temporarily_unavailable"
             assert "Redis" in answer["error_description"]
             assert "pw-of-redis" not in answer["error_description"]
+            # Readiness tells the truth: not ready, because of the storage, saying why.
+            with trio.fail_after(15):
+                status, _, ready = await call(stack, "GET", "/readyz")
+            assert status == 503 and ready["status"] == "not ready"
+            assert ready["notReady"]["storage"].startswith("the token storage is unreachable: "
+                                                           "Redis")
+            assert "pw-of-redis" not in str(ready)
 
 
 async def test_a_revocation_reaches_every_replica(upstreams: tuple[int, Idp, Idp],

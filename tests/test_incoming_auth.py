@@ -452,9 +452,35 @@ async def test_a_private_issuer_needs_jwks_allow_private_ip(idp: Idp) -> None:
         assert status == 503 and "jwksAllowPrivateIP" in body["error_description"]
         client = RawClient(url)
         try:
-            _, _, ready = await client.http.request("GET", url.removesuffix("/mcp") + "/readyz")
+            ready_status, _, ready = await client.http.request(
+                "GET", url.removesuffix("/mcp") + "/readyz")
         finally:
             await client.aclose()
-        auth = json.loads(ready)["auth"]
-        assert auth["keys"] == "unknown" and "jwksAllowPrivateIP" in auth["lastError"]
+        answer = json.loads(ready)
+        assert ready_status == 503 and answer["status"] == "not ready"
+        assert answer["auth"]["keys"] == "unknown"
+        assert "jwksAllowPrivateIP" in answer["auth"]["lastError"]
+        assert answer["notReady"]["auth"].startswith("the issuer's signing keys were never "
+                                                     "fetched")
         assert "vmcp_auth_keys_healthy 0.0" in await metrics_text(url)
+
+
+async def test_readiness_says_no_while_the_issuer_is_down(idp: Idp) -> None:
+    """An issuer whose keys could never be fetched: every request with a token would get 503,
+    so /readyz is 503 and says why; /health stays 200 (the process lives)."""
+    docs = oidc_docs(idp, introspection=False)
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    vmcp["spec"]["incomingAuth"]["oidcConfig"]["inline"]["issuer"] = \
+        f"http://127.0.0.1:{free_port()}"
+    async with running_gateway(docs) as (url, _):
+        client = RawClient(url)
+        try:
+            base = url.removesuffix("/mcp")
+            ready_status, _, ready = await client.http.request("GET", base + "/readyz")
+            health_status, _, _ = await client.http.request("GET", base + "/health")
+        finally:
+            await client.aclose()
+    answer = json.loads(ready)
+    assert ready_status == 503 and health_status == 200
+    assert "never fetched" in answer["notReady"]["auth"]
+    assert "storage" not in answer["notReady"]

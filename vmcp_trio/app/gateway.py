@@ -122,7 +122,8 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
     links = BackendLinks(plan, http, strategies, stdio)
     gateway = Gateway(plan, settings, links, metrics)
     app = GatewayApp(gateway, authenticator,
-                     extra_endpoints=authserver.handle if authserver else None)
+                     extra_endpoints=authserver.handle if authserver else None,
+                     readiness={"storage": authserver.not_ready} if authserver else None)
     _watch(metrics, gateway, app, authenticator, authserver)
     return GatewayProcess(plan, settings, http, metrics, authserver, authenticator, exchangers,
                           links, gateway, app)

@@ -150,6 +150,11 @@ class AuthorizationServer:
                                                     ("hmacSecretRefs", self.opaque.ephemeral))
                                      if e))
 
+    async def not_ready(self) -> str | None:
+        """Why the authorization server cannot serve now (its storage), or None."""
+        problem = await self.storage.unreachable()
+        return None if problem is None else f"the token storage is unreachable: {problem}"
+
     def supervised(self) -> list[NamedTask]:
         """The long-lived tasks, for the supervisor (``task_status``): the storage's connection
         (Redis), the providers' key refreshers, the upstream-token refresher."""

@@ -168,11 +168,17 @@ class HealthMonitor:
             out.append(entry)
         return out
 
-    def ready(self) -> bool:
-        """The backends can serve: all of them under partialFailureMode fail, at least one
-        under best_effort (a gateway with no backends is ready)."""
-        states = [health.state for health in self.backends.values()]
-        healthy = states.count("healthy")
+    def not_ready(self) -> str | None:
+        """Why the backends cannot serve (None: they can): all of them must be healthy under
+        partialFailureMode fail, at least one under best_effort (a gateway with no backends is
+        ready)."""
+        waiting = sorted(name for name, health in self.backends.items()
+                         if health.state != "healthy")
         if self.plan.operational.partial_failure_mode == "fail":
-            return healthy == len(states)
-        return healthy > 0 or not states
+            if waiting:
+                return (f"not healthy yet or any more: {', '.join(waiting)} "
+                        "(partialFailureMode: fail needs every backend)")
+            return None
+        if self.backends and len(waiting) == len(self.backends):
+            return "no backend is healthy"
+        return None

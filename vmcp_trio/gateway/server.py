@@ -7,7 +7,9 @@
   era: 2026-07-28 (:mod:`.stateless`) when its ``MCP-Protocol-Version`` says so and it names no
   session, else the handshake revisions (:mod:`.handshake`), which also serve GET and DELETE.
 * ``/.well-known/oauth-protected-resource[/mcp]``: RFC 9728 metadata (with incoming auth).
-* ``/health``, ``/readyz``, ``/metrics``, ``/api/backends/health``: unauthenticated.
+* ``/health`` (liveness: the event loop answers), ``/readyz`` (readiness: serving can succeed;
+  its JSON names the parts that cannot and why), ``/metrics``, ``/api/backends/health``:
+  unauthenticated.
 * Anything else goes to ``extra_endpoints`` (the embedded authorization server), else 404.
 
 Errors are JSON-RPC error objects (id null when the request could not be read) with the HTTP
@@ -20,8 +22,10 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
+
+import trio
 
 from ..auth.headers import HeaderError, bearer_token
 from ..auth.incoming.authenticator import Authenticator, AuthFailure
@@ -111,18 +115,23 @@ class _GuardedSend:
 
 ExtraEndpoints = Callable[[HttpRequest, Send], Awaitable[bool]]
 """Serves a request if it is one of its endpoints; False otherwise."""
+ReadinessCheck = Callable[[], Awaitable[str | None]]
+"""Why a part of the process cannot serve now, or None."""
 
 
 class GatewayApp:
     """The ASGI application of ``vmcp serve``."""
 
     def __init__(self, gateway: Gateway, authenticator: Authenticator, *,
-                 extra_endpoints: ExtraEndpoints | None = None) -> None:
+                 extra_endpoints: ExtraEndpoints | None = None,
+                 readiness: Mapping[str, ReadinessCheck] | None = None) -> None:
         self.gateway = gateway
         self.settings = gateway.settings
         self.metrics = gateway.metrics
         self.auth = authenticator
         self.extra_endpoints = extra_endpoints
+        self.readiness = dict(readiness or {})
+        """More parts that ``/readyz`` asks (the authorization server's storage)."""
         self.responder = Responder(self.settings)
         self.handshake = HandshakeFront(gateway, self.responder)
         self.stateless = StatelessFront(gateway, self.responder)
@@ -312,13 +321,32 @@ class GatewayApp:
     # --- operational endpoints -------------------------------------------------------------------
 
     async def readyz(self, send: Send) -> None:
+        """Ready only when serving can succeed; ``notReady`` says which part is not, and
+        why."""
         health = self.gateway.health
-        ready = health.ready() and not self.gateway.draining
-        body: dict[str, Any] = {"status": "ready" if ready else "not ready",
+        problems: dict[str, str] = {}
+        if self.gateway.draining:
+            problems["draining"] = "the gateway is shutting down"
+        backends = health.not_ready()
+        if backends is not None:
+            problems["backends"] = backends
+        auth = self.auth.health()
+        if auth.get("keys") == "unknown":
+            problems["auth"] = ("the issuer's signing keys were never fetched"
+                                + (f" ({auth['lastError']})" if auth.get("lastError") else ""))
+        for part, check in self.readiness.items():
+            with trio.move_on_after(2) as waited:
+                problem = await check()
+            if waited.cancelled_caught:
+                problem = "did not answer within 2s"
+            if problem is not None:
+                problems[part] = problem
+        body: dict[str, Any] = {"status": "not ready" if problems else "ready",
                                 "backends": {n: h.state for n, h in health.backends.items()}}
+        if auth:
+            body["auth"] = auth
         if self.gateway.draining:
             body["draining"] = True
-        auth = self.auth.health()
-        if auth:
-            body["auth"] = auth  # reported, not gating: cached keys may still serve
-        await send_json(send, 200 if ready else 503, body)
+        if problems:
+            body["notReady"] = problems
+        await send_json(send, 503 if problems else 200, body)

@@ -144,8 +144,8 @@ class JwksCache:
             try:
                 await self.refresh()
             except FetchError as exc:
-                raise Retry(f"JWKS of {self.issuer}: {exc} (keeping {len(self.keys)} known "
-                            "keys)", level=logging.WARNING) from None
+                raise Retry(f"{exc} (keeping {len(self.keys)} known keys)",
+                            level=logging.WARNING) from None
             task_status.started()
             await trio.sleep(max(self._next_refresh - trio.current_time(), 0.0))
 

@@ -141,6 +141,10 @@ class Storage(Protocol):
     """Told ``(session id, until)`` of sessions that other processes sharing the storage
     revoked (a storage shared by replicas broadcasts them)."""
 
+    async def unreachable(self) -> str | None:
+        """Why the storage cannot serve now (for readiness), or None: it can."""
+        ...
+
     async def put_client(self, client: RegisteredClient) -> None: ...
     async def get_client(self, client_id: str) -> RegisteredClient | None: ...
 

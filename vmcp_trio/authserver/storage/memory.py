@@ -81,6 +81,9 @@ class MemoryStorage:
         self.on_revoked: Callable[[str, float], None] | None = None
         """Unused: nothing outside this process shares this storage."""
 
+    async def unreachable(self) -> str | None:
+        return None  # in this process: always there
+
     async def put_client(self, client: RegisteredClient) -> None:
         self.clients.put(client.client_id, client, client.expires_at)
 

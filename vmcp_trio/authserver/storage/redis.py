@@ -205,6 +205,14 @@ class RedisStorage:
             lost = group.exceptions[0]
         raise Retry(f"revocation subscription lost ({lost!r})")
 
+    async def unreachable(self) -> str | None:
+        """A PING, bounded by the dial and read timeouts: the master answers, or why not."""
+        try:
+            await self._do(lambda r: r.ping())
+        except StorageUnavailable as exc:
+            return str(exc)
+        return None
+
     async def _do(self, operation: Callable[[Redis[str]], Any]) -> Any:
         """Run ``operation`` on the client; every Redis failure becomes StorageUnavailable."""
         client = self._client
