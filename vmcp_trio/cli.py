@@ -11,10 +11,10 @@ import json
 import os
 import resource
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import trio
 
@@ -31,7 +31,7 @@ from .resources.problems import Problem
 from .resources.resolver import DEFAULT_BACKEND_URL_TEMPLATE, check_url_template
 from .resources.schema import DEFAULT_API_GROUP
 from .resources.summary import describe_plan
-from .runtime.logs import configure_logging
+from .runtime.logs import configure_logging, say
 
 __all__ = ["main"]
 
@@ -220,16 +220,17 @@ def _print_result(result: ValidationResult, name: str | None, fmt: str, out: Tex
     return EXIT_OK if result.ok and not missing_name else EXIT_INVALID
 
 
-def _load_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadOptions:
+def _load_options(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]
+                  ) -> LoadOptions:
     problem = check_url_template(args.backend_url_template)
     if problem is not None:
-        parser.error(f"--backend-url-template {problem}")
+        usage_error(f"--backend-url-template {problem}")
     return LoadOptions(api_group=args.api_group, namespace=args.namespace,
                        backend_url_template=args.backend_url_template)
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    options = _load_options(args, parser)
+    options = _load_options(args, parser.error)
     try:
         result = validate_paths(args.config, options)
     except ConfigPathError as exc:
@@ -238,37 +239,45 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    configure_logging(args.log_format, debug=args.debug)
+
+    def usage_error(message: str) -> NoReturn:
+        """Exit 2 with one line (one JSON object with --log-format json)."""
+        if args.log_format == "json":
+            say(f"vmcp serve: error: {message}", level="error")
+            raise SystemExit(EXIT_USAGE)
+        parser.error(message)
+
     if bool(args.tls_cert) != bool(args.tls_key):
-        parser.error("--tls-cert and --tls-key go together")
+        usage_error("--tls-cert and --tls-key go together")
     if not 0 <= args.port <= 65535:
-        parser.error("--port must be between 0 and 65535")
+        usage_error("--port must be between 0 and 65535")
     for flag in ("max_sessions", "max_sessions_per_client", "max_requests_per_session",
                  "max_stdio_calls_per_session", "max_body_bytes", "max_batch"):
         if getattr(args, flag) < 1:
-            parser.error(f"--{flag.replace('_', '-')} must be at least 1")
+            usage_error(f"--{flag.replace('_', '-')} must be at least 1")
     for flag in ("body_timeout", "idle_timeout", "session_ttl"):
         if not getattr(args, flag) > 0:
-            parser.error(f"--{flag.replace('_', '-')} must be more than 0 seconds")
-    options = _load_options(args, parser)
+            usage_error(f"--{flag.replace('_', '-')} must be more than 0 seconds")
+    options = _load_options(args, usage_error)
     try:
         result = validate_paths(args.config, options)
     except ConfigPathError as exc:
-        parser.error(f"--config {exc}")
-    for problem in result.problems:
-        print(problem, file=sys.stderr)
+        usage_error(f"--config {exc}")
+    for found in result.problems:
+        say(str(found), level=found.severity.value, **_problem_json(found))
     if not result.ok:
-        print(f"vmcp: the configuration has {len(result.errors)} error(s); not starting",
-              file=sys.stderr)
+        say(f"vmcp: the configuration has {len(result.errors)} error(s); not starting",
+            level="error")
         return EXIT_INVALID
     plans = [p for p in result.plans if args.name is None or p.name == args.name]
     if len(plans) != 1:
-        found = ", ".join(f"{p.namespace}/{p.name}" for p in result.plans) or "none"
+        names = ", ".join(f"{p.namespace}/{p.name}" for p in result.plans) or "none"
         why = (f"no VirtualMCPServer named {args.name!r}" if args.name
                else "several VirtualMCPServers; choose one with --name")
-        print(f"vmcp: {why} (found: {found})", file=sys.stderr)
+        say(f"vmcp: {why} (found: {names})", level="error")
         return EXIT_INVALID
     plan = plans[0]
-    configure_logging(args.log_format, debug=args.debug)
     _raise_open_file_limit()
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
@@ -287,13 +296,18 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                           service_account_dir=args.service_account_dir))
 
     def ready(urls: list[str]) -> None:
-        print(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "
-              f"{len(plan.backends)} backend(s) ({', '.join(b.name for b in plan.backends)})\n"
-              f"  MCP endpoint: {urls[0]}  (Streamable HTTP)\n"
-              "  Connect an MCP client to that URL, for example:\n"
-              f"    npx @modelcontextprotocol/inspector --cli {urls[0]} --transport http "
-              "--method tools/list\n"
-              "  Press Ctrl-C to stop.", flush=True)
+        backends = ", ".join(b.name for b in plan.backends)
+        if args.log_format == "json":
+            say(f"MCP endpoint: {urls[0]} (Streamable HTTP)", stream=sys.stdout, url=urls[0],
+                server=f"{plan.namespace}/{plan.name}", backends=[b.name for b in plan.backends])
+            return
+        say(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "
+            f"{len(plan.backends)} backend(s) ({backends})\n"
+            f"  MCP endpoint: {urls[0]}  (Streamable HTTP)\n"
+            "  Connect an MCP client to that URL, for example:\n"
+            f"    npx @modelcontextprotocol/inspector --cli {urls[0]} --transport http "
+            "--method tools/list\n"
+            "  Press Ctrl-C to stop.", stream=sys.stdout)
 
     exit_code = EXIT_OK
     try:
@@ -301,11 +315,11 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                          tls_key=args.tls_key, on_ready=ready))
     except* IncomingAuthError as auth_errors:
         for error in auth_errors.exceptions:
-            print(f"vmcp: incoming auth: {error}", file=sys.stderr)
+            say(f"vmcp: incoming auth: {error}", level="error")
         exit_code = EXIT_INVALID
     except* ListenError as listen_errors:
         for refusal in listen_errors.exceptions:
-            print(f"vmcp: {refusal}", file=sys.stderr)
+            say(f"vmcp: {refusal}", level="error")
         exit_code = EXIT_USAGE
     return exit_code
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -49,6 +48,7 @@ from ..http.client import HttpClient
 from ..http.serving import hypercorn_config, listen, serve
 from ..resources.plan import EmbeddedIncoming, GatewayPlan, StdioEndpoint
 from ..resources.plan import RedisStorage as RedisStoragePlan
+from ..runtime.logs import say, write_access_log
 from ..runtime.metrics import Metrics
 from ..runtime.supervisor import RestartPolicy, Supervisor
 
@@ -163,7 +163,7 @@ async def _run_parts(process: GatewayProcess, *,
     authenticator's key refreshers; the authorization server's storage connection, providers'
     key refreshers and upstream-token refresher; one task per stdio backend process; one health
     checker per backend; the table of client sessions (each session then supervises its own
-    backend links' streams) and the idle-session reaper."""
+    backend links' streams), the idle-session reaper, the access log's writer."""
     await process.authenticator.prepare()
     try:
         async with trio.open_nursery() as nursery:
@@ -185,6 +185,7 @@ async def _run_parts(process: GatewayProcess, *,
                 supervisor.start_soon(f"health {name}", gateway.health.check_forever, name)
             await supervisor.start("client sessions", gateway.run)
             supervisor.start_soon("idle-session reaper", gateway.reap_idle_sessions)
+            supervisor.start_soon("access log", write_access_log)
             task_status.started()
     finally:
         with trio.CancelScope(shield=True):
@@ -266,12 +267,12 @@ async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
                 async for signum in signals:
                     name = signal.Signals(signum).name
                     if not first.is_set():
-                        print(f"\nvmcp: {name}, draining (up to "
-                              f"{settings.shutdown_grace_seconds:g}s; a second signal stops at "
-                              "once)", file=sys.stderr)
+                        say(f"vmcp: {name}, draining (up to "
+                            f"{settings.shutdown_grace_seconds:g}s; a second signal stops at "
+                            "once)", signal=name)
                         first.set()
                     else:
-                        print(f"vmcp: {name} again, stopping now", file=sys.stderr)
+                        say(f"vmcp: {name} again, stopping now", signal=name)
                         nursery.cancel_scope.cancel()
 
         async def serve(*, task_status: trio.TaskStatus[list[str]]) -> None:

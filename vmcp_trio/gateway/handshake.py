@@ -31,12 +31,14 @@ from ..protocol.jsonrpc import (
     ErrorResponse,
     JsonRpcError,
     Message,
+    Notification,
     Request,
     Response,
     encode,
     encode_error,
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
+from ..runtime.logs import note
 from .core import SERVER_CAPABILITIES, SHUTTING_DOWN, Gateway, TooManySessions
 from .responder import Responder
 from .session import ClientSession, SessionBusy, SessionClosed
@@ -45,6 +47,16 @@ from .streams import EventStream, parse_event_id
 __all__ = ["HandshakeFront"]
 
 log = logging.getLogger("vmcp.http")
+
+
+def _method_of(message: Message | JsonRpcError) -> str | None:
+    return message.method[:100] if isinstance(message, Request | Notification) else None
+
+
+def _named(request: Request) -> str | None:
+    """The tool or prompt a request names (for the access record)."""
+    name = (request.params or {}).get("name")
+    return name[:100] if isinstance(name, str) else None
 
 
 def _session_headers(session: ClientSession) -> list[tuple[str, str]]:
@@ -91,6 +103,7 @@ class HandshakeFront:
         session = await self._session(http, send, caller)
         if session is None:
             return
+        note(session=session.id[:8], rpc="batch" if batch else _method_of(first))
         if batch and not session.revision.allows_batches:
             await send_json(send, 400, encode_error(
                 INVALID_REQUEST, f"JSON-RPC batches are not allowed in protocol revision "
@@ -168,6 +181,7 @@ class HandshakeFront:
         instructions = session.instructions()
         if instructions:
             result["instructions"] = instructions
+        note(session=session.id[:8], rpc="initialize")
         log.info("session %s initialized (protocol %s, %d backends%s)", session.id[:8],
                  negotiated, len(session.links),
                  f", unavailable: {', '.join(session.failed_backends)}"
@@ -177,6 +191,7 @@ class HandshakeFront:
 
     async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
                      request: Request) -> None:
+        note(tool=_named(request))
         async def compute(stream: EventStream) -> Response | ErrorResponse | None:
             return await session.handle(request, stream)
 
@@ -198,6 +213,7 @@ class HandshakeFront:
         session = await self._session(request, send, caller)
         if session is None:
             return
+        note(session=session.id[:8])
         stream, after = session.streams.standalone, session.streams.standalone.delivered
         last_event_id = request.header("last-event-id")
         if last_event_id is not None:

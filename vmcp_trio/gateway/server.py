@@ -53,7 +53,7 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, revision
 from ..resources.plan import AnonymousIncoming
-from ..runtime.logs import REQUEST_ID
+from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, log_access, note
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway
 from .handshake import HandshakeFront
@@ -65,6 +65,8 @@ __all__ = ["MCP_PATH", "ExtraEndpoints", "GatewayApp"]
 log = logging.getLogger("vmcp.http")
 
 MCP_PATH = "/mcp"
+_QUIET_PATHS = frozenset({"/health", "/readyz", "/metrics"})
+"""Probed every few seconds: no access record (their counts are in the metrics)."""
 _LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
 
 
@@ -91,22 +93,26 @@ def _host_name(host: str) -> str:
 
 
 class _GuardedSend:
-    """The ASGI ``send`` of one request: remembers whether the response has started, and
-    closes an HTTP/1.1 connection whose request body was not read (a refusal sent before it:
-    the unread body would otherwise be taken for the next request, or a pooled client would
-    reuse a connection the server is about to drop)."""
+    """The ASGI ``send`` of one request: remembers the response's status (and so whether it
+    has started), and closes an HTTP/1.1 connection whose request body was not read (a refusal
+    sent before it: the unread body would otherwise be taken for the next request, or a pooled
+    client would reuse a connection the server is about to drop)."""
 
-    __slots__ = ("_close", "_send", "request", "started")
+    __slots__ = ("_close", "_send", "request", "status")
 
     def __init__(self, send: Send, request: HttpRequest, http_version: str) -> None:
         self._send = send
         self.request = request
         self._close = http_version in ("1.0", "1.1")
-        self.started = False
+        self.status = 0
+
+    @property
+    def started(self) -> bool:
+        return self.status != 0
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        if not self.started:
-            self.started = True
+        if not self.status:
+            self.status = message.get("status", 200)
             if self._close and self.request.body_unread:
                 message = {**message, "headers": [*message.get("headers", ()),
                                                   (b"connection", b"close")]}
@@ -148,6 +154,9 @@ class GatewayApp:
             return
         request = HttpRequest(scope, receive, body_timeout=self.settings.body_timeout_seconds)
         guarded = _GuardedSend(send, request, scope.get("http_version", "1.1"))
+        record = AccessRecord()
+        ACCESS.set(record)
+        started = trio.current_time()
         try:
             await self.route(request, guarded)
         except ClientGone as exc:
@@ -167,6 +176,10 @@ class GatewayApp:
                 await send_json(guarded, 500, encode_error(
                     INTERNAL_ERROR, "Internal error: the gateway failed to serve this request "
                                     f"(logged as request {REQUEST_ID.get()})"))
+        finally:
+            if request.path not in _QUIET_PATHS:
+                log_access(request.method, request.path[:200], guarded.status,
+                           trio.current_time() - started, record)
 
     async def route(self, request: HttpRequest, send: Send) -> None:
         headers = request.scope["headers"]
@@ -229,7 +242,9 @@ class GatewayApp:
         """Who is calling, or None after answering 400/401/403/503 with a challenge."""
         auth = self.auth
         if auth.anonymous:
-            return Caller(await auth.authenticate(None), address=request.client)
+            identity = await auth.authenticate(None)
+            note(subject=identity.subject)
+            return Caller(identity, address=request.client)
         try:
             if request.query_string and "access_token" in request.query:
                 raise AuthFailure(400, "invalid_request", "tokens in the query string are "
@@ -238,7 +253,9 @@ class GatewayApp:
                 token = bearer_token(request.header("authorization"))
             except HeaderError as exc:
                 raise AuthFailure(400, "invalid_request", exc.reason) from None
-            return Caller(await auth.authenticate(token), token, request.client)
+            identity = await auth.authenticate(token)
+            note(subject=identity.subject)
+            return Caller(identity, token, request.client)
         except AuthFailure as failure:
             self.metrics.auth_failures.labels(str(failure.status),
                                               failure.error or "none").inc()

@@ -45,7 +45,7 @@ from ..protocol.jsonrpc import (
 from ..protocol.revisions import Revision
 from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
 from ..resources.plan import GatewayPlan
-from ..runtime.logs import REQUEST_ID
+from ..runtime.logs import REQUEST_ID, note
 from ..runtime.metrics import Metrics
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .aggregation import BackendListing, Catalog, build_catalog
@@ -377,6 +377,8 @@ class ClientSession:
             reply = self._internal_error(request, exc)
         finally:
             self._scopes.discard(scope)
+            if call.backend is not None:
+                note(backend=call.backend)
             if self._in_flight.get(request.id) is scope:
                 del self._in_flight[request.id]
             if reply is not None:

@@ -53,6 +53,7 @@ from ..protocol.stateless import (
     check_param_headers,
     check_request,
 )
+from ..runtime.logs import note
 from .core import SERVER_CAPABILITIES, SHUTTING_DOWN, Gateway
 from .responder import Responder
 from .session import ClientSession, SessionBusy, SessionClosed, Subscription
@@ -123,6 +124,8 @@ class StatelessFront:
             await send_json(send, 404, encode(ErrorResponse(request.id, ErrorObject(
                 METHOD_NOT_FOUND, f"Method not found: {request.method[:100]}"))))
             return
+        name = (request.params or {}).get("name")
+        note(rpc=request.method[:100], tool=name[:100] if isinstance(name, str) else None)
         checked = check_request(request, http.headers, SUPPORTED)
         if isinstance(checked, StatelessRejection):
             await send_json(send, checked.status, encode(ErrorResponse(request.id,
