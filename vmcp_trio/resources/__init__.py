@@ -5,8 +5,13 @@ Use :func:`validate_paths` (files and folders) or :func:`validate_documents`; bo
 :class:`~vmcp_trio.resources.plan.GatewayPlan` per VirtualMCPServer.
 """
 
-from .loading import ConfigPathError
-from .validate import LoadOptions, ValidationResult, validate_documents, validate_paths
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .loading import ConfigPathError
+    from .validate import LoadOptions, ValidationResult, validate_documents, validate_paths
 
 __all__ = [
     "ConfigPathError",
@@ -15,3 +20,15 @@ __all__ = [
     "validate_documents",
     "validate_paths",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Load the validation stack (pydantic, YAML) on first use, not on import of a submodule:
+    ``vmcp --help`` and the small modules here (durations) stay light."""
+    if name == "ConfigPathError":
+        from .loading import ConfigPathError
+        return ConfigPathError
+    if name in __all__:
+        from . import validate
+        return getattr(validate, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

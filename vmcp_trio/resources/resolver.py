@@ -17,6 +17,7 @@ import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..defaults import DEFAULT_BACKEND_URL_TEMPLATE, DEFAULT_PROXY_PORT
 from . import models as m
 from .plan import (
     Endpoint,
@@ -32,10 +33,6 @@ from .report import Report, Resource, ResourceKey
 
 __all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template"]
 
-DEFAULT_BACKEND_URL_TEMPLATE = "http://mcp-{name}-proxy.{namespace}.svc.cluster.local:{port}"
-"""Where an MCPServer without ``url`` or ``command`` is reached: the Service ToolHive's operator
-creates for it. ``/mcp`` (or ``/sse`` for ``transport: sse``) is appended."""
-DEFAULT_PROXY_PORT = 8080
 _TEMPLATE_FIELDS = frozenset({"name", "namespace", "port"})
 
 TOKEN_TYPE_URN = "urn:ietf:params:oauth:token-type:"

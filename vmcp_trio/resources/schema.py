@@ -14,6 +14,7 @@ from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from ..defaults import DEFAULT_API_GROUP
 from .loading import SourceDocument
 from .models import KIND_MODELS, Envelope, Model, SecretResource
 from .problems import PathPart
@@ -21,7 +22,6 @@ from .report import Report, Resource
 
 __all__ = ["DEFAULT_API_GROUP", "parse_documents"]
 
-DEFAULT_API_GROUP = "toolhive.stacklok.dev"
 API_VERSION = "v1alpha1"
 
 _TYPE_NAMES = {

@@ -16,13 +16,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE
 from .gateway_rules import resolve_gateway
 from .loading import SourceDocument, load_paths
 from .plan import GatewayPlan
 from .problems import Problem, sort_problems
 from .report import Report
-from .resolver import DEFAULT_BACKEND_URL_TEMPLATE, Resolver
-from .schema import DEFAULT_API_GROUP, parse_documents
+from .resolver import Resolver
+from .schema import parse_documents
 
 __all__ = ["LoadOptions", "ValidationResult", "validate_documents", "validate_paths"]
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...defaults import SERVICE_ACCOUNT_DIR
 from ...http.client import HttpClient
 from ...resources.plan import (
     AnonymousIncoming,
@@ -39,7 +40,6 @@ from .jwks import JwksCache
 
 __all__ = ["AuthSettings", "IncomingAuthError", "build_authenticator"]
 
-SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 class IncomingAuthError(Exception):
