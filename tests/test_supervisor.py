@@ -152,3 +152,27 @@ async def test_failures_that_meet_a_cancellation_are_logged_and_the_cancellation
         await trio.sleep(1)
         nursery.cancel_scope.cancel()
     assert any(r.getMessage() == "parent crashed" for r in caplog.records)
+
+
+async def test_a_stopped_task_ends_for_good_and_leaves_the_table(
+        autojump_clock: trio.testing.MockClock) -> None:
+    runs = 0
+
+    async def forever(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        nonlocal runs
+        runs += 1
+        task_status.started()
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        supervisor = Supervisor(nursery)
+        health = await supervisor.start("worker", forever)
+        assert supervisor.tasks == {"worker": health} and health.state == "running"
+        health.stop()
+        await trio.sleep(1)
+        assert health.state == "stopped" and "worker" not in supervisor.tasks and runs == 1
+        again = await supervisor.start("worker", forever)  # a new task of the same name
+        health.stop()  # stopping the old one again touches nothing of the new
+        await trio.sleep(1)
+        assert supervisor.tasks == {"worker": again} and again.state == "running"
+        nursery.cancel_scope.cancel()

@@ -15,6 +15,7 @@ Rules it keeps:
   in ``vmcp_task_restarts_total{task}`` (through ``on_restart``).
 * A policy may also restart a task that returned (``restart_on_return``) or never restart one
   that failed (``restart=False``: a client session, which cannot be resumed, simply ends).
+  :meth:`TaskHealth.stop` ends a task for good (a reload removed what it served).
 * :meth:`Supervisor.start` returns once the task reports started (trio's ``task_status``), or
   once its first run failed: a dependency that is down delays nothing and stops nothing; the task
   keeps trying in the background and its state says so.
@@ -40,7 +41,7 @@ __all__ = ["NEVER_RESTART", "NamedTask", "RestartPolicy", "Retry", "Supervisor",
 
 log = logging.getLogger("vmcp.supervisor")
 
-State = Literal["starting", "running", "backoff", "done", "failed"]
+State = Literal["starting", "running", "backoff", "done", "failed", "stopped"]
 Task = Callable[..., Awaitable[object]]
 NamedTask = tuple[str, Task]
 """A task with the name it is supervised under (the ``task`` label of its metrics)."""
@@ -83,10 +84,15 @@ class TaskHealth:
     """One line about the last failure (exception type and message)."""
     since: float = field(default_factory=trio.current_time)
     """When the task entered its state (trio clock)."""
+    scope: trio.CancelScope = field(default_factory=trio.CancelScope, repr=False)
 
     def enter(self, state: State) -> None:
         self.state = state
         self.since = trio.current_time()
+
+    def stop(self) -> None:
+        """End the task for good (a reload removed what it served)."""
+        self.scope.cancel()
 
 
 class _Status:
@@ -147,6 +153,14 @@ class Supervisor:
                          args: tuple[Any, ...], policy: RestartPolicy, wants_status: bool, *,
                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         status = _Status(health, task_status)
+        with health.scope:
+            await self._keep_running(health, fn, args, policy, wants_status, status)
+        status.report()
+        if health.scope.cancelled_caught:
+            self._finished(health, "stopped")
+
+    async def _keep_running(self, health: TaskHealth, fn: Task, args: tuple[Any, ...],
+                            policy: RestartPolicy, wants_status: bool, status: _Status) -> None:
         delay = policy.initial
         while True:
             began = trio.current_time()
