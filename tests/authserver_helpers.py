@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 import trio
 
-from vmcp_trio.app.gateway import GatewayProcess
+from vmcp_trio.app.parts import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 
 from .fixtures.idp import Idp, browse, running_idp

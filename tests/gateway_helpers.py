@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 import trio
 
-from vmcp_trio.app.gateway import GatewayProcess, build_gateway, serve_gateway
+from vmcp_trio.app.gateway import serve_gateway
+from vmcp_trio.app.parts import GatewayProcess, build_gateway
 from vmcp_trio.gateway.settings import GatewaySettings
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.sse import Event, SSEParser

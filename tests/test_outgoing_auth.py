@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import trio
 
-from vmcp_trio.app.gateway import GatewayProcess
+from vmcp_trio.app.parts import GatewayProcess
 
 from .authserver_helpers import Stack as AuthStack
 from .authserver_helpers import as_docs, chained_upstreams, tokens

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import trio
 
-from vmcp_trio.app.gateway import GatewayProcess
+from vmcp_trio.app.parts import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 
 from .authserver_helpers import claims_of, tokens

@@ -36,7 +36,7 @@ from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from vmcp_trio.app.gateway import GatewayProcess
+from vmcp_trio.app.parts import GatewayProcess
 
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import quickstart_docs, running_gateway

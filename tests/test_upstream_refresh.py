@@ -16,7 +16,7 @@ import pytest
 import trio
 import yaml
 
-from vmcp_trio.app.gateway import GatewayProcess
+from vmcp_trio.app.parts import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 from vmcp_trio.authserver.storage import StoredUpstream
 

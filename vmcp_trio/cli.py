@@ -15,14 +15,14 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, NoReturn, TextIO
 
 from . import __version__
 from .defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE, SERVICE_ACCOUNT_DIR
 
 if TYPE_CHECKING:
     from .resources import LoadOptions, ValidationResult
-    from .resources.problems import Problem
+    from .resources.plan import GatewayPlan
 
 __all__ = ["main"]
 
@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--log-format", choices=("text", "json"), default="text",
                        help="log format (default: %(default)s)")
     serve.add_argument("--debug", action="store_true", help="debug logging")
+    serve.add_argument("--watch", action="store_true",
+                       help="reload the configuration when its files change (polled every 2s; "
+                            "SIGHUP reloads it too)")
     serve.add_argument("--session-ttl", type=float, default=1800.0, metavar="SECONDS",
                        help="end sessions idle this long (default: %(default)s)")
     serve.add_argument("--max-sessions", type=int, default=10_000,
@@ -158,22 +161,6 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text[:40]!r} {exc}") from None
 
 
-def _problem_json(problem: Problem) -> dict[str, Any]:
-    return {
-        "severity": problem.severity.value,
-        "rule": problem.rule,
-        "message": problem.message,
-        "file": problem.file,
-        "document": problem.document,
-        "kind": problem.kind,
-        "namespace": problem.namespace,
-        "name": problem.name,
-        "path": problem.path,
-        "line": problem.line,
-        "column": problem.column,
-    }
-
-
 def _print_result(result: ValidationResult, name: str | None, fmt: str, out: TextIO) -> int:
     from .resources.summary import describe_plan
 
@@ -187,7 +174,7 @@ def _print_result(result: ValidationResult, name: str | None, fmt: str, out: Tex
             "valid": result.ok and not missing_name,
             "documents": result.document_count,
             "unchecked": result.unchecked,
-            "problems": [_problem_json(p) for p in result.problems],
+            "problems": [p.as_dict() for p in result.problems],
             "virtualMCPServers": [f"{p.namespace}/{p.name}" for p in plans],
         }, out, indent=2)
         out.write("\n")
@@ -244,10 +231,12 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import trio
 
     from .app.gateway import run_gateway
+    from .app.reload import Loaded
     from .auth.incoming.build import AuthSettings, IncomingAuthError
     from .gateway.settings import GatewaySettings
     from .http.serving import ListenError
     from .resources import ConfigPathError, validate_paths
+    from .resources.loading import fingerprint
     from .runtime.logs import configure_logging, say
 
     configure_logging(args.log_format, debug=args.debug)
@@ -276,19 +265,26 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except ConfigPathError as exc:
         usage_error(f"--config {exc}")
     for found in result.problems:
-        say(str(found), level=found.severity.value, **_problem_json(found))
+        say(str(found), level=found.severity.value, **found.as_dict())
     if not result.ok:
         say(f"vmcp: the configuration has {len(result.errors)} error(s); not starting",
             level="error")
         return EXIT_INVALID
-    plans = [p for p in result.plans if args.name is None or p.name == args.name]
-    if len(plans) != 1:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in result.plans) or "none"
-        why = (f"no VirtualMCPServer named {args.name!r}" if args.name
-               else "several VirtualMCPServers; choose one with --name")
-        say(f"vmcp: {why} (found: {names})", level="error")
+    plan, why = _choose(result.plans, args.name)
+    if plan is None:
+        say(f"vmcp: {why}", level="error")
         return EXIT_INVALID
-    plan = plans[0]
+
+    def load() -> Loaded:
+        """The configuration again (a reload): every problem, and the plan when valid."""
+        try:
+            again = validate_paths(args.config, options)
+        except ConfigPathError as exc:
+            return None, [], f"--config {exc}"
+        if not again.ok:
+            return None, list(again.problems), None
+        chosen, reason = _choose(again.plans, args.name)
+        return chosen, list(again.problems), reason
     _raise_open_file_limit()
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
@@ -323,7 +319,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     exit_code = EXIT_OK
     try:
         trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
-                         tls_key=args.tls_key, on_ready=ready))
+                         tls_key=args.tls_key, load=load,
+                         fingerprint=partial(fingerprint, args.config) if args.watch else None,
+                         on_ready=ready))
     except* IncomingAuthError as auth_errors:
         for error in auth_errors.exceptions:
             say(f"vmcp: incoming auth: {error}", level="error")
@@ -333,6 +331,17 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             say(f"vmcp: {refusal}", level="error")
         exit_code = EXIT_USAGE
     return exit_code
+
+
+def _choose(plans: Sequence[GatewayPlan], name: str | None) -> tuple[GatewayPlan | None, str]:
+    """The VirtualMCPServer to serve: the one of the files, or the one named."""
+    chosen = [p for p in plans if name is None or p.name == name]
+    if len(chosen) == 1:
+        return chosen[0], ""
+    found = ", ".join(f"{p.namespace}/{p.name}" for p in plans) or "none"
+    why = (f"no VirtualMCPServer named {name!r}" if name
+           else "several VirtualMCPServers; choose one with --name")
+    return None, f"{why} (found: {found})"
 
 
 def _raise_open_file_limit() -> None:

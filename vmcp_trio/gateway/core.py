@@ -168,6 +168,18 @@ class Gateway:
         for process in self.links.stdio.values():
             process.forget(session.id)
 
+    def update(self, plan: GatewayPlan, gone: set[str], new: set[str]) -> None:
+        """A reload: the new plan for everyone; every session retires its links to the backends
+        ``gone`` and connects those ``new`` (both hold the changed ones), and hears its lists
+        changed."""
+        self.plan = plan
+        self.services.plan = plan
+        self.server_info = {"name": f"vmcp-trio/{plan.name}", "version": __version__}
+        for process in self.links.stdio.values():
+            process.router = self._route_from_stdio
+        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+            session.backends_changed(gone, new)
+
     def close_all(self) -> None:
         for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
             session.close()

@@ -70,6 +70,16 @@ class HealthMonitor:
         self.backends = {b.name: BackendHealth(b.name) for b in plan.backends}
         self._links: dict[str, HttpLink] = {}
 
+    def update(self, plan: GatewayPlan, gone: set[str], new: set[str]) -> None:
+        """A reload: forget the backends ``gone``, start from "unknown" for those ``new`` (the
+        checkers themselves are started and stopped by whoever supervises them)."""
+        self.plan = plan
+        for name in gone:
+            self.backends.pop(name, None)
+            self._links.pop(name, None)  # its checker, stopped, closes what it opened
+        for name in new:
+            self.backends[name] = BackendHealth(name)
+
     def usable(self, backend: str) -> bool:
         health = self.backends.get(backend)
         return health is None or health.usable

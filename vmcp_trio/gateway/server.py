@@ -142,9 +142,19 @@ class GatewayApp:
         self.handshake = HandshakeFront(gateway, self.responder)
         self.stateless = StatelessFront(gateway, self.responder)
         self.loopback_bind = self.settings.host in ("127.0.0.1", "localhost", "::1")
-        incoming = gateway.plan.incoming
-        self._configured_resource = (None if isinstance(incoming, AnonymousIncoming)
-                                     else incoming.resource_url)
+
+    def update(self, authenticator: Authenticator, *,
+               extra_endpoints: ExtraEndpoints | None,
+               readiness: Mapping[str, ReadinessCheck] | None) -> None:
+        """A reload: new requests use these (requests being served finish with the old)."""
+        self.auth = authenticator
+        self.extra_endpoints = extra_endpoints
+        self.readiness = dict(readiness or {})
+
+    @property
+    def _configured_resource(self) -> str | None:
+        incoming = self.gateway.plan.incoming
+        return None if isinstance(incoming, AnonymousIncoming) else incoming.resource_url
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

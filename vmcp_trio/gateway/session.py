@@ -19,6 +19,7 @@ import contextlib
 import itertools
 import logging
 import secrets
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,9 +118,10 @@ class Workload:
         await self._idle.wait()
 
 
-@dataclass(frozen=True)
+@dataclass
 class SessionServices:
-    """What a session uses of the process: the same for every session."""
+    """What a session uses of the process: the same for every session (a reload changes the
+    plan here, for all of them at once)."""
 
     plan: GatewayPlan
     links: BackendLinks
@@ -182,7 +184,6 @@ class ClientSession:
                  client_capabilities: dict[str, Any], client_info: dict[str, Any],
                  caller: Caller) -> None:
         self.services = services
-        self.plan = services.plan
         self.id = session_id
         self.revision = revision
         self.client_capabilities = client_capabilities
@@ -194,6 +195,8 @@ class ClientSession:
         """Who sent the session's latest request (its token is the one its backend
         credentials are computed for)."""
         self.links: dict[str, BackendLink] = {}
+        self._calls_on: Counter[BackendLink] = Counter()
+        """Calls in flight on each link (what retiring a link waits for)."""
         self.failed_backends: dict[str, str] = {}
         self.streams = StreamRegistry(
             max_events=services.stream_buffer_events,
@@ -285,7 +288,7 @@ class ClientSession:
 
     async def _connect_backends(self, supervisor: Supervisor) -> None:
         async with trio.open_nursery() as connecting:
-            for backend in self.plan.backends:
+            for backend in self.services.plan.backends:
                 connecting.start_soon(self._connect, backend.name, supervisor)
 
     def backend_health_changed(self, backend: str, usable: bool) -> None:
@@ -303,6 +306,38 @@ class ClientSession:
             await self._connect(backend, supervisor)
         self.invalidate_catalog()
         self._tell_lists_changed()
+
+    def backends_changed(self, gone: set[str], new: set[str]) -> None:
+        """A reload changed the backends: links to those in ``gone`` are retired (no new call
+        goes to them; the calls in flight finish, within the backend's timeout, then the link
+        is closed), those in ``new`` are connected, and the client hears its lists changed
+        (with nothing gone or new: the aggregation changed, the lists too)."""
+        if self.closed.is_set() or self._supervisor is None:
+            return
+        self._supervisor.start_soon("reload", self._change_backends, self._supervisor, gone,
+                                    new, policy=NEVER_RESTART)
+
+    async def _change_backends(self, supervisor: Supervisor, gone: set[str],
+                               new: set[str]) -> None:
+        retired = [self.links.pop(name) for name in sorted(gone) if name in self.links]
+        for name in gone:
+            self.failed_backends.pop(name, None)
+        self.invalidate_catalog()
+        async with trio.open_nursery() as connecting:
+            for name in sorted(new):
+                connecting.start_soon(self._connect, name, supervisor)
+        self.invalidate_catalog()
+        self._tell_lists_changed()
+        async with trio.open_nursery() as retiring:
+            for link in retired:
+                retiring.start_soon(self._retire, link)
+
+    async def _retire(self, link: BackendLink) -> None:
+        with trio.move_on_after(self.services.links.timeout(link.name)):
+            while self._calls_on[link]:
+                await trio.sleep(0.05)
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await link.aclose()
 
     def _tell_lists_changed(self) -> None:
         for method in sorted(_LIST_CHANGED):
@@ -408,7 +443,7 @@ class ClientSession:
         if method in _LISTS:
             key, result_key = _LISTS[method]
             catalog = await self.catalog()
-            if catalog.failures and self.plan.operational.partial_failure_mode == "fail":
+            if catalog.failures and self.services.plan.operational.partial_failure_mode == "fail":
                 name, detail = sorted(catalog.failures.items())[0]
                 raise BackendError(name, f"{detail} (partialFailureMode: fail lists nothing "
                                          "while a backend is unavailable)")
@@ -426,7 +461,13 @@ class ClientSession:
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
                        call: Call) -> Response | ErrorResponse:
         call.backend = link.name
-        reply = await link.call(request.method, params, self._call_sink(link, call))
+        self._calls_on[link] += 1
+        try:
+            reply = await link.call(request.method, params, self._call_sink(link, call))
+        finally:
+            self._calls_on[link] -= 1
+            if not self._calls_on[link]:
+                del self._calls_on[link]
         if isinstance(reply, Response):
             return Response(request.id, reply.result)
         return ErrorResponse(request.id, reply.error)
@@ -833,7 +874,7 @@ class ClientSession:
                 listings.append(listing)
                 nursery.start_soon(self._fill_listing, link, listing, failures)
         failures.update(self.failed_backends)
-        catalog = build_catalog(listings, self.plan.aggregation, failures)
+        catalog = build_catalog(listings, self.services.plan.aggregation, failures)
         for conflict in catalog.conflicts:
             log.warning("session %s: %s", self.id[:8], conflict)
         if generation == self._catalog_generation:

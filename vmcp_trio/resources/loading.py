@@ -19,6 +19,7 @@ skipping hidden files and folders, so the same folder always loads the same way.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -121,6 +122,26 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
         else:
             raise ConfigPathError(f"{raw}: no such file or folder")
     return files
+
+
+def fingerprint(paths: Iterable[str | Path]) -> str:
+    """The content of the configuration (every file :func:`expand_paths` finds, and which
+    they are), summed up: it changes when any of them does (``--watch``). A path that is gone
+    or unreadable counts as such, never as an error."""
+    digest = hashlib.sha256()
+    try:
+        files = expand_paths(paths)
+    except ConfigPathError as exc:
+        return f"unreadable: {exc}"
+    for path in files:
+        digest.update(str(path).encode() + b"\0")
+        try:
+            with path.open("rb") as fh:
+                digest.update(fh.read(MAX_FILE_BYTES + 1))
+        except OSError as exc:
+            digest.update(f"unreadable: {exc.strerror}".encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
 
 
 def load_paths(paths: Iterable[str | Path]) -> tuple[list[SourceDocument], list[Problem]]:

@@ -16,6 +16,7 @@ import enum
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Position", "Problem", "Severity", "format_path", "sort_problems"]
 
@@ -63,6 +64,13 @@ class Problem:
     @property
     def is_error(self) -> bool:
         return self.severity is Severity.ERROR
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field, the severity as its text (``vmcp validate -o json``, JSON logs)."""
+        return {"severity": self.severity.value, "rule": self.rule, "message": self.message,
+                "file": self.file, "document": self.document, "kind": self.kind,
+                "namespace": self.namespace, "name": self.name, "path": self.path,
+                "line": self.line, "column": self.column}
 
     def where(self) -> str:
         """``file:line:col: document N (Kind ns/name)`` with whatever parts are known."""

@@ -66,6 +66,9 @@ class Metrics:
         self.backend_restarts = Counter("vmcp_backend_restarts",
                                         "Restarts of a stdio backend's process", ["backend"],
                                         registry=self.registry)
+        self.reloads = Counter("vmcp_reloads", "Configuration reloads, by outcome (ok, "
+                               "unchanged, invalid, failed)", ["outcome"],
+                               registry=self.registry)
         self.build_info = Gauge("vmcp_build_info", "1, labelled with the running version",
                                 ["version"], registry=self.registry)
         self.build_info.labels(__version__).set(1)

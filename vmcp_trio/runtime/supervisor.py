@@ -36,8 +36,8 @@ from typing import Any, Literal
 
 import trio
 
-__all__ = ["NEVER_RESTART", "NamedTask", "RestartPolicy", "Retry", "Supervisor", "Task",
-           "TaskHealth"]
+__all__ = ["DEFAULT_POLICY", "NEVER_RESTART", "NamedTask", "RestartPolicy", "Retry",
+           "Supervisor", "Task", "TaskHealth"]
 
 log = logging.getLogger("vmcp.supervisor")
 
@@ -72,6 +72,7 @@ class RestartPolicy:
     """True: a task that returns is started again too, after ``initial``."""
 
 
+DEFAULT_POLICY = RestartPolicy()
 NEVER_RESTART = RestartPolicy(restart=False)
 
 
@@ -133,7 +134,7 @@ class Supervisor:
         return health
 
     async def start(self, name: str, fn: Task, *args: Any,
-                    policy: RestartPolicy = RestartPolicy()) -> TaskHealth:
+                    policy: RestartPolicy = DEFAULT_POLICY) -> TaskHealth:
         """Start a task that takes ``task_status`` (trio's start protocol); return once it
         reported started or its first run failed."""
         health = self._health(name)
@@ -142,7 +143,7 @@ class Supervisor:
         return health
 
     def start_soon(self, name: str, fn: Task, *args: Any,
-                   policy: RestartPolicy = RestartPolicy()) -> TaskHealth:
+                   policy: RestartPolicy = DEFAULT_POLICY) -> TaskHealth:
         """Start a task (without ``task_status``) at the next checkpoint."""
         health = self._health(name)
         self.nursery.start_soon(partial(self._supervise, health, fn, args, policy, False),

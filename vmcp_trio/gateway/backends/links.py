@@ -83,6 +83,17 @@ class BackendLinks:
         self.legacy_backends: set[str] = set()
         """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
 
+    def update(self, plan: GatewayPlan, strategies: Mapping[str, OutgoingStrategy],
+               stdio: Mapping[str, StdioProcess], changed: set[str]) -> None:
+        """A reload: the new plan's backends, strategies and processes; what was learnt of the
+        ``changed`` backends (which revision they speak) is forgotten."""
+        self.plan = plan
+        self.strategies = strategies
+        self.stdio = stdio
+        self.endpoints = {backend.name: backend.endpoint for backend in plan.backends}
+        self.handshake_backends -= changed
+        self.legacy_backends -= changed
+
     def timeout(self, name: str) -> float:
         return self.plan.operational.timeout_for(name).total_seconds()
 

@@ -358,6 +358,10 @@ class StdioProcess:
         self._subscriptions.pop(uri, None)
         return await self.request("resources/unsubscribe", {"uri": uri}, owner=owner, sink=sink)
 
+    @property
+    def calls_in_flight(self) -> int:
+        return len(self._calls.calls)
+
     def forget(self, owner: str) -> None:
         """A session ended: drop its subscriptions (the backend keeps one if others hold it)."""
         for holders in self._subscriptions.values():

@@ -1,0 +1,226 @@
+"""The parts of one gateway process, and how each is made from a plan (at start and on reload).
+
+:func:`build_gateway` makes them, each given only what it uses:
+
+* the upstream HTTP client (shared), the metrics registry;
+* the embedded authorization server (``authServerConfig``) with its storage (memory, or Redis
+  sealed with the HMAC secrets);
+* the incoming authenticator (boundary 1), which validates the embedded server's tokens with its
+  in-process keys when there is one;
+* each backend's outgoing strategy (boundary 2; token-exchange caches shared per service), the
+  stdio processes, and the link policy (:class:`~vmcp_trio.gateway.backends.links.BackendLinks`);
+* the gateway (sessions, health) and its HTTP app.
+
+:func:`start_tasks` starts the long-lived tasks of a part under the process's supervisor and
+remembers them under the part's name (:attr:`GatewayProcess.tasks`), so that a reload can stop
+exactly those of a part it replaces.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..auth.incoming.authenticator import Authenticator
+from ..auth.incoming.build import build_authenticator
+from ..auth.outgoing.exchange import TokenExchanger
+from ..auth.outgoing.strategies import OutgoingStrategy, build_strategy
+from ..authserver.server import AuthorizationServer
+from ..authserver.storage import Storage
+from ..authserver.storage.memory import MemoryStorage
+from ..authserver.storage.redis import RedisStorage
+from ..gateway.backends.links import BackendLinks
+from ..gateway.backends.stdio import StdioProcess
+from ..gateway.core import Gateway
+from ..gateway.server import GatewayApp, ReadinessCheck
+from ..gateway.settings import GatewaySettings
+from ..http.client import HttpClient
+from ..resources.plan import BackendPlan, EmbeddedIncoming, GatewayPlan, StdioEndpoint
+from ..resources.plan import RedisStorage as RedisStoragePlan
+from ..runtime.metrics import Metrics
+from ..runtime.supervisor import (
+    DEFAULT_POLICY,
+    NamedTask,
+    RestartPolicy,
+    Supervisor,
+    TaskHealth,
+)
+
+__all__ = ["KEY_REFRESH", "STDIO_BACKEND", "GatewayProcess", "authenticator_for",
+           "authorization_server", "build_gateway", "readiness_of", "start_backend_tasks",
+           "stdio_process", "strategies_for", "watch_backends", "wire_authserver"]
+
+STDIO_BACKEND = RestartPolicy(initial=0.5, cap=30.0, reset_after=60.0)
+KEY_REFRESH = RestartPolicy(initial=1.0, cap=60.0)
+
+
+@dataclass
+class GatewayProcess:
+    """The parts of one gateway process."""
+
+    plan: GatewayPlan
+    settings: GatewaySettings
+    http: HttpClient
+    metrics: Metrics
+    authserver: AuthorizationServer | None
+    authenticator: Authenticator
+    exchangers: dict[tuple[str, str | None], TokenExchanger]
+    links: BackendLinks
+    gateway: Gateway
+    app: GatewayApp
+    supervisor: Supervisor | None = None
+    """The process's supervisor, once running: its ``tasks`` are the tree of tasks."""
+    tasks: dict[str, list[TaskHealth]] = field(default_factory=dict)
+    """The supervised tasks of each part (``authenticator``, ``authserver``, ``stdio <name>``,
+    ``health <name>``), for a reload to stop those of a part it replaces."""
+
+    async def start_tasks(self, part: str, tasks: Iterable[NamedTask], *,
+                          policy: RestartPolicy = DEFAULT_POLICY, started: bool = True) -> None:
+        """Start ``tasks`` (``started``: with ``task_status``, waiting for each to report) and
+        remember them as ``part``'s."""
+        assert self.supervisor is not None
+        handles = self.tasks.setdefault(part, [])
+        for name, task in tasks:
+            if started:
+                handles.append(await self.supervisor.start(name, task, policy=policy))
+            else:
+                handles.append(self.supervisor.start_soon(name, task, policy=policy))
+
+    def stop_tasks(self, part: str) -> None:
+        for handle in self.tasks.pop(part, []):
+            handle.stop()
+
+
+def authorization_server(plan: GatewayPlan, client: HttpClient,
+                         storage: Storage | None = None) -> AuthorizationServer | None:
+    """The embedded authorization server of ``authServerConfig``, if any. Its tokens are for
+    the resource the incoming config names (audience and resource URL). ``storage``: the one to
+    keep (a reload that did not change the storage block keeps what it holds)."""
+    config = plan.auth_server
+    if config is None:
+        return None
+    incoming = plan.incoming
+    resources: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    if isinstance(incoming, EmbeddedIncoming):
+        resources = tuple(dict.fromkeys(r for r in (incoming.audience, incoming.resource_url)
+                                        if r))
+        scopes = incoming.scopes
+    if storage is None:
+        storage = MemoryStorage()
+        if isinstance(config.storage, RedisStoragePlan):
+            # Sealed with the HMAC secrets (ephemeral ones: nothing readable after a restart,
+            # as the tokens themselves).
+            seal_secrets = [s.value for s in config.hmac_secrets] or [os.urandom(32)]
+            storage = RedisStorage(config.storage, seal_secrets)
+    return AuthorizationServer(config, resources=resources, scopes=scopes, client=client,
+                               storage=storage)
+
+
+def authenticator_for(plan: GatewayPlan, settings: GatewaySettings, client: HttpClient,
+                      authserver: AuthorizationServer | None) -> Authenticator:
+    """Boundary 1 (raises IncomingAuthError when the mode cannot be set up)."""
+    return build_authenticator(
+        plan.incoming, settings.auth, client,
+        embedded_keys=authserver.keys if authserver else None,
+        still_valid=authserver.session_valid if authserver else None,
+        first_seen_valid=authserver.session_not_revoked if authserver else None)
+
+
+def strategies_for(plan: GatewayPlan, settings: GatewaySettings, client: HttpClient,
+                   authserver: AuthorizationServer | None,
+                   exchangers: dict[tuple[str, str | None], TokenExchanger]
+                   ) -> dict[str, OutgoingStrategy]:
+    """Boundary 2: each backend's strategy (exchange caches shared per exchange service, and
+    kept across reloads)."""
+    return {backend.name: build_strategy(backend.outgoing, client=client, exchangers=exchangers,
+                                         tokens=authserver, cache=settings.token_exchange_cache)
+            for backend in plan.backends}
+
+
+def stdio_process(backend: BackendPlan, plan: GatewayPlan, settings: GatewaySettings,
+                  metrics: Metrics) -> StdioProcess:
+    assert isinstance(backend.endpoint, StdioEndpoint)
+    process = StdioProcess(
+        backend.name, backend.endpoint,
+        init_timeout=plan.operational.timeout_for(backend.name).total_seconds(),
+        max_calls_per_session=settings.max_stdio_calls_per_session)
+    process.on_restart = lambda name: metrics.backend_restarts.labels(name).inc()
+    return process
+
+
+async def start_backend_tasks(process: GatewayProcess, name: str) -> None:
+    """A backend's tasks, as part ``backend <name>``: its stdio process (if it is one) and its
+    health checker."""
+    tasks: list[NamedTask] = []
+    stdio = process.links.stdio.get(name)
+    if stdio is not None:
+        process_task: NamedTask = (f"stdio backend {name}", stdio.run)
+        await process.start_tasks(f"backend {name}", [process_task], policy=STDIO_BACKEND,
+                                  started=False)
+    health = process.gateway.health
+    tasks.append((f"health {name}", lambda: health.check_forever(name)))
+    await process.start_tasks(f"backend {name}", tasks, started=False)
+
+
+def readiness_of(authserver: AuthorizationServer | None) -> dict[str, ReadinessCheck]:
+    return {"storage": authserver.not_ready} if authserver else {}
+
+
+def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProcess:
+    """The parts of a gateway process (raises IncomingAuthError when the incoming auth mode
+    cannot be set up)."""
+    http = HttpClient()
+    metrics = Metrics()
+    authserver = authorization_server(plan, http)
+    authenticator = authenticator_for(plan, settings, http, authserver)
+    exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
+    strategies = strategies_for(plan, settings, http, authserver, exchangers)
+    stdio = {backend.name: stdio_process(backend, plan, settings, metrics)
+             for backend in plan.backends if isinstance(backend.endpoint, StdioEndpoint)}
+    links = BackendLinks(plan, http, strategies, stdio)
+    gateway = Gateway(plan, settings, links, metrics)
+    app = GatewayApp(gateway, authenticator,
+                     extra_endpoints=authserver.handle if authserver else None,
+                     readiness=readiness_of(authserver))
+    process = GatewayProcess(plan, settings, http, metrics, authserver, authenticator,
+                             exchangers, links, gateway, app)
+    _watch(process)
+    watch_backends(process, added=set(gateway.health.backends), removed=set())
+    return process
+
+
+def _watch(process: GatewayProcess) -> None:
+    """The gauges read on scrape (of whichever authenticator serves now)."""
+    metrics, app = process.metrics, process.app
+    metrics.watch(metrics.sessions, lambda: len(process.gateway.sessions))
+    metrics.watch(metrics.open_streams, lambda: app.responder.open_streams)
+    metrics.watch(metrics.anonymous_mode, lambda: 1.0 if app.auth.anonymous else 0.0)
+    metrics.watch(metrics.auth_keys_healthy, lambda: 0.0 if app.auth.health().get(
+        "keys", "healthy") != "healthy" else 1.0)
+    wire_authserver(process)
+
+
+def wire_authserver(process: GatewayProcess) -> None:
+    """The counters the authorization server reports to."""
+    authserver, metrics = process.authserver, process.metrics
+    if authserver is None:
+        return
+    refreshes = metrics.upstream_refreshes
+    authserver.refresher.on_outcome = (
+        lambda provider, outcome: refreshes.labels(provider, outcome).inc())
+    if isinstance(authserver.storage, RedisStorage):
+        authserver.storage.on_task_restart = metrics.count_restart
+
+
+def watch_backends(process: GatewayProcess, *, added: set[str], removed: set[str]) -> None:
+    """Each backend's health gauge: one per backend of the plan, none for one a reload
+    removed."""
+    metrics, health = process.metrics, process.gateway.health
+    for name in removed:
+        metrics.backend_healthy.remove(name)
+    for name in added:
+        metrics.watch(metrics.backend_healthy,
+                      lambda n=name: 1.0 if health.usable(n) else 0.0,  # type: ignore[misc]
+                      name)

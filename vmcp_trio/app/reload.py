@@ -1,0 +1,225 @@
+"""Reloading the configuration of a running gateway (SIGHUP, and ``--watch``).
+
+:class:`Reloader` is a supervised task. Asked to reload (:meth:`Reloader.request`, or a change
+of the configuration files' content when it watches them), it loads and validates the files
+again, off the event loop:
+
+* Invalid: every problem is logged, and the old configuration keeps serving.
+* Unchanged: one line says so.
+* Changed: the new parts are built first (so a mode that cannot be set up, say an issuer that
+  announces nothing, leaves everything as it was), then swapped in at once: backends added are
+  started, removed ones retired (no new call goes to them; calls in flight finish within the
+  backend's timeout; then the process or link is closed), changed ones both; sessions go on,
+  and each hears ``list_changed`` (its lists may have changed); incoming auth, the
+  authorization server and its storage apply to new requests (a storage block that did not
+  change keeps its storage, and what it holds). What changed is logged, and
+  ``vmcp_reloads_total{outcome}`` counts ``ok``, ``unchanged``, ``invalid`` and ``failed``.
+
+Settings given as flags (listen address, bounds) are the process's, and do not change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from ..auth.incoming.build import IncomingAuthError
+from ..gateway.backends.stdio import StdioProcess
+from ..resources.plan import GatewayPlan, StdioEndpoint
+from ..resources.problems import Problem
+from ..runtime.logs import say
+from ..runtime.supervisor import TaskHealth
+from .parts import (
+    KEY_REFRESH,
+    GatewayProcess,
+    authenticator_for,
+    authorization_server,
+    readiness_of,
+    start_backend_tasks,
+    stdio_process,
+    strategies_for,
+    watch_backends,
+    wire_authserver,
+)
+
+__all__ = ["Loaded", "Reloader", "changes"]
+
+log = logging.getLogger("vmcp.reload")
+
+Loaded = tuple[GatewayPlan | None, list[Problem], str | None]
+"""What loading the configuration gave: the plan (None when invalid), every problem, and why
+there is no plan when no problem says it (no VirtualMCPServer of that name, say)."""
+
+
+@dataclass(frozen=True)
+class Changes:
+    added: frozenset[str]
+    removed: frozenset[str]
+    changed: frozenset[str]
+    """Backends whose endpoint or outgoing auth changed."""
+    incoming: bool
+    auth_server: bool
+    other: bool
+    """Aggregation or operational settings."""
+
+    @property
+    def gone(self) -> set[str]:
+        return set(self.removed | self.changed)
+
+    @property
+    def new(self) -> set[str]:
+        return set(self.added | self.changed)
+
+    def describe(self) -> str:
+        parts = [f"{what} {', '.join(sorted(names))}" for what, names in (
+            ("backends added:", self.added), ("removed:", self.removed),
+            ("changed:", self.changed)) if names]
+        parts += [what for what, flag in (("incoming auth", self.incoming),
+                                          ("the authorization server", self.auth_server),
+                                          ("aggregation or operational settings", self.other))
+                  if flag]
+        return "; ".join(parts)
+
+
+def changes(old: GatewayPlan, new: GatewayPlan) -> Changes:
+    before = {b.name: b for b in old.backends}
+    after = {b.name: b for b in new.backends}
+    return Changes(
+        added=frozenset(after.keys() - before.keys()),
+        removed=frozenset(before.keys() - after.keys()),
+        changed=frozenset(n for n in before.keys() & after.keys() if before[n] != after[n]),
+        incoming=old.incoming != new.incoming,
+        auth_server=old.auth_server != new.auth_server,
+        other=(old.aggregation, old.operational, old.name) != (new.aggregation,
+                                                                new.operational, new.name))
+
+
+class Reloader:
+    def __init__(self, process: GatewayProcess, load: Callable[[], Loaded], *,
+                 fingerprint: Callable[[], str] | None = None, poll: float = 2.0) -> None:
+        self.process = process
+        self.load = load
+        """Loads and validates the configuration (blocking: it runs in a thread)."""
+        self.fingerprint = fingerprint
+        """The configuration files' content, summed up (``--watch``); None: not watched."""
+        self.poll = poll
+        self._requested = trio.Event()
+
+    def request(self) -> None:
+        """Reload soon (SIGHUP)."""
+        self._requested.set()
+
+    async def run(self) -> None:
+        """Reload when asked, or when the files change (a supervised task)."""
+        seen = await self._fingerprint()
+        while True:
+            with trio.move_on_after(self.poll if self.fingerprint is not None else float("inf")):
+                await self._requested.wait()
+            now = await self._fingerprint()
+            if self._requested.is_set() or now != seen:
+                self._requested = trio.Event()
+                seen = now
+                await self.reload()
+
+    async def _fingerprint(self) -> str | None:
+        if self.fingerprint is None:
+            return None
+        return await trio.to_thread.run_sync(self.fingerprint)
+
+    async def reload(self) -> str:
+        """Load, validate and apply the configuration; the outcome (also counted)."""
+        outcome = await self._reload()
+        self.process.metrics.reloads.labels(outcome).inc()
+        return outcome
+
+    async def _reload(self) -> str:
+        plan, problems, why = await trio.to_thread.run_sync(self.load)
+        for problem in problems:
+            say(str(problem), level=problem.severity.value, **problem.as_dict())
+        if plan is None:
+            reason = why or f"{sum(p.severity.value == 'error' for p in problems)} error(s)"
+            say(f"vmcp: reload refused: {reason}; the old configuration keeps serving",
+                level="error")
+            return "invalid"
+        process = self.process
+        diff = changes(process.plan, plan)
+        if not diff.describe():
+            say("vmcp: reload: the configuration is unchanged")
+            return "unchanged"
+        try:
+            await apply(process, plan, diff)
+        except IncomingAuthError as exc:
+            say(f"vmcp: reload refused: incoming auth: {exc}; the old configuration keeps "
+                "serving", level="error")
+            return "failed"
+        say(f"vmcp: reloaded: {diff.describe()}", changes=diff.describe())
+        return "ok"
+
+
+async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> None:
+    """Build what changed, swap it in, retire what it replaced (see the module docstring)."""
+    old_plan, settings, http = process.plan, process.settings, process.http
+    # 1. Build (nothing running is touched yet: a failure here leaves everything as it was).
+    authserver = process.authserver
+    if diff.auth_server or diff.incoming:
+        keep = (process.authserver.storage if process.authserver is not None
+                and old_plan.auth_server is not None and plan.auth_server is not None
+                and old_plan.auth_server.storage == plan.auth_server.storage else None)
+        authserver = authorization_server(plan, http, keep)
+    authenticator = process.authenticator
+    if diff.incoming or authserver is not process.authserver:
+        authenticator = authenticator_for(plan, settings, http, authserver)
+        await authenticator.prepare()
+    strategies = strategies_for(plan, settings, http, authserver, process.exchangers)
+    stdio = {name: p for name, p in process.links.stdio.items() if name not in diff.gone}
+    retired_stdio = [p for name, p in process.links.stdio.items() if name in diff.gone]
+    for backend in plan.backends:
+        if backend.name in diff.new and isinstance(backend.endpoint, StdioEndpoint):
+            stdio[backend.name] = stdio_process(backend, plan, settings, process.metrics)
+    # 2. Start the new parts' tasks, under names of their own.
+    replaced_as = authserver is not process.authserver
+    replaced_auth = authenticator is not process.authenticator
+    old_tasks = {part: process.tasks.pop(part, []) for part in
+                 (["authserver"] if replaced_as else []) + (["authenticator"] if replaced_auth
+                                                            else [])
+                 + [f"backend {name}" for name in diff.gone]}
+    if replaced_as and authserver is not None:
+        await process.start_tasks("authserver", authserver.supervised(), policy=KEY_REFRESH)
+    if replaced_auth:
+        await process.start_tasks("authenticator", authenticator.supervised(),
+                                  policy=KEY_REFRESH)
+    # 3. Swap, at once (no checkpoint between these).
+    process.plan = plan
+    process.authserver, process.authenticator = authserver, authenticator
+    process.links.update(plan, strategies, stdio, set(diff.changed))
+    process.gateway.health.update(plan, diff.gone, diff.new)
+    process.app.update(authenticator, extra_endpoints=authserver.handle if authserver else None,
+                       readiness=readiness_of(authserver))
+    wire_authserver(process)
+    watch_backends(process, added=set(diff.added), removed=set(diff.removed))
+    process.gateway.update(plan, diff.gone, diff.new)
+    for name in sorted(diff.new):
+        await start_backend_tasks(process, name)
+    # 4. Retire what was replaced: its tasks stop (a stdio process once its calls are done,
+    # within the backend's timeout: no call outlives that anyway).
+    assert process.supervisor is not None
+    for part, handles in old_tasks.items():
+        name = part.removeprefix("backend ")
+        stdio_task = f"stdio backend {name}"
+        for handle in handles:
+            old_process = next((p for p in retired_stdio if p.name == name), None)
+            if handle.name == stdio_task and old_process is not None:
+                timeout = old_plan.operational.timeout_for(name).total_seconds()
+                process.supervisor.nursery.start_soon(_retire, handle, old_process, timeout)
+            else:
+                handle.stop()
+
+
+async def _retire(handle: TaskHealth, stdio: StdioProcess, timeout: float) -> None:
+    with trio.move_on_after(timeout):
+        while stdio.calls_in_flight:
+            await trio.sleep(0.05)
+    handle.stop()
