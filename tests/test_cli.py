@@ -154,3 +154,27 @@ def test_operator_errors_of_serve_are_one_line_and_exit_2(tmp_path: Path) -> Non
             assert run.returncode == 2, (flags, run.stderr)
             assert line in run.stderr, (flags, run.stderr)
             assert "Traceback" not in run.stderr and "MCP endpoint" not in run.stdout
+
+
+def test_serve_flags_from_the_environment(tmp_path: Path) -> None:
+    """VMCP_<FLAG> for every serve flag (upper case, dashes as underscores); the command line
+    wins; a bad value names the variable."""
+
+    def serve(*args: str, **environ: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "vmcp_trio", "serve", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, **environ})
+
+    quickstart = str(EXAMPLES / "quickstart.yaml")
+    bad = serve(VMCP_CONFIG=quickstart, VMCP_PORT="many")
+    assert bad.returncode == 2 and "VMCP_PORT: 'many' is not a valid value" in bad.stderr
+    switch = serve(VMCP_CONFIG=quickstart, VMCP_TRUST_FORWARDED_HEADERS="perhaps")
+    assert switch.returncode == 2 and "VMCP_TRUST_FORWARDED_HEADERS" in switch.stderr
+    # The environment is read: a certificate without its key is refused ...
+    alone = serve(VMCP_CONFIG=quickstart, VMCP_TLS_CERT=quickstart)
+    assert alone.returncode == 2 and "--tls-cert and --tls-key go together" in alone.stderr
+    # ... and the command line wins over it.
+    wins = serve("--port", "70000", VMCP_CONFIG=quickstart, VMCP_PORT="4483")
+    assert wins.returncode == 2 and "--port must be between 0 and 65535" in wins.stderr
+    lists = serve(VMCP_CONFIG=f"{tmp_path / 'a.yaml'},{quickstart}")
+    assert lists.returncode == 2 and "a.yaml: no such file or folder" in lists.stderr

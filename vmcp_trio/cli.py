@@ -13,9 +13,9 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from . import __version__
 from .defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE, SERVICE_ACCOUNT_DIR
@@ -44,7 +44,9 @@ def _add_resource_options(parser: argparse.ArgumentParser) -> None:
                              "appended (default: %(default)s)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line's parser, and its ``serve`` command's (whose flags can also come from
+    the environment)."""
     parser = argparse.ArgumentParser(
         prog="vmcp",
         description="vmcp-trio: one MCP endpoint over many MCP servers, with OAuth at both "
@@ -148,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help=f"write {SIGNING_KEY_FILE} and {HMAC_FILE} here (mode 0600) "
                                "instead of printing a Secret; never overwrites")
     generate.set_defaults(handler=_keys_generate, parser=generate)
-    return parser
+    return parser, serve
 
 
 def _seconds(text: str) -> float:
@@ -395,9 +397,72 @@ def _check_dns_name(parser: argparse.ArgumentParser, flag: str, value: str) -> N
         parser.error(f"{flag} {DNS_NAME_RULE}")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+_UNSET = object()
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _environment(parser: argparse.ArgumentParser, environ: Mapping[str, str]
+                 ) -> dict[str, Any]:
+    """The flags of ``parser`` given as ``VMCP_<FLAG>`` environment variables (upper case,
+    dashes as underscores): ``{dest: value}``, each checked as its flag would be (a bad one is a
+    usage error naming the variable). Repeatable flags take a comma-separated list, switches
+    1/true/yes/on or 0/false/no/off. The actions are changed so that the command line can be
+    told apart afterwards (:func:`_parse`): a flag on the command line wins."""
+    found: dict[str, Any] = {}
+    for action in parser._actions:  # argparse has no public view of its actions
+        flag = next((o for o in action.option_strings if o.startswith("--")), None)
+        if flag is None or action.dest == "help":
+            continue
+        variable = "VMCP_" + flag[2:].upper().replace("-", "_")
+        raw = environ.get(variable)
+        if raw is None:
+            continue
+        try:
+            found[action.dest] = _from_text(action, raw)
+        except (ValueError, argparse.ArgumentTypeError) as exc:
+            parser.error(f"{variable}: {exc}")
+        action.required = False
+        action.default = None if isinstance(action, argparse._AppendAction) else _UNSET
+    return found
+
+
+def _from_text(action: argparse.Action, raw: str) -> Any:
+    if isinstance(action, argparse._StoreTrueAction):
+        if raw.strip().lower() not in _TRUE + _FALSE:
+            raise ValueError(f"{raw[:40]!r} is not one of {', '.join(_TRUE + _FALSE)}")
+        return raw.strip().lower() in _TRUE
+    convert: Callable[[str], Any] = action.type if callable(action.type) else str
+    values = ([part.strip() for part in raw.split(",") if part.strip()]
+              if isinstance(action, argparse._AppendAction) else [raw])
+    converted = []
+    for value in values:
+        try:
+            item = convert(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{value[:40]!r} is not a valid value") from None
+        if action.choices is not None and item not in action.choices:
+            raise ValueError(f"{value[:40]!r} is not one of {', '.join(map(str, action.choices))}")
+        converted.append(item)
+    return converted if isinstance(action, argparse._AppendAction) else converted[0]
+
+
+def _parse(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
+    """The command line, completed from ``VMCP_<FLAG>`` variables for ``vmcp serve``."""
+    parser, serve = build_parser()
+    from_environment = _environment(serve, environ)
     args = parser.parse_args(argv)
+    if args.command != "serve":
+        return args
+    for dest, value in from_environment.items():
+        if getattr(args, dest) in (None, _UNSET):
+            setattr(args, dest, value)
+    if args.config is None:
+        serve.error("the following arguments are required: --config/-c (or VMCP_CONFIG)")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse(argv, os.environ)
     # A handler gets its own subparser, so its usage errors print that command's usage.
     try:
         return int(args.handler(args, args.parser))
