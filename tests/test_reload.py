@@ -154,3 +154,41 @@ def test_what_a_reload_changes() -> None:
     assert not changes(plan(a), plan(a)).describe()
     other = changes(plan(a), plan(a, aggregation=AggregationPlan(conflict_resolution="priority")))
     assert other.describe() == "aggregation or operational settings"
+
+
+async def test_no_call_is_lost_across_a_reload_under_traffic(tmp_path: Path) -> None:
+    """Official SDK clients (both eras) call clock without pause while a reload restarts clock
+    (its env changed) and adds memo: every call succeeds, and the clients see memo's tools."""
+    from mcp import Client
+
+    with serving(quickstart_docs(), tmp_path) as served:
+        results: dict[str, list[str]] = {"auto": [], "legacy": []}
+        stop = trio.Event()
+
+        async def caller(mode: str) -> None:
+            async with Client(served.url, mode=mode, read_timeout_seconds=30) as client:
+                while not stop.is_set():
+                    answer = await client.call_tool("clock_echo", {"message": mode})
+                    results[mode].append(answer.content[0].text)  # type: ignore[union-attr]
+                names = {tool.name for tool in (await client.list_tools()).tools}
+                assert "memo_add_note" in names
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(caller, "auto")
+            nursery.start_soon(caller, "legacy")
+            await trio.sleep(0.5)
+            changed = quickstart_docs()
+            next(d for d in changed if d["metadata"]["name"] == "clock")["spec"]["env"] = {
+                "CLOCK_GENERATION": "2"}
+            rewrite(served, with_memo(changed))
+            served.process.send_signal(signal.SIGHUP)
+
+            async def reloaded() -> bool:
+                return (await reloads(served)).get("ok") == 1.0
+
+            await wait_for(reloaded)
+            await trio.sleep(1.0)  # calls go on through the swap and the old clock's retirement
+            stop.set()
+        assert all(len(texts) > 5 for texts in results.values()), results
+        assert all(text == mode for mode, texts in results.items() for text in texts)
+        assert served.log().count("backend clock running") == 2  # restarted with its new env

@@ -203,8 +203,9 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     process.gateway.update(plan, diff.gone, diff.new)
     for name in sorted(diff.new):
         await start_backend_tasks(process, name)
-    # 4. Retire what was replaced: its tasks stop (a stdio process once its calls are done,
-    # within the backend's timeout: no call outlives that anyway).
+    # 4. Retire what was replaced: its tasks stop (a stdio process once no session uses it:
+    # each lets go of it once connected anew and its calls there are done, so within twice
+    # the backend's timeout).
     assert process.supervisor is not None
     for part, handles in old_tasks.items():
         name = part.removeprefix("backend ")
@@ -212,7 +213,7 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
         for handle in handles:
             old_process = next((p for p in retired_stdio if p.name == name), None)
             if handle.name == stdio_task and old_process is not None:
-                timeout = old_plan.operational.timeout_for(name).total_seconds()
+                timeout = 2 * old_plan.operational.timeout_for(name).total_seconds()
                 process.supervisor.nursery.start_soon(_retire, handle, old_process, timeout)
             else:
                 handle.stop()
@@ -220,6 +221,6 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
 
 async def _retire(handle: TaskHealth, stdio: StdioProcess, timeout: float) -> None:
     with trio.move_on_after(timeout):
-        while stdio.calls_in_flight:
+        while stdio.in_use:
             await trio.sleep(0.05)
     handle.stop()

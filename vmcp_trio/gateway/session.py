@@ -274,11 +274,16 @@ class ClientSession:
         self.close()
 
     async def _connect(self, name: str, supervisor: Supervisor) -> None:
+        """Connect to a backend (a link to it, or why not in ``failed_backends``)."""
+        await self._open(name, supervisor, self.links)
+
+    async def _open(self, name: str, supervisor: Supervisor,
+                    into: dict[str, BackendLink]) -> None:
         try:
             health = self.services.health
             if not health.usable(name):
                 raise BackendError(name, f"is unhealthy ({health.backends[name].last_error})")
-            self.links[name] = await self.services.links.open(
+            into[name] = await self.services.links.open(
                 name, owner=self.id, capabilities=self.client_capabilities,
                 sink=self.unrelated_sink(name), caller=lambda: self.caller, supervisor=supervisor)
             self.failed_backends.pop(name, None)
@@ -319,13 +324,23 @@ class ClientSession:
 
     async def _change_backends(self, supervisor: Supervisor, gone: set[str],
                                new: set[str]) -> None:
-        retired = [self.links.pop(name) for name in sorted(gone) if name in self.links]
-        for name in gone:
+        """Removed backends leave at once; a changed one is connected anew first and then
+        swapped in, so that no call finds it missing meanwhile (the old link serves until
+        then)."""
+        retired = [self.links.pop(name) for name in sorted(gone - new) if name in self.links]
+        for name in gone - new:
             self.failed_backends.pop(name, None)
         self.invalidate_catalog()
+        fresh: dict[str, BackendLink] = {}
         async with trio.open_nursery() as connecting:
             for name in sorted(new):
-                connecting.start_soon(self._connect, name, supervisor)
+                connecting.start_soon(self._open, name, supervisor, fresh)
+        for name in sorted(new):
+            old = self.links.pop(name, None)
+            if old is not None:
+                retired.append(old)
+            if name in fresh:
+                self.links[name] = fresh[name]
         self.invalidate_catalog()
         self._tell_lists_changed()
         async with trio.open_nursery() as retiring:

@@ -104,6 +104,8 @@ class StdioProcess:
         self._tokens: dict[str, PendingCall] = {}
         """Rewritten progress token -> the call it belongs to."""
         self._subscriptions: dict[str, set[str]] = {}
+        self._attached: set[str] = set()
+        """The sessions with a link to the process."""
 
     # --- supervision ---------------------------------------------------------------------------
 
@@ -359,11 +361,18 @@ class StdioProcess:
         return await self.request("resources/unsubscribe", {"uri": uri}, owner=owner, sink=sink)
 
     @property
-    def calls_in_flight(self) -> int:
-        return len(self._calls.calls)
+    def in_use(self) -> bool:
+        """A session's link still uses the process, or a call is in flight on it (what
+        retiring it waits for)."""
+        return bool(self._attached or self._calls.calls)
+
+    def attach(self, owner: str) -> None:
+        self._attached.add(owner)
 
     def forget(self, owner: str) -> None:
-        """A session ended: drop its subscriptions (the backend keeps one if others hold it)."""
+        """A session ended (or let go of its link): drop its subscriptions (the backend keeps
+        one if others hold it)."""
+        self._attached.discard(owner)
         for holders in self._subscriptions.values():
             holders.discard(owner)
 
@@ -391,6 +400,7 @@ class StdioBackendLink:
     def __init__(self, process: StdioProcess, owner: str, *, timeout: float = 60.0) -> None:
         self.process = process
         self.owner = owner
+        process.attach(owner)
         self.name = process.name
         self.timeout = timeout
 
