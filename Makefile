@@ -61,4 +61,5 @@ clean:
 
 ## run: the gateway on examples/quickstart.yaml at http://127.0.0.1:4483/mcp (Ctrl-C stops it)
 run: $(STAMP)
-	@$(BIN)/python scripts/foreground.py $(BIN)/vmcp serve --config examples/quickstart.yaml
+	@$(BIN)/python scripts/foreground.py $(BIN)/vmcp serve --config examples/quickstart.yaml \
+		--drain-delay 0s
