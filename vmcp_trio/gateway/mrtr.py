@@ -34,13 +34,15 @@ from typing import Any
 import orjson
 import trio
 
+from ..protocol.eras import ROUND_TRIP_FIELDS
 from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
 from .backends.base import BackendError, BackendLink
 
 __all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "check_input_responses",
            "params_digest"]
 
-MRTR_FIELDS = ("_meta", "inputResponses", "requestState")
+MRTR_FIELDS = ("_meta", *ROUND_TRIP_FIELDS)
+"""What a retry adds to the params it repeats (left out of their digest)."""
 
 
 def params_digest(params: dict[str, Any]) -> str:

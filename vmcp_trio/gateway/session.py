@@ -28,6 +28,7 @@ import trio
 
 from ..auth.identity import Identity
 from ..auth.outgoing.caller import Caller
+from ..protocol.eras import params_for_handshake
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -54,7 +55,6 @@ from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.links import BackendLinks
 from .health import HealthMonitor
 from .mrtr import (
-    MRTR_FIELDS,
     ParkedCall,
     RequestStateSigner,
     check_input_responses,
@@ -476,6 +476,8 @@ class ClientSession:
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
                        call: Call) -> Response | ErrorResponse:
         call.backend = link.name
+        if not link.revision.stateless:
+            params = params_for_handshake(params) or {}
         self._calls_on[link] += 1
         try:
             reply = await link.call(request.method, params, self._call_sink(link, call))
@@ -790,12 +792,11 @@ class ClientSession:
             await parked.answer(responses)
         else:
             self._expire_parked()
-            clean = {k: v for k, v in params.items() if k not in MRTR_FIELDS[1:]}
             parked = ParkedCall(secrets.token_urlsafe(12),
                                 trio.current_time() + signer.ttl)
             parked.call = Call(stream, context, parked)
             try:
-                self.spawn(self._run_parked, parked, Request(request.id, request.method, clean))
+                self.spawn(self._run_parked, parked, request)
             except SessionBusy as exc:
                 return _error(request.id, TOO_BUSY, str(exc))
             self.parked[parked.id] = parked

@@ -26,6 +26,7 @@ import trio
 
 from ..auth.outgoing.caller import Caller
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
+from ..protocol.eras import complete_result
 from ..protocol.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -45,7 +46,6 @@ from ..protocol.stateless import (
     HEADER_MISMATCH,
     MISSING_CLIENT_CAPABILITY,
     REMOVED_METHODS,
-    SERVER_INFO,
     SUBSCRIPTION_ID,
     UNSUPPORTED_VERSION,
     StatelessContext,
@@ -66,8 +66,6 @@ ALL_VERSIONS = [r.version for r in REVISIONS]
 SERVED = frozenset({"server/discover", "subscriptions/listen", "tools/list", "tools/call",
                     "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
                     "resources/read", "completion/complete"})
-CACHEABLE = frozenset({"tools/list", "prompts/list", "resources/list",
-                       "resources/templates/list", "resources/read", "server/discover"})
 MULTI_ROUND = frozenset({"tools/call", "prompts/get", "resources/read"})
 _FILTERS = {"toolsListChanged": "notifications/tools/list_changed",
             "promptsListChanged": "notifications/prompts/list_changed",
@@ -91,15 +89,8 @@ class StatelessFront:
         """A handshake backend's result made a complete 2026-07-28 result."""
         if isinstance(reply, ErrorResponse):
             return reply
-        result = dict(reply.result)
-        result.setdefault("resultType", "complete")
-        if method in CACHEABLE and result["resultType"] == "complete":
-            result.setdefault("ttlMs", 0)
-            result.setdefault("cacheScope", "private")
-        meta = result.get("_meta")
-        result["_meta"] = {**(meta if isinstance(meta, dict) else {}),
-                           SERVER_INFO: self.gateway.server_info}
-        return Response(reply.id, result)
+        return Response(reply.id, complete_result(method, reply.result,
+                                                  self.gateway.server_info))
 
     async def post(self, http: HttpRequest, send: Send, caller: Caller,
                    messages: list[Message | JsonRpcError], batch: bool) -> None:

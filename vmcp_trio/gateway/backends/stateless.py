@@ -42,6 +42,7 @@ from typing import Any
 import trio
 
 from ...http.client import HttpClient, HttpError
+from ...protocol.eras import meta_for_stateless, result_for_handshake
 from ...protocol.jsonrpc import (
     METHOD_NOT_FOUND,
     ErrorObject,
@@ -56,16 +57,12 @@ from ...protocol.jsonrpc import (
 from ...protocol.revisions import STATELESS, Revision
 from ...protocol.sse import SSEParser
 from ...protocol.stateless import (
-    CLIENT_CAPABILITIES,
-    LOG_LEVEL,
     NAMED_METHODS,
-    PROTOCOL_VERSION,
     SERVER_INFO,
     SUBSCRIPTION_ID,
     encode_header_value,
     param_headers,
 )
-from ...protocol.stateless import CLIENT_INFO as META_CLIENT_INFO
 from ...runtime.supervisor import Retry, Supervisor
 from .base import (
     CLIENT_INFO,
@@ -84,8 +81,6 @@ MAX_ROUNDS = 10
 """Input-required rounds of one call answered for a handshake client (the SDK's default)."""
 MAX_INPUT_REQUESTS = 16
 MAX_KNOWN_TOOLS = 10_000
-_STATELESS_ONLY = ("resultType", "ttlMs", "cacheScope")
-"""Result fields a handshake client does not know."""
 _LIST_FILTERS = (("tools", "toolsListChanged"), ("prompts", "promptsListChanged"),
                  ("resources", "resourcesListChanged"))
 
@@ -164,18 +159,10 @@ class StatelessBackendLink(HttpLinkFields):
     # --- one POST -------------------------------------------------------------------------------
 
     def _meta(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """The ``_meta`` to send, and whether the caller speaks 2026-07-28 itself (its params
-        carry the 2026 ``_meta``, whose capabilities and log level are then the caller's)."""
-        given = params.get("_meta")
-        meta = dict(given) if isinstance(given, dict) else {}
-        stateless_caller = PROTOCOL_VERSION in meta
-        meta[PROTOCOL_VERSION] = STATELESS.version
-        if not isinstance(meta.get(CLIENT_CAPABILITIES), dict):
-            meta[CLIENT_CAPABILITIES] = self._client_capabilities
-        meta[META_CLIENT_INFO] = CLIENT_INFO
-        if not stateless_caller and self._log_level is not None:
-            meta[LOG_LEVEL] = self._log_level
-        return meta, stateless_caller
+        """The ``_meta`` to send, and whether the caller speaks 2026-07-28 itself (see
+        :func:`~vmcp_trio.protocol.eras.meta_for_stateless`)."""
+        return meta_for_stateless(params, capabilities=self._client_capabilities,
+                                  client_info=CLIENT_INFO, log_level=self._log_level)
 
     async def _headers(self, method: str, params: dict[str, Any]) -> list[tuple[str, str]]:
         headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json"),
@@ -262,8 +249,7 @@ class StatelessBackendLink(HttpLinkFields):
             if stateless_caller:
                 return reply
             if result.get("resultType") != "input_required":
-                return Response(reply.id, {k: v for k, v in result.items()
-                                           if k not in _STATELESS_ONLY})
+                return Response(reply.id, result_for_handshake(result))
             answers = await self._ask_client(result.get("inputRequests"), sink)
             if isinstance(answers, ErrorResponse):
                 return answers
