@@ -74,6 +74,24 @@ async def test_progress_and_logging_arrive_on_the_request_stream(client: RawClie
     assert messages[-1]["result"]["content"][0]["text"] == "done after 3 steps"
 
 
+async def test_one_sessions_log_level_does_not_silence_another_on_a_shared_backend(
+        gateway) -> None:
+    quiet, chatty = RawClient(gateway[0]), RawClient(gateway[0])
+    await quiet.initialize()
+    await chatty.initialize()
+    assert (await quiet.request("logging/setLevel", {"level": "error"})).result == {}
+
+    def logs(reply) -> list[dict]:  # type: ignore[no-untyped-def]
+        return [m for m in reply.messages if m.get("method") == "notifications/message"]
+
+    countdown = {"name": "clock_countdown", "arguments": {"steps": 2, "delay_ms": 0}}
+    assert len(logs(await chatty.request("tools/call", countdown))) == 2  # info lines
+    assert logs(await quiet.request("tools/call", countdown)) == []
+    await quiet.aclose()  # the level it asked for goes with it
+    assert len(logs(await chatty.request("tools/call", countdown))) == 2
+    await chatty.aclose()
+
+
 async def test_session_header_rules(client: RawClient) -> None:
     await client.initialize()
     session_id = client.session_id

@@ -44,6 +44,7 @@ from ..protocol.jsonrpc import (
     Response,
     encode,
 )
+from ..protocol.log_levels import LOG_LEVELS, level_wanted
 from ..protocol.revisions import Revision
 from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
 from ..resources.plan import GatewayPlan
@@ -70,7 +71,6 @@ MAX_PAGES = 50
 RETRY_FAILED_AFTER = 2.0
 """Seconds between tries of a backend that failed this session's catalog."""
 MAX_PENDING_CLIENT_REQUESTS = 1024
-LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _LIST_CHANGED = {
     "notifications/tools/list_changed",
     "notifications/prompts/list_changed",
@@ -165,14 +165,6 @@ class Subscription:
             uri = (message.params or {}).get("uri")
             return isinstance(uri, str) and uri in self.uris
         return message.method in self.methods
-
-
-def _log_wanted(message: Notification, level: str | None) -> bool:
-    """2026-07-28 sends log messages only at or above the level the request named."""
-    if level not in LOG_LEVELS:
-        return False
-    got = (message.params or {}).get("level")
-    return got in LOG_LEVELS and LOG_LEVELS.index(got) >= LOG_LEVELS.index(level)
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> ErrorResponse:
@@ -609,6 +601,11 @@ class ClientSession:
 
     def _call_sink(self, link: BackendLink, call: Call) -> Sink:
         async def sink(message: Message) -> None:
+            if isinstance(message, Notification) and message.method in _LIST_CHANGED:
+                # About the catalog, not the call (a legacy SSE backend's notification lands
+                # on the call in flight): the session's, as if sent apart.
+                await self._guarded(link.name, self._unrelated(link.name, message))
+                return
             await self._guarded(link.name, self._relay(link, message, call))
         return sink
 
@@ -685,7 +682,7 @@ class ClientSession:
                                                     "requestId": cancelled})
         elif isinstance(message, Notification) and message.method == "notifications/message":
             level = call.stateless.log_level if call.stateless is not None else self.log_level
-            if not _log_wanted(message, level):
+            if not level_wanted((message.params or {}).get("level"), level):
                 return  # below the level the client asked for (2026-07-28: or none asked)
         stream.push(encode(message))
 
@@ -719,10 +716,11 @@ class ClientSession:
                                    SUBSCRIPTION_ID: subscription.id}
                 subscription.stream.push(encode(Notification(message.method, params)))
 
-    async def subscribe_uris(self, uris: list[str], stream: EventStream) -> list[str]:
+    async def subscribe_uris(self, uris: list[str]) -> list[str]:
         """Subscribe to resources at their backends (once per URI for all listen streams);
         the URIs that could be subscribed. Listen streams opening and closing at once take
-        turns here, so the count of holders of a URI is always right."""
+        turns here, so the count of holders of a URI is always right. What a backend says
+        while (un)subscribing belongs to no client call: it goes where it asks to go."""
         catalog = await self.catalog()
         honored = []
         async with self._subscriptions_lock:
@@ -738,7 +736,7 @@ class ClientSession:
                     continue
                 try:
                     reply = await link.call("resources/subscribe", {"uri": uri},
-                                            self._call_sink(link, Call(stream)))
+                                            self.unrelated_sink(link.name))
                 except BackendError as exc:
                     log.info("session %s: %s", self.id[:8], exc)
                     continue
@@ -760,7 +758,7 @@ class ClientSession:
                 if link is not None:
                     try:
                         await link.call("resources/unsubscribe", {"uri": uri},
-                                        self._call_sink(link, Call(self.streams.standalone)))
+                                        self.unrelated_sink(link.name))
                     except BackendError as exc:
                         log.info("session %s: %s", self.id[:8], exc)
 

@@ -191,7 +191,7 @@ class StatelessFront:
         requested = wanted.get("resourceSubscriptions")
         uris = await session.subscribe_uris(
             [u for u in requested if isinstance(u, str)][:100]
-            if isinstance(requested, list) else [], stream)
+            if isinstance(requested, list) else [])
         if uris:
             honored["resourceSubscriptions"] = uris
         stream.push(encode(Notification("notifications/subscriptions/acknowledged", {

@@ -13,6 +13,9 @@ every session's requests over it with ids of its own. What this costs, and how i
   another). With no call in flight, log lines go to every session.
 * One session may hold at most ``max_calls_per_session`` calls in flight on the process (16 by
   default): a session that starts many long calls cannot take the backend from the others.
+* ``logging/setLevel`` is one level for the process: it is set to the most verbose level any
+  session wants (set again after a restart), and each session filters its own messages, so
+  one session turning its logs down does not silence another's.
 * ``list_changed`` notifications go to every session; ``resources/updated`` to the sessions that
   subscribed to that URI. The backend sees one subscription per URI, however many sessions hold
   it.
@@ -49,6 +52,7 @@ from ...protocol.jsonrpc import (
     Response,
     encode,
 )
+from ...protocol.log_levels import LOG_LEVELS, most_verbose
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...resources.plan import StdioEndpoint
 from ...runtime.supervisor import Retry
@@ -104,6 +108,10 @@ class StdioProcess:
         self._tokens: dict[str, PendingCall] = {}
         """Rewritten progress token -> the call it belongs to."""
         self._subscriptions: dict[str, set[str]] = {}
+        self._levels: dict[str, str] = {}
+        """The log level each session asked for."""
+        self._level_sent: str | None = None
+        """The log level this life of the process was set to."""
         self._attached: set[str] = set()
         """The sessions with a link to the process."""
 
@@ -147,6 +155,7 @@ class StdioProcess:
             start_new_session=True)  # a Ctrl-C in the terminal is for vmcp, which stops it
         self._process = process
         self._fault = None
+        self._level_sent = None
         reason: str | None = None
         try:
             # Nothing is raised out of this nursery's body (trio would wrap it in a group):
@@ -157,6 +166,7 @@ class StdioProcess:
                 try:
                     with trio.fail_after(self.init_timeout):
                         await self._initialize()
+                        await self._apply_level(owner="", sink=self._drop)
                 except trio.TooSlowError:
                     reason = f"did not answer initialize within {self.init_timeout:g}s"
                 except BackendError as exc:
@@ -360,6 +370,24 @@ class StdioProcess:
         self._subscriptions.pop(uri, None)
         return await self.request("resources/unsubscribe", {"uri": uri}, owner=owner, sink=sink)
 
+    async def set_level(self, owner: str, level: str, sink: Sink) -> Response | ErrorResponse:
+        self._levels[owner] = level
+        return await self._apply_level(owner=owner, sink=sink)
+
+    async def _apply_level(self, *, owner: str, sink: Sink) -> Response | ErrorResponse:
+        """Set the process to the most verbose level its sessions want (once per change), a
+        session that never asked counting as wanting all (as the gateway's own filter does);
+        until a session asks, the server keeps the level it chose."""
+        wanted = most_verbose(self._levels.get(owner, "debug") for owner in self._attached)
+        if (not self._levels or wanted is None or wanted == self._level_sent
+                or "logging" not in self.server_capabilities):
+            return Response(0, {})
+        reply = await self._request_raw("logging/setLevel", {"level": wanted}, owner=owner,
+                                        sink=sink)
+        if isinstance(reply, Response):
+            self._level_sent = wanted
+        return reply
+
     @property
     def in_use(self) -> bool:
         """A session's link still uses the process, or a call is in flight on it (what
@@ -373,6 +401,7 @@ class StdioProcess:
         """A session ended (or let go of its link): drop its subscriptions (the backend keeps
         one if others hold it)."""
         self._attached.discard(owner)
+        self._levels.pop(owner, None)
         for holders in self._subscriptions.values():
             holders.discard(owner)
 
@@ -429,6 +458,9 @@ class StdioBackendLink:
                     return await self.process.subscribe(self.owner, uri, sink)
                 if method == "resources/unsubscribe" and isinstance(uri, str):
                     return await self.process.unsubscribe(self.owner, uri, sink)
+                level = (params or {}).get("level")
+                if method == "logging/setLevel" and level in LOG_LEVELS:
+                    return await self.process.set_level(self.owner, str(level), sink)
                 return await self.process.request(method, params, owner=self.owner, sink=sink)
         except trio.TooSlowError:
             raise BackendError(self.name, f"did not answer {method} within "
