@@ -48,6 +48,7 @@ from coredis.connection import TCPLocation
 from coredis.exceptions import RedisError
 from coredis.retry import NoRetryPolicy
 
+from ...auth.sealing import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
 from ...runtime.supervisor import RestartPolicy, Retry, Supervisor
 from . import (
@@ -59,7 +60,6 @@ from . import (
     StorageUnavailable,
     StoredUpstream,
 )
-from .sealing import Sealer, SealingError
 
 __all__ = ["RedisStorage"]
 
@@ -113,7 +113,7 @@ class RedisStorage:
     def __init__(self, plan: RedisPlan, seal_secrets: Sequence[bytes]) -> None:
         self.plan = plan
         self.prefix = plan.key_prefix
-        self.sealer = Sealer(seal_secrets)
+        self.sealer = Sealer(seal_secrets, info=STORAGE_INFO)
         self._client: Redis[str] | None = None
         self._sentinel: Sentinel[str] | None = None
         self.failovers = 0

@@ -1,11 +1,12 @@
-"""Encryption at rest for what the authorization server stores outside the process.
+"""Sealing values that leave the process: AES-256-GCM under keys derived from secrets.
 
-Upstream tokens (and pending logins, which carry the tokens of finished legs and PKCE verifiers)
-are sealed with AES-256-GCM before they reach Redis. The key is derived (HKDF-SHA256) from the
-``hmacSecretRefs`` secrets: the first seals, every one opens (rotation), so a Secret rotation
-needs no separate key. A sealed value is ``<key id>.<base64url(nonce || ciphertext)>``; the key
-id (8 hex characters of the derived key's hash) picks the key without trying them all, and the
-storage key is bound as associated data, so a value moved to another key does not open.
+Used for what the authorization server stores in Redis (upstream tokens, pending logins) and for
+the task ids the gateway hands to clients. The key is derived (HKDF-SHA256, with an ``info``
+naming the use, so one secret never gives two uses the same key) from each secret: the first
+seals, every one opens (rotation), so a Secret rotation needs no separate key. A sealed value is
+``<key id>.<base64url(nonce || ciphertext)>``; the key id (8 hex characters of the derived key's
+hash) picks the key without trying them all, and a ``context`` is bound as associated data (the
+storage key, the task's owner), so a value moved to another context does not open.
 """
 
 from __future__ import annotations
@@ -20,28 +21,29 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["Sealer", "SealingError"]
+__all__ = ["STORAGE_INFO", "Sealer", "SealingError"]
 
-_INFO = b"vmcp-trio authserver storage sealing v1"
+STORAGE_INFO = b"vmcp-trio authserver storage sealing v1"
+"""The use of the authorization server's storage (the first use: its keys stay as they were)."""
 
 
 class SealingError(Exception):
     """A stored value that does not open (another key, altered, or not sealed)."""
 
 
-def _derive(secret: bytes) -> AESGCM:
+def _derive(secret: bytes, info: bytes) -> AESGCM:
     return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                       info=_INFO).derive(secret))
+                       info=info).derive(secret))
 
 
 class Sealer:
-    def __init__(self, secrets: Sequence[bytes]) -> None:
+    def __init__(self, secrets: Sequence[bytes], *, info: bytes) -> None:
         if not secrets:
             raise ValueError("sealing needs at least one secret")
         self._keys: dict[str, AESGCM] = {}
         for secret in secrets:
-            key_id = hashlib.sha256(_INFO + secret).hexdigest()[:8]
-            self._keys.setdefault(key_id, _derive(secret))
+            key_id = hashlib.sha256(info + secret).hexdigest()[:8]
+            self._keys.setdefault(key_id, _derive(secret, info))
         self._current = next(iter(self._keys))
 
     def seal(self, plaintext: bytes, *, context: str) -> str:
