@@ -31,6 +31,17 @@ def test_prefix_is_the_default_and_routes_back_to_original_names() -> None:
     assert catalog.prompt_routes["github_review"] == Route("github", "review")
 
 
+def test_lists_are_in_one_order_whatever_order_the_backends_answered_in() -> None:
+    """2026-07-28 asks for a deterministic order across calls, replicas and restarts: the
+    backends' sessions are opened concurrently, so the catalog must not follow their
+    arrival."""
+    for plan in (AggregationPlan(), AggregationPlan(conflict_resolution="manual"),
+                 AggregationPlan(conflict_resolution="priority", priority_order=("jira",))):
+        forward, backward = build_catalog(listings(), plan), build_catalog(listings()[::-1], plan)
+        for kind in ("tools", "prompts", "resources", "templates"):
+            assert getattr(forward, kind) == getattr(backward, kind), (plan, kind)
+
+
 def test_custom_prefix_format() -> None:
     catalog = build_catalog(listings(), AggregationPlan(prefix_format="{workload}."))
     assert "jira.search" in catalog.tool_routes

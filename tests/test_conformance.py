@@ -23,6 +23,13 @@ reach the client unmodified) and, in 0.2, ``server-sse-polling`` (the backend cl
 stream mid-call and delivers the answer on a ``Last-Event-ID`` GET). 0.1.16's
 ``server-sse-polling`` is left out: it sends ``MCP-Protocol-Version: 2025-03-26`` on a 2025-11-25
 session, so a correct server sends no priming event and the scenario only warns.
+Last, 0.2's scenarios of the Tasks extension (``io.modelcontextprotocol/tasks``, SEP-2663), also
+one by one with ``--scenario`` (no ``--suite`` selects extension scenarios alone): they speak
+2026-07-28 with the extension declared in each request's ``_meta`` client capabilities and drive
+``tools/call`` to a ``CreateTaskResult`` and ``tasks/get``/``update``/``cancel`` after it; the
+fixture serves them with ``tests/fixtures/tasks_extension.py``. Through vmcp they need a gateway
+that passes the extension through (its advertisement in ``server/discover``, ``resultType:
+"task"`` results, the ``tasks/*`` methods routed by their ``Mcp-Name: <taskId>`` header).
 
 A scenario passes when none of its checks is a FAILURE or a WARNING (the suite's own rule once a
 baseline is given). Results are read from the ``checks.json`` files of the suite's ``-o``
@@ -89,6 +96,15 @@ EXTRA: dict[str, tuple[str, ...]] = {
     "0.2": ("json-schema-2020-12", "server-sse-polling"),
 }
 """Pending scenarios run one by one with ``--scenario`` (see the module docstring)."""
+EXTENSION: dict[str, frozenset[str]] = {
+    "0.1": frozenset(),
+    "0.2": frozenset(f"tasks-{name}" for name in (
+        "lifecycle", "capability-negotiation", "wire-fields", "request-state-removal",
+        "mrtr-input", "request-headers", "dispatch-and-envelope", "status-notifications",
+        "required-task-error", "mrtr-composition")),                       # 10 scenarios
+}
+"""The Tasks extension's scenarios, pinned and run one by one with ``--scenario``
+(``tasks-status-notifications`` has a single SKIPPED check, and passes with it)."""
 
 FAILING = ("FAILURE", "WARNING")
 SUITE_TIMEOUT = 60.0
@@ -307,7 +323,8 @@ def _run_cli(node: str, version: str, args: list[str], timeout: float) -> str:
 
 
 def run_suite(node: str, version: str, url: str, target: str, output_dir: Path) -> SuiteRun:
-    """The active suite plus the extra scenarios of ``version`` against ``url``."""
+    """The active and draft suites plus the extra and extension scenarios of ``version``
+    against ``url``."""
     run = SuiteRun(version, target)
     base = ["--url", url, "-o", str(output_dir)]
     if version != "0.1":
@@ -315,11 +332,11 @@ def run_suite(node: str, version: str, url: str, target: str, output_dir: Path) 
     run.logs.append(_run_cli(node, version, [*base, "--suite", "active"], SUITE_TIMEOUT))
     if DRAFT[version]:
         run.logs.append(_run_cli(node, version, [*base, "--suite", "draft"], SUITE_TIMEOUT))
-    for scenario in EXTRA[version]:
+    for scenario in (*EXTRA[version], *sorted(EXTENSION[version])):
         run.logs.append(_run_cli(node, version, [*base, "--scenario", scenario],
                                  SCENARIO_TIMEOUT + 10))
     run.scenarios = read_results(output_dir)
-    expected = ACTIVE[version] | DRAFT[version] | set(EXTRA[version])
+    expected = ACTIVE[version] | DRAFT[version] | set(EXTRA[version]) | EXTENSION[version]
     for name in expected - set(run.scenarios):
         run.scenarios[name] = Scenario(name, [])  # it crashed or never ran: a failure
     unexpected = set(run.scenarios) - expected
@@ -341,9 +358,10 @@ def _report(title: str, run: SuiteRun, names: set[str]) -> str:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_fixture_passes_the_conformance_suite_directly(targets: Targets, version: str) -> None:
-    """The fixture server passes every scenario of the suite (active + extras) on its own, except
-    the scenarios its expected-failures file lists with a reason; a listed scenario that passes
-    is a stale entry. This is what makes the fixture a valid reference for the gateway test."""
+    """The fixture server passes every scenario it is run (active, draft, extras, extension) on
+    its own, except the scenarios its expected-failures file lists with a reason; a listed
+    scenario that passes is a stale entry. This is what makes the fixture a valid reference for
+    the gateway test."""
     run = targets.results(version, "direct")
     expected_failures = load_expected_failures(version)
     unexpected = run.failing - set(expected_failures)

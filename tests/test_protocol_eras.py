@@ -9,6 +9,7 @@ from vmcp_trio.protocol.eras import (
     result_for_handshake,
 )
 
+CAPS = "io.modelcontextprotocol/clientCapabilities"
 ENVELOPE = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
             "io.modelcontextprotocol/clientInfo": {"name": "c"},
@@ -30,7 +31,7 @@ def test_a_handshake_backend_gets_no_2026_envelope() -> None:
 def test_the_meta_a_2026_backend_gets() -> None:
     meta, stateless_caller = meta_for_stateless(
         {"_meta": {"progressToken": 3}}, capabilities={"roots": {}},
-        client_info={"name": "vmcp"}, log_level="warning")
+        client_info={"name": "vmcp"}, log_level="warning", backend_capabilities={})
     assert not stateless_caller and meta == {
         "progressToken": 3, "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {"roots": {}},
@@ -38,7 +39,7 @@ def test_the_meta_a_2026_backend_gets() -> None:
         "io.modelcontextprotocol/logLevel": "warning"}
     meta, stateless_caller = meta_for_stateless(
         {"_meta": dict(ENVELOPE)}, capabilities={}, client_info={"name": "vmcp"},
-        log_level="debug")
+        log_level="debug", backend_capabilities={})
     assert stateless_caller and meta["io.modelcontextprotocol/logLevel"] == "info"
     assert meta["io.modelcontextprotocol/clientCapabilities"] == {"sampling": {}}
 
@@ -51,3 +52,32 @@ def test_results_across_the_eras() -> None:
     called = complete_result("tools/call", {"content": []}, {"name": "vmcp"})
     assert "ttlMs" not in called and called["resultType"] == "complete"
     assert result_for_handshake(listed) == {"tools": [], "_meta": listed["_meta"]}
+
+
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}, "com.example/other": {"x": 1}},
+         "sampling": {}}
+
+
+def test_a_tasks_declaration_reaches_only_a_backend_that_declares_the_extension() -> None:
+    """SEP-2663: a backend that does not know the extension never hears a client declared it
+    (the client's other extensions pass unchanged)."""
+    supporting = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    for params, capabilities in (({"_meta": {**ENVELOPE, CAPS: TASKS}}, {}),
+                                 ({}, TASKS)):
+        meta, _ = meta_for_stateless(params, capabilities=capabilities, client_info={},
+                                     log_level=None, backend_capabilities={"tools": {}})
+        assert meta[CAPS] == {"extensions": {"com.example/other": {"x": 1}}, "sampling": {}}
+        meta, _ = meta_for_stateless(params, capabilities=capabilities, client_info={},
+                                     log_level=None, backend_capabilities=supporting)
+        assert meta[CAPS] == TASKS
+    only_tasks = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    meta, _ = meta_for_stateless({}, capabilities=only_tasks, client_info={}, log_level=None,
+                                 backend_capabilities={})
+    assert meta[CAPS] == {}
+
+
+def test_a_create_task_result_reaches_a_handshake_client_whole() -> None:
+    created = {"resultType": "task", "taskId": "t1", "status": "working", "ttlMs": 60000,
+               "createdAt": "2026-11-24T00:00:00Z", "lastUpdatedAt": "2026-11-24T00:00:00Z"}
+    assert result_for_handshake(created) is created
+    assert result_for_handshake({"resultType": "complete", "content": []}) == {"content": []}

@@ -7,12 +7,18 @@ seals, every one opens (rotation), so a Secret rotation needs no separate key. A
 ``<key id>.<base64url(nonce || ciphertext)>``; the key id (8 hex characters of the derived key's
 hash) picks the key without trying them all, and a ``context`` is bound as associated data (the
 storage key, the task's owner), so a value moved to another context does not open.
+
+A value is sealed under a random nonce, or, ``deterministic``, under one derived from the value
+and its context (HMAC-SHA256 with a key of its own, as in SIV): the same value in the same context
+then seals to the same text (which is the point: an id that must compare equal each time it is
+handed out), and different values never share a nonce.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import os
 from collections.abc import Sequence
 
@@ -31,9 +37,8 @@ class SealingError(Exception):
     """A stored value that does not open (another key, altered, or not sealed)."""
 
 
-def _derive(secret: bytes, info: bytes) -> AESGCM:
-    return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
-                       info=info).derive(secret))
+def _derive(secret: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
 
 
 class Sealer:
@@ -43,11 +48,16 @@ class Sealer:
         self._keys: dict[str, AESGCM] = {}
         for secret in secrets:
             key_id = hashlib.sha256(info + secret).hexdigest()[:8]
-            self._keys.setdefault(key_id, _derive(secret, info))
+            self._keys.setdefault(key_id, AESGCM(_derive(secret, info)))
         self._current = next(iter(self._keys))
+        self._nonce_key = _derive(secrets[0], info + b" nonce")
 
-    def seal(self, plaintext: bytes, *, context: str) -> str:
-        nonce = os.urandom(12)
+    def seal(self, plaintext: bytes, *, context: str, deterministic: bool = False) -> str:
+        if deterministic:
+            nonce = hmac.new(self._nonce_key, context.encode() + b"\0" + plaintext,
+                             hashlib.sha256).digest()[:12]
+        else:
+            nonce = os.urandom(12)
         sealed = self._keys[self._current].encrypt(nonce, plaintext, context.encode())
         return f"{self._current}.{base64.urlsafe_b64encode(nonce + sealed).decode()}"
 

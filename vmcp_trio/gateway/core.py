@@ -26,6 +26,7 @@ from .. import __version__
 from ..auth.outgoing.caller import Caller
 from ..protocol.jsonrpc import Message
 from ..protocol.revisions import STATELESS, Revision
+from ..protocol.tasks import TASKS_EXTENSION, declares_tasks
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
 from .backends.links import BackendLinks
@@ -34,8 +35,10 @@ from .health import HealthMonitor
 from .mrtr import RequestStateSigner
 from .session import ClientSession, SessionServices
 from .settings import GatewaySettings
+from .tasks import TaskIds
 
-__all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions"]
+__all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions",
+           "server_capabilities"]
 
 log = logging.getLogger("vmcp.gateway")
 
@@ -48,6 +51,19 @@ SERVER_CAPABILITIES: dict[str, Any] = {
 }
 """What the virtual server offers clients, whatever its backends offer (a list is empty when no
 backend has such items)."""
+
+
+def server_capabilities(session: ClientSession) -> dict[str, Any]:
+    """What the virtual server offers a session's client: :data:`SERVER_CAPABILITIES`, and the
+    Tasks extension when one of the session's 2026-07-28 backends offers it (the only backends
+    a client's declaration is passed to, see :mod:`~vmcp_trio.protocol.tasks`). Other
+    extensions are not announced: the gateway cannot vouch for what it does not know."""
+    if any(link.revision.stateless and declares_tasks(link.server_capabilities)
+           for link in session.links.values()):
+        return {**SERVER_CAPABILITIES, "extensions": {TASKS_EXTENSION: {}}}
+    return SERVER_CAPABILITIES
+
+
 SHUTTING_DOWN = "the gateway is shutting down; try again (another replica will answer)"
 
 
@@ -77,7 +93,7 @@ class Gateway:
         """The stateless clients' context, one per identity: their backend links and catalog."""
         self.services = SessionServices(
             plan=plan, links=links, health=self.health, metrics=metrics,
-            request_states=RequestStateSigner(), forget=self.forget_session,
+            request_states=RequestStateSigner(), task_ids=TaskIds(), forget=self.forget_session,
             stream_buffer_events=settings.stream_buffer_events,
             sse_retry_ms=settings.sse_retry_ms, max_requests=settings.max_requests_per_session)
         self.workload = self.services.workload

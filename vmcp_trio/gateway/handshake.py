@@ -39,7 +39,7 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
 from ..runtime.logs import note
-from .core import SERVER_CAPABILITIES, SHUTTING_DOWN, Gateway, TooManySessions
+from .core import SHUTTING_DOWN, Gateway, TooManySessions, server_capabilities
 from .responder import Responder
 from .session import ClientSession, SessionBusy, SessionClosed
 from .streams import EventStream, parse_event_id
@@ -175,7 +175,7 @@ class HandshakeFront:
             return
         result: dict[str, Any] = {
             "protocolVersion": negotiated.version,
-            "capabilities": SERVER_CAPABILITIES,
+            "capabilities": server_capabilities(session),
             "serverInfo": self.gateway.server_info,
         }
         instructions = session.instructions()

@@ -46,7 +46,19 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.log_levels import LOG_LEVELS, level_wanted
 from ..protocol.revisions import Revision
-from ..protocol.stateless import MISSING_CLIENT_CAPABILITY, SUBSCRIPTION_ID, StatelessContext
+from ..protocol.stateless import (
+    CLIENT_CAPABILITIES,
+    MISSING_CLIENT_CAPABILITY,
+    SUBSCRIPTION_ID,
+    StatelessContext,
+)
+from ..protocol.tasks import (
+    TASK_METHODS,
+    TASKS_EXTENSION,
+    declares_tasks,
+    is_task_result,
+    required_capability_data,
+)
 from ..resources.plan import GatewayPlan
 from ..runtime.logs import REQUEST_ID, note
 from ..runtime.metrics import Metrics
@@ -62,6 +74,7 @@ from .mrtr import (
     params_digest,
 )
 from .streams import EventStream, StreamRegistry
+from .tasks import TaskIds
 
 __all__ = ["ClientSession", "SessionBusy", "SessionClosed", "SessionServices"]
 
@@ -83,7 +96,7 @@ _CLIENT_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create"
 _KNOWN_METHODS = frozenset({
     "ping", "initialize", "tools/list", "tools/call", "prompts/list", "prompts/get",
     "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
-    "resources/unsubscribe", "completion/complete", "logging/setLevel"})
+    "resources/unsubscribe", "completion/complete", "logging/setLevel", *TASK_METHODS})
 """Methods that get their own metrics label (others are "other": bounded cardinality)."""
 
 
@@ -129,6 +142,8 @@ class SessionServices:
     metrics: Metrics
     request_states: RequestStateSigner
     """Signs and checks 2026-07-28 ``requestState`` values."""
+    task_ids: TaskIds
+    """Seals the backends' task ids into the ids clients see."""
     forget: Callable[[ClientSession], None]
     """Told when a session ended, to drop it from the table."""
     stream_buffer_events: int = 256
@@ -463,6 +478,8 @@ class ClientSession:
             return await self._complete(request, params, call)
         if method == "logging/setLevel":
             return await self._set_level(request, params, call)
+        if method in TASK_METHODS:
+            return await self._task_method(request, params, call)
         return _error(request.id, METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
 
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
@@ -506,8 +523,36 @@ class ClientSession:
                                     f"{unavailable[:500]})",
                     {"unavailable": sorted(catalog.failures)}))
             return _error(request.id, INVALID_PARAMS, f"Unknown {kind}: {name[:200]}")
-        return await self._forward(self._link(route.backend), request,
-                                   {**params, "name": route.name}, call)
+        reply = await self._forward(self._link(route.backend), request,
+                                    {**params, "name": route.name}, call)
+        if isinstance(reply, Response) and is_task_result(reply.result):
+            return Response(reply.id, self.services.task_ids.sealed_result(
+                self.identity.key, route.backend, reply.result))
+        return reply
+
+    async def _task_method(self, request: Request, params: dict[str, Any],
+                           call: Call) -> Response | ErrorResponse:
+        """``tasks/get``, ``tasks/update`` or ``tasks/cancel`` (the Tasks extension, see
+        :mod:`~.tasks`): to the backend whose task it is, under the backend's own id."""
+        meta = params.get("_meta")
+        per_request = meta.get(CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
+        declared = (call.stateless.client_capabilities if call.stateless is not None
+                    else self.client_capabilities)
+        if not declares_tasks(per_request) and not declares_tasks(declared):
+            return ErrorResponse(request.id, ErrorObject(
+                MISSING_CLIENT_CAPABILITY, f"{request.method} needs the {TASKS_EXTENSION} "
+                "extension, which the client did not declare", required_capability_data()))
+        task_id = params.get("taskId")
+        opened = self.services.task_ids.open(self.identity.key, task_id)
+        if opened is None:
+            return _error(request.id, INVALID_PARAMS, "Unknown task: params.taskId names no "
+                                                      "task of this client")
+        backend, backend_task = opened
+        reply = await self._forward(self._link(backend), request,
+                                    {**params, "taskId": backend_task}, call)
+        if isinstance(reply, Response) and reply.result.get("taskId") == backend_task:
+            return Response(reply.id, {**reply.result, "taskId": task_id})
+        return reply
 
     async def _call_resource(self, request: Request, params: dict[str, Any],
                              call: Call) -> Response | ErrorResponse:
@@ -601,6 +646,8 @@ class ClientSession:
 
     def _call_sink(self, link: BackendLink, call: Call) -> Sink:
         async def sink(message: Message) -> None:
+            message = self.services.task_ids.sealed_notification(self.identity.key, link.name,
+                                                                  message)
             if isinstance(message, Notification) and message.method in _LIST_CHANGED:
                 # About the catalog, not the call (a legacy SSE backend's notification lands
                 # on the call in flight): the session's, as if sent apart.
@@ -611,6 +658,8 @@ class ClientSession:
 
     def unrelated_sink(self, link_name: str) -> Sink:
         async def sink(message: Message) -> None:
+            message = self.services.task_ids.sealed_notification(self.identity.key, link_name,
+                                                                  message)
             await self._guarded(link_name, self._unrelated(link_name, message))
         return sink
 

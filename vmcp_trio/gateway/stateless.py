@@ -12,6 +12,8 @@ and its reply is a complete result
   and dropped (none is defined for HTTP in this revision).
 * ``tools/call``, ``prompts/get`` and ``resources/read`` may return an ``InputRequiredResult``:
   see :mod:`~vmcp_trio.gateway.mrtr`.
+* ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` (the Tasks extension) are served when a
+  backend offers the extension: see :mod:`~vmcp_trio.gateway.tasks`.
 * ``subscriptions/listen`` answers with a stream that stays open: the acknowledgement first, then
   the notifications its filter asked for, each carrying its ``subscriptionId``.
 * Closing a response stream cancels the request, during the JSON window too; there are no
@@ -53,8 +55,9 @@ from ..protocol.stateless import (
     check_param_headers,
     check_request,
 )
+from ..protocol.tasks import TASK_METHODS
 from ..runtime.logs import note
-from .core import SERVER_CAPABILITIES, SHUTTING_DOWN, Gateway
+from .core import SHUTTING_DOWN, Gateway, server_capabilities
 from .responder import Responder
 from .session import ClientSession, SessionBusy, SessionClosed, Subscription
 from .streams import EventStream
@@ -65,7 +68,7 @@ SUPPORTED = (STATELESS.version,)
 ALL_VERSIONS = [r.version for r in REVISIONS]
 SERVED = frozenset({"server/discover", "subscriptions/listen", "tools/list", "tools/call",
                     "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
-                    "resources/read", "completion/complete"})
+                    "resources/read", "completion/complete", *TASK_METHODS})
 MULTI_ROUND = frozenset({"tools/call", "prompts/get", "resources/read"})
 _FILTERS = {"toolsListChanged": "notifications/tools/list_changed",
             "promptsListChanged": "notifications/prompts/list_changed",
@@ -156,7 +159,7 @@ class StatelessFront:
 
     def _discover(self, session: ClientSession) -> dict[str, Any]:
         result: dict[str, Any] = {"supportedVersions": ALL_VERSIONS,
-                                  "capabilities": SERVER_CAPABILITIES}
+                                  "capabilities": server_capabilities(session)}
         instructions = session.instructions()
         if instructions:
             result["instructions"] = instructions

@@ -12,10 +12,12 @@ between translates what crosses from one era to the other:
   SDK 2.x server refuses a request carrying the 2026-07-28 envelope on a handshake
   connection.)
 * :func:`meta_for_stateless`: the ``_meta`` a request takes to a 2026-07-28 backend: the
-  caller's own when it speaks 2026-07-28 itself, else the session's values filled in.
+  caller's own when it speaks 2026-07-28 itself, else the session's values filled in; a Tasks
+  extension declaration only for a backend that declares the extension too.
 * :func:`complete_result`: a handshake backend's result, as a 2026-07-28 client expects it.
 * :func:`result_for_handshake`: a 2026-07-28 backend's complete result, without the fields a
-  handshake client does not know.
+  handshake client does not know (a ``CreateTaskResult`` stays whole: only a client that
+  declared the Tasks extension gets one, and it knows the shape whatever its era).
 
 What a translation needs of the wire (headers, streams, retries of input requests) stays with
 the code that does the I/O; what it does to messages is here.
@@ -27,6 +29,7 @@ from typing import Any
 
 from .revisions import STATELESS
 from .stateless import CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROTOCOL_VERSION, SERVER_INFO
+from .tasks import capabilities_for_backend, is_task_result
 
 __all__ = ["CACHEABLE", "ENVELOPE_META", "ROUND_TRIP_FIELDS", "complete_result",
            "meta_for_stateless", "params_for_handshake", "result_for_handshake"]
@@ -63,18 +66,20 @@ def params_for_handshake(params: dict[str, Any] | None) -> dict[str, Any] | None
 
 
 def meta_for_stateless(params: dict[str, Any], *, capabilities: dict[str, Any],
-                       client_info: dict[str, Any], log_level: str | None
-                       ) -> tuple[dict[str, Any], bool]:
+                       client_info: dict[str, Any], log_level: str | None,
+                       backend_capabilities: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """The ``_meta`` of a request to a 2026-07-28 backend, and whether the caller speaks
     2026-07-28 itself (its params carry the envelope: its capabilities and log level are then
     its own; the gateway's client info replaces the client's, as the backend's client is the
-    gateway)."""
+    gateway). A Tasks declaration goes only to a backend whose ``backend_capabilities``
+    declare the extension."""
     given = params.get("_meta")
     meta = dict(given) if isinstance(given, dict) else {}
     stateless_caller = PROTOCOL_VERSION in meta
     meta[PROTOCOL_VERSION] = STATELESS.version
-    if not isinstance(meta.get(CLIENT_CAPABILITIES), dict):
-        meta[CLIENT_CAPABILITIES] = capabilities
+    own = meta.get(CLIENT_CAPABILITIES)
+    meta[CLIENT_CAPABILITIES] = capabilities_for_backend(
+        own if isinstance(own, dict) else capabilities, backend_capabilities)
     meta[CLIENT_INFO] = client_info
     if not stateless_caller and log_level is not None:
         meta[LOG_LEVEL] = log_level
@@ -97,6 +102,6 @@ def complete_result(method: str, result: dict[str, Any],
 
 def result_for_handshake(result: dict[str, Any]) -> dict[str, Any]:
     """A 2026-07-28 backend's complete result, as a handshake client knows results."""
-    if not any(field in result for field in STATELESS_RESULT_FIELDS):
+    if is_task_result(result) or not any(field in result for field in STATELESS_RESULT_FIELDS):
         return result
     return {k: v for k, v in result.items() if k not in STATELESS_RESULT_FIELDS}

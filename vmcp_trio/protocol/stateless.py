@@ -10,9 +10,9 @@ acceptable only if (spec: basic/index, transports/streamable-http, SEP-2575 and 
   UnsupportedProtocolVersion with ``data.supported``/``data.requested``, HTTP 400) and equals the
   ``_meta`` version (else -32020 HeaderMismatch, HTTP 400);
 * ``Mcp-Method`` equals the body's method, exactly (case-sensitive), else -32020;
-* ``Mcp-Name`` equals ``params.name`` (tools/call, prompts/get) or ``params.uri``
-  (resources/read) after trimming surrounding whitespace and decoding the
-  ``=?base64?...?=`` form, else -32020.
+* ``Mcp-Name`` equals ``params.name`` (tools/call, prompts/get), ``params.uri``
+  (resources/read) or ``params.taskId`` (tasks/get, tasks/update, tasks/cancel: SEP-2663)
+  after trimming surrounding whitespace and decoding the ``=?base64?...?=`` form, else -32020.
 
 Error responses carry the request's id (never null when the id could be read).
 :func:`check_request` applies all of this and returns the request's :class:`StatelessContext` or a
@@ -61,7 +61,8 @@ MISSING_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_VERSION = -32022
 
 NAMED_METHODS: Mapping[str, str] = {"tools/call": "name", "prompts/get": "name",
-                                    "resources/read": "uri"}
+                                    "resources/read": "uri", "tasks/get": "taskId",
+                                    "tasks/update": "taskId", "tasks/cancel": "taskId"}
 """Methods whose target travels in the ``Mcp-Name`` header, and the param it mirrors."""
 REMOVED_METHODS = frozenset({"initialize", "ping", "logging/setLevel", "resources/subscribe",
                              "resources/unsubscribe", "notifications/initialized"})

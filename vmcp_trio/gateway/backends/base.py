@@ -28,6 +28,7 @@ from ...protocol.jsonrpc import (
     Response,
 )
 from ...protocol.revisions import Revision, revision
+from ...protocol.tasks import capabilities_for_backend
 
 __all__ = ["BackendAuthRequired", "BackendError", "BackendLink", "CredentialHook",
            "FallbackToLegacy", "Sink", "backend_error"]
@@ -70,7 +71,12 @@ CLIENT_INFO = {"name": "vmcp-trio", "version": __version__}
 
 
 def initialize_params(version: str, capabilities: dict[str, Any]) -> dict[str, Any]:
-    return {"protocolVersion": version, "capabilities": capabilities, "clientInfo": CLIENT_INFO}
+    """A handshake backend's ``initialize``: the client's capabilities, but no Tasks extension
+    declaration (the backend's own capabilities are not known yet; the gateway offers tasks of
+    2026-07-28 backends only)."""
+    return {"protocolVersion": version,
+            "capabilities": capabilities_for_backend(capabilities, None),
+            "clientInfo": CLIENT_INFO}
 
 
 def read_initialize(backend: str, reply: Response | ErrorResponse, *,

@@ -162,7 +162,8 @@ class StatelessBackendLink(HttpLinkFields):
         """The ``_meta`` to send, and whether the caller speaks 2026-07-28 itself (see
         :func:`~vmcp_trio.protocol.eras.meta_for_stateless`)."""
         return meta_for_stateless(params, capabilities=self._client_capabilities,
-                                  client_info=CLIENT_INFO, log_level=self._log_level)
+                                  client_info=CLIENT_INFO, log_level=self._log_level,
+                                  backend_capabilities=self.server_capabilities)
 
     async def _headers(self, method: str, params: dict[str, Any]) -> list[tuple[str, str]]:
         headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json"),
