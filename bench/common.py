@@ -3,6 +3,7 @@ of concurrent MCP sessions, and the one-JSON-line result format of CONTRACT.md."
 
 from __future__ import annotations
 
+import argparse
 import base64
 import itertools
 import json
@@ -309,3 +310,21 @@ async def fixed_calls(url: str, *, auths: Sequence[bytes], calls: int) -> LoadRe
             nursery.start_soon(worker, *session)
     result.seconds = time.perf_counter() - began
     return result
+
+
+def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> dict[str, float]:
+    """Load ``url`` with ``args.sessions`` MCP sessions (``args.warmup`` + ``args.duration``
+    seconds): requests per second, p50/p99 latency, errors, and CPU microseconds per call of
+    each process of ``pids`` (from /proc/PID/stat)."""
+    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    result = trio.run(lambda: generate_load(url, sessions=args.sessions, warmup=args.warmup,
+                                            duration=args.duration))
+    # CPU spent during warm-up is included; divide by all calls made while it was counted.
+    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    total_calls = result.calls * (args.warmup + args.duration) / args.duration
+    out = {"rps": round(result.rate, 1), "p50_ms": round(result.percentile(0.5) * 1e3, 3),
+           "p99_ms": round(result.percentile(0.99) * 1e3, 3), "errors": result.errors}
+    for name in pids:
+        out[f"{name}_cpu_us_per_call"] = round(
+            (after[name] - before[name]) / max(total_calls, 1) * 1e6, 1)
+    return out

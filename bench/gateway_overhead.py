@@ -18,32 +18,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-import trio
 from common import (  # type: ignore[import-not-found]
-    cpu_seconds,
     cpus,
     emit,
     free_port,
     gateway_config,
-    generate_load,
+    measure_phase,
     pin_self,
     started,
 )
-
-
-def phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> dict[str, float]:
-    before = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    result = trio.run(lambda: generate_load(url, sessions=args.sessions, warmup=args.warmup,
-                                            duration=args.duration))
-    # CPU spent during warm-up is included; divide by all calls made while it was counted.
-    after = {name: cpu_seconds(pid) for name, pid in pids.items()}
-    total_calls = result.calls * (args.warmup + args.duration) / args.duration
-    out = {"rps": round(result.rate, 1), "p50_ms": round(result.percentile(0.5) * 1e3, 3),
-           "p99_ms": round(result.percentile(0.99) * 1e3, 3), "errors": result.errors}
-    for name in pids:
-        out[f"{name}_cpu_us_per_call"] = round(
-            (after[name] - before[name]) / max(total_calls, 1) * 1e6, 1)
-    return out
 
 
 def main() -> None:
@@ -58,14 +41,14 @@ def main() -> None:
     python = sys.executable
     floor = [python, "bench/floor_backend.py", "--port", "0"]
     with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
-        direct = phase(line.split()[-1], {"floor": backend.pid}, args)
+        direct = measure_phase(line.split()[-1], {"floor": backend.pid}, args)
     with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
         port = free_port()
         config = gateway_config(line.split()[-1])
         with started([python, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
                       "--config", str(config), "--port",
                       str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
-            via = phase(f"http://127.0.0.1:{port}/mcp",
+            via = measure_phase(f"http://127.0.0.1:{port}/mcp",
                         {"vmcp": gateway.pid, "floor": backend.pid}, args)
         config.unlink()
     floor_cpu = direct["floor_cpu_us_per_call"]

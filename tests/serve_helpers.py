@@ -68,10 +68,10 @@ class Served:
 
 @contextmanager
 def serving(docs: list[dict[str, Any]], workdir: Path, *flags: str,
-            port: int | None = None) -> Iterator[Served]:
-    """``vmcp serve`` on ``docs`` (written to ``workdir``) on 127.0.0.1, ready once ``/health``
-    answers; stopped with SIGTERM at the end, and it must then exit 0. (Synchronous, so that a
-    module-scoped fixture can hold it.)"""
+            port: int | None = None, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """``vmcp serve`` on ``docs`` (written to ``workdir``) on 127.0.0.1, with ``env`` added to
+    its environment, ready once ``/health`` answers; stopped with SIGTERM at the end, and it
+    must then exit 0. (Synchronous, so that a module-scoped fixture can hold it.)"""
     config = workdir / "vmcp.yaml"
     config.write_text(yaml.safe_dump_all(docs), encoding="utf-8")
     port = port or free_port()
@@ -80,7 +80,8 @@ def serving(docs: list[dict[str, Any]], workdir: Path, *flags: str,
         process = subprocess.Popen(
             [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config), "--port",
              str(port), "--drain-delay", "0s", *flags], cwd=ROOT, stdin=subprocess.DEVNULL,
-            stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     running = Served(f"http://127.0.0.1:{port}/mcp", process, log_path)
     try:
         deadline = time.monotonic() + 30

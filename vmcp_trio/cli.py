@@ -239,6 +239,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .http.serving import ListenError
     from .resources import ConfigPathError, validate_paths
     from .resources.loading import fingerprint
+    from .runtime import tracing
     from .runtime.logs import configure_logging, say
 
     configure_logging(args.log_format, debug=args.debug)
@@ -287,6 +288,12 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return None, list(again.problems), None
         chosen, reason = _choose(again.plans, args.name)
         return chosen, list(again.problems), reason
+    try:
+        traces = tracing.configure()
+    except tracing.TracingUnavailable as exc:
+        usage_error(str(exc))
+    if traces is not None:
+        say(f"vmcp: traces: exporting to {traces}")
     _raise_open_file_limit()
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
@@ -332,6 +339,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         for refusal in listen_errors.exceptions:
             say(f"vmcp: {refusal}", level="error")
         exit_code = EXIT_USAGE
+    finally:
+        tracing.shutdown()
     return exit_code
 
 

@@ -38,6 +38,7 @@ from ..protocol.jsonrpc import (
     encode_error,
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
+from ..runtime import tracing
 from ..runtime.logs import note
 from .core import SHUTTING_DOWN, Gateway, TooManySessions, server_capabilities
 from .responder import Responder
@@ -128,9 +129,10 @@ class HandshakeFront:
             await self.answer(http, send, session, requests[0])
             return
         replies: list[Message] = [*errors]
-        async with trio.open_nursery() as nursery:
-            for item in requests:
-                nursery.start_soon(self._batch_member, session, item, replies)
+        with tracing.incoming(http.headers):
+            async with trio.open_nursery() as nursery:
+                for item in requests:
+                    nursery.start_soon(self._batch_member, session, item, replies)
         await send_json(send, 200, orjson.dumps([m.to_dict() for m in replies]),
                         _session_headers(session))
 
@@ -196,8 +198,9 @@ class HandshakeFront:
             return await session.handle(request, stream)
 
         try:
-            await self.responder.answer(http, send, session, request.id, compute,
-                                        headers=_session_headers(session))
+            with tracing.incoming(http.headers):
+                await self.responder.answer(http, send, session, request.id, compute,
+                                            headers=_session_headers(session))
         except SessionClosed:
             await send_json(send, 404, encode_error(INVALID_REQUEST, "Session not found"))
         except SessionBusy as exc:

@@ -60,6 +60,7 @@ from ..protocol.tasks import (
     required_capability_data,
 )
 from ..resources.plan import GatewayPlan
+from ..runtime import tracing
 from ..runtime.logs import REQUEST_ID, note
 from ..runtime.metrics import Metrics
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
@@ -416,6 +417,18 @@ class ClientSession:
         """Answer one request; messages related to it go on ``stream``. None when the client
         cancelled it (a cancelled request gets no response)."""
         call = parked.call if parked is not None else Call(stream, stateless)
+        params = request.params or {}
+        target = params.get("name")
+        with tracing.request_span(request.method, target if isinstance(target, str) else None,
+                                  params.get("_meta"), {"mcp.session.id": self.id[:8]}) as span:
+            reply = await self._answer(request, call)
+            if call.backend is not None:
+                span.set("vmcp.backend", call.backend)
+            if isinstance(reply, ErrorResponse):
+                span.fail(str(reply.error.code), reply.error.message)
+        return reply
+
+    async def _answer(self, request: Request, call: Call) -> Response | ErrorResponse | None:
         scope = trio.CancelScope()
         self._in_flight[request.id] = scope
         self._scopes.add(scope)
@@ -487,9 +500,15 @@ class ClientSession:
         call.backend = link.name
         if not link.revision.stateless:
             params = params_for_handshake(params) or {}
+        target = params.get("name")
         self._calls_on[link] += 1
         try:
-            reply = await link.call(request.method, params, self._call_sink(link, call))
+            with tracing.backend_span(request.method, target if isinstance(target, str)
+                                      else None, link.name) as span:
+                reply = await link.call(request.method, tracing.inject_meta(params),
+                                        self._call_sink(link, call))
+                if isinstance(reply, ErrorResponse):
+                    span.fail(str(reply.error.code), reply.error.message)
         finally:
             self._calls_on[link] -= 1
             if not self._calls_on[link]:

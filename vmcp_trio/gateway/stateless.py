@@ -56,6 +56,7 @@ from ..protocol.stateless import (
     check_request,
 )
 from ..protocol.tasks import TASK_METHODS
+from ..runtime import tracing
 from ..runtime.logs import note
 from .core import SHUTTING_DOWN, Gateway, server_capabilities
 from .responder import Responder
@@ -175,8 +176,9 @@ class StatelessFront:
             return None if reply is None else self._complete(request.method, reply)
 
         try:
-            await self.responder.answer(http, send, session, request.id, compute, headers=[],
-                                        cancel_on_close=True, status=_status)
+            with tracing.incoming(http.headers):
+                await self.responder.answer(http, send, session, request.id, compute,
+                                            headers=[], cancel_on_close=True, status=_status)
         except SessionClosed:
             await send_json(send, 503, encode_error(
                 INVALID_REQUEST, "the gateway is shutting down", request.id),

@@ -37,6 +37,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...protocol.sse import SSEParser
+from ...runtime import tracing
 from ...runtime.supervisor import Retry, Supervisor
 from .base import (
     BackendAuthRequired,
@@ -121,6 +122,7 @@ class HttpBackendLink(HttpLinkFields):
             if self.revision.has_version_header:
                 headers.append(("mcp-protocol-version", self.revision.version))
         headers.extend(await self.credentials.headers())
+        tracing.inject_headers(headers)
         return headers
 
     async def _exchange(self, message: dict[str, Any], request_id: RequestId | None,

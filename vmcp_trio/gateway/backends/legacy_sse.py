@@ -33,6 +33,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import REVISIONS, Revision
 from ...protocol.sse import SSEError, SSEParser
+from ...runtime import tracing
 from .base import (
     BackendError,
     CredentialHook,
@@ -153,6 +154,7 @@ class LegacySseBackendLink(HttpLinkFields):
         if self._endpoint is None:
             raise BackendError(self.name, "has no open event stream")
         headers = [("content-type", "application/json"), *await self.credentials.headers()]
+        tracing.inject_headers(headers)
         try:
             status, _, _ = await self.client.request("POST", self._endpoint, headers=headers,
                                                      body=encode(message), limit=65536)

@@ -63,6 +63,7 @@ from ...protocol.stateless import (
     encode_header_value,
     param_headers,
 )
+from ...runtime import tracing
 from ...runtime.supervisor import Retry, Supervisor
 from .base import (
     CLIENT_INFO,
@@ -176,6 +177,7 @@ class StatelessBackendLink(HttpLinkFields):
             headers.extend(param_headers(self._schemas.get(str(params.get("name"))),
                                          params.get("arguments")))
         headers.extend(await self.credentials.headers())
+        tracing.inject_headers(headers)
         return headers
 
     async def _post(self, request_id: RequestId, method: str, params: dict[str, Any],

@@ -1,0 +1,236 @@
+"""Traces across the hop: the client's span, the gateway's span, its backend call and the
+backend's own span form one tree (OpenTelemetry, in an in-memory exporter).
+
+The client is the official MCP Python SDK 2.x ``Client`` (it opens a span per request and puts
+its context in ``_meta``, SEP-414), the backends are SDK 2.x servers (their
+``OpenTelemetryMiddleware`` opens a span from the ``_meta`` context), all in this process so that
+one exporter sees every span. Off (the default), the gateway neither opens spans nor adds trace
+context to what it sends.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+import yaml
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from vmcp_trio.runtime import tracing
+
+from .fixtures.sdk_servers import BackendState, make_server, serving
+from .gateway_helpers import RawClient, StatelessClient, quickstart_docs, running_gateway
+from .helpers import ROOT
+from .serve_helpers import serving as serving_process
+
+GROUP = "quickstart"
+EXPORTER = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
+
+
+@pytest.fixture
+def traces() -> Iterator[InMemorySpanExporter]:
+    """Spans of this process go to :data:`EXPORTER`: the SDK's through the global provider
+    (set once per process), the gateway's through :func:`tracing.use_provider`."""
+    if trace.get_tracer_provider() is not _PROVIDER:
+        trace.set_tracer_provider(_PROVIDER)
+    assert trace.get_tracer_provider() is _PROVIDER, "another test set a tracer provider"
+    EXPORTER.clear()
+    tracing.use_provider(_PROVIDER)
+    try:
+        yield EXPORTER
+    finally:
+        tracing.use_provider(None)
+        EXPORTER.clear()
+
+
+@dataclass
+class Stack:
+    url: str
+    alpha: BackendState
+    beta: BackendState
+
+
+def http_backend(name: str, url: str) -> dict[str, Any]:
+    return {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+            "metadata": {"name": name}, "spec": {"groupRef": {"name": GROUP}, "url": url}}
+
+
+@asynccontextmanager
+async def stack() -> AsyncIterator[Stack]:
+    """vmcp in front of alpha (SDK 2.x speaking 2026-07-28) and beta (SDK 2.x, handshake
+    only), with the quickstart's stdio backends."""
+    alpha, alpha_state = make_server("alpha")
+    beta, beta_state = make_server("beta")
+    async with serving(alpha, alpha_state) as alpha_url, \
+            serving(beta, beta_state, handshake_only=True) as beta_url:
+        docs = [*quickstart_docs(), http_backend("alpha", alpha_url),
+                http_backend("beta", beta_url)]
+        async with running_gateway(docs) as (url, _):
+            yield Stack(url, alpha_state, beta_state)
+
+
+def _by_id(spans: tuple[ReadableSpan, ...]) -> dict[int, ReadableSpan]:
+    return {span.context.span_id: span for span in spans}
+
+
+def _ancestry(span: ReadableSpan, spans: dict[int, ReadableSpan]) -> list[ReadableSpan]:
+    """``span`` and its ancestors up to the root, nearest first."""
+    chain = [span]
+    while chain[-1].parent is not None and chain[-1].parent.span_id in spans:
+        chain.append(spans[chain[-1].parent.span_id])
+    return chain
+
+
+def _describe(chain: list[ReadableSpan]) -> list[tuple[str, str, str]]:
+    """(instrumentation, kind, name) of each span of a chain, root first."""
+    return [(s.instrumentation_scope.name if s.instrumentation_scope else "", s.kind.name,
+             s.name) for s in reversed(chain)]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_one_tools_call_is_one_tree_from_the_client_to_the_backend(
+        traces: InMemorySpanExporter, mode: str) -> None:
+    """The client's span, the gateway's span of the request, its span of the backend call and
+    the backend's span, each the child of the one before, in one trace: for a 2026-07-28
+    client (auto) and a handshake client (legacy), to a 2026-07-28 backend and a handshake
+    one."""
+    tracer = _PROVIDER.get_tracer("the test client")
+    async with stack() as running, httpx2.AsyncClient() as http, \
+            Client(streamable_http_client(running.url, http_client=http), mode=mode) as client:
+        for tool, backend in (("alpha_add", "alpha"), ("beta_add", "beta")):
+            with tracer.start_as_current_span(f"the user's work with {tool}") as root:
+                result = await client.call_tool(tool, {"a": 2, "b": 3})
+                assert not result.is_error
+            spans = _by_id(traces.get_finished_spans())
+            backend_span = next(s for s in spans.values()
+                                if s.name == "tools/call add" and s.kind is SpanKind.SERVER
+                                and s.context.trace_id == root.get_span_context().trace_id)
+            chain = _ancestry(backend_span, spans)
+            assert _describe(chain) == [
+                ("the test client", "INTERNAL", f"the user's work with {tool}"),
+                ("mcp-python-sdk", "CLIENT", f"MCP send tools/call {tool}"),
+                ("vmcp-trio", "SERVER", f"tools/call {tool}"),
+                ("vmcp-trio", "CLIENT", "tools/call add"),
+                ("mcp-python-sdk", "SERVER", "tools/call add"),
+            ], _describe(chain)
+            gateway_request, gateway_call = chain[2], chain[1]
+            assert gateway_request.attributes is not None
+            assert gateway_request.attributes["vmcp.backend"] == backend
+            assert gateway_request.attributes["mcp.method.name"] == "tools/call"
+            assert len(str(gateway_request.attributes["mcp.session.id"])) == 8
+            assert gateway_call.attributes is not None
+            assert gateway_call.attributes["vmcp.backend"] == backend
+            traces.clear()
+        # The 2026-07-28 backend also got the context in its HTTP headers.
+        assert any(running.alpha.traceparents)
+
+
+async def test_a_failed_call_marks_the_gateway_span_and_http_headers_give_the_parent(
+        traces: InMemorySpanExporter) -> None:
+    """A client that sends its trace context only in HTTP headers (no ``_meta``) still gets
+    the gateway's spans under its own; an error answer marks the span failed with its code."""
+    trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    async with stack() as running:
+        client = StatelessClient(running.url)
+        reply = await client.post("tools/call", {"name": "no_such_tool", "arguments": {}},
+                                  name="no_such_tool",
+                                  headers={"traceparent": f"00-{trace_id}-{parent_id}-01"})
+        assert reply.body["error"]["code"] == -32602
+        spans = traces.get_finished_spans()
+        request_span = next(s for s in spans if s.name == "tools/call no_such_tool")
+        assert f"{request_span.context.trace_id:032x}" == trace_id
+        assert request_span.parent is not None
+        assert f"{request_span.parent.span_id:016x}" == parent_id
+        assert request_span.attributes is not None
+        assert request_span.attributes["error.type"] == "-32602"
+        assert request_span.status.status_code is trace.StatusCode.ERROR
+
+
+async def test_off_by_default_the_gateway_adds_no_trace_context() -> None:
+    """With traces off, a backend gets no ``traceparent`` the client did not send, and a
+    client's own ``_meta`` context passes through untouched."""
+    assert not tracing.enabled()
+    async with stack() as running:
+        client = RawClient(running.url)
+        try:
+            assert (await client.initialize()).status == 200
+            await client.request("tools/call", {"name": "alpha_add",
+                                                 "arguments": {"a": 1, "b": 1}})
+            sent = "00-11111111111111111111111111111111-2222222222222222-01"
+            await client.request("tools/call", {"name": "alpha_add", "arguments": {"a": 1, "b": 2},
+                                                "_meta": {"traceparent": sent}})
+        finally:
+            await client.aclose()
+    calls = [(meta, header) for method, meta, header in zip(
+        running.alpha.methods, running.alpha.metas, running.alpha.traceparents, strict=True)
+        if method == "tools/call"]
+    assert len(calls) == 2
+    assert "traceparent" not in calls[0][0] and calls[0][1] == ""
+    assert calls[1][0]["traceparent"] == sent and calls[1][1] == ""
+
+
+# --- configuration from the environment ----------------------------------------------------------
+
+@pytest.mark.parametrize(("environ", "problem"), [
+    ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER: unknown exporter 'zipkin'"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
+      "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc'"),
+])
+def test_an_exporter_vmcp_does_not_ship_is_one_line_and_exit_2(
+        environ: dict[str, str], problem: str, tmp_path: Path) -> None:
+    config = tmp_path / "vmcp.yaml"
+    config.write_text((ROOT / "examples" / "quickstart.yaml").read_text())
+    run = subprocess.run([sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
+                          "--port", "0"], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, **environ})
+    assert run.returncode == 2, run.stderr
+    assert problem in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("environ", [
+    {}, {"OTEL_TRACES_EXPORTER": "none"}, {"OTEL_SDK_DISABLED": "true",
+                                           "OTEL_TRACES_EXPORTER": "console"},
+    {"OTEL_SERVICE_NAME": "gw"},
+])
+def test_traces_stay_off_unless_an_exporter_is_asked_for(environ: dict[str, str]) -> None:
+    assert tracing.configure(environ) is None
+    assert not tracing.enabled()
+
+
+def test_the_console_exporter_from_the_standard_variables(tmp_path: Path) -> None:
+    """``OTEL_TRACES_EXPORTER=console``: ``vmcp serve`` says so at start and prints the span of
+    a call (named after the tool, with the service name of ``OTEL_SERVICE_NAME``)."""
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "quickstart.yaml").read_text()))
+    environ = {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "gateway-under-test",
+               "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    with serving_process(docs, tmp_path, env=environ) as served:
+        async def call() -> None:
+            client = RawClient(served.url)
+            try:
+                assert (await client.initialize()).status == 200
+                await client.request("tools/call", {"name": "clock_echo",
+                                                    "arguments": {"message": "traced"}})
+            finally:
+                await client.aclose()
+        trio.run(call)
+    log = served.log()
+    assert "traces: exporting to the console" in log
+    assert '"name": "tools/call clock_echo"' in log
+    assert '"service.name": "gateway-under-test"' in log
