@@ -3,13 +3,14 @@ identity providers of the authorization server tests."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
-from .authserver_helpers import chained_upstreams
+from .authserver_helpers import Stack, as_docs, chained_upstreams
 from .fixtures.idp import Idp
+from .gateway_helpers import running_gateway
 from .helpers import example_docs
 
 
@@ -33,3 +34,13 @@ def upstreams() -> Iterator[tuple[int, Idp, Idp]]:
     """vmcp's port and the two upstream providers of the embedded authorization server."""
     with chained_upstreams() as started:
         yield started
+
+
+@pytest.fixture
+async def authserver_stack(upstreams: tuple[int, Idp, Idp]) -> AsyncIterator[Stack]:
+    """A gateway with the embedded authorization server in front of the two upstreams, in the
+    test's process."""
+    port, corp, hub = upstreams
+    issuer = f"http://127.0.0.1:{port}"
+    async with running_gateway(as_docs(issuer, corp, hub), port=port) as (url, gateway):
+        yield Stack(issuer, url, corp, hub, gateway)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
@@ -50,15 +49,12 @@ from .gateway_helpers import running_gateway
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
 
-@pytest.fixture
-async def stack(upstreams: tuple[int, Idp, Idp]) -> AsyncIterator[Stack]:
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    async with running_gateway(as_docs(issuer, corp, hub), port=port) as (url, gateway):
-        yield Stack(issuer, url, corp, hub, gateway)
-
-
 # --- discovery -----------------------------------------------------------------------------------
+
+@pytest.fixture
+def stack(authserver_stack: Stack) -> Stack:
+    return authserver_stack
+
 
 async def test_discovery_and_keys(stack: Stack) -> None:
     for path in ("/.well-known/oauth-authorization-server",

@@ -82,6 +82,26 @@ class OpaqueTokens:
         mac = self._mac(self._secrets[0], prefix, token_id).decode("ascii")
         return f"{prefix}_{token_id}.{mac}", _storage_key(prefix, token_id)
 
+    def sign(self, purpose: str, data: str) -> str:
+        """HMAC-SHA256 of ``data`` for ``purpose`` (ASCII letters) under the first secret,
+        base64url: what a value that travels through the browser carries (the consent form)."""
+        _check_prefix(purpose)
+        digest = hmac.digest(self._secrets[0], f"{purpose}\0{data}".encode(), "sha256")
+        return b64url_encode(digest)
+
+    def verify(self, purpose: str, data: str, mac: str) -> bool:
+        """Whether ``mac`` is :meth:`sign` of ``data`` under any configured secret (constant
+        time, every secret tried)."""
+        _check_prefix(purpose)
+        if not isinstance(mac, str) or not mac.isascii() or len(mac) != 43:
+            return False
+        genuine = False
+        for secret in self._secrets:
+            digest = hmac.digest(secret, f"{purpose}\0{data}".encode(), "sha256")
+            genuine |= hmac.compare_digest(b64url_encode(digest).encode("ascii"),
+                                           mac.encode("ascii"))
+        return genuine
+
     def check(self, prefix: str, token: str) -> str | None:
         """The storage key of ``token`` when it is genuine (its MAC verifies under one of the
         secrets) and of kind ``prefix``; None otherwise. The length is checked before anything

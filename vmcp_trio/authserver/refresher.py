@@ -12,11 +12,13 @@ minutes, with ±10% jitter so that replicas and tokens issued together spread ou
    when the provider sends none;
 4. releases the lock.
 
-A provider that refuses the refresh token (``invalid_grant``: revoked, expired, rotated away)
-ends the user's login session: its upstream tokens are dropped and the session revoked, so the
-client's next request gets 401 with a ``WWW-Authenticate`` challenge and logs in again, rather
-than backends failing one by one. Other failures (the provider down) are retried at the next tick
-while the token lasts.
+Stored tokens are keyed by issuer (MCP 2026-07-28): tokens that another issuer issued than the
+one their provider name has now (a reload pointed it elsewhere) are never sent to it; that ends
+the login session, as a refusal does. A provider that refuses the refresh token
+(``invalid_grant``: revoked, expired, rotated away) ends the user's login session: its upstream
+tokens are dropped and the session revoked, so the client's next request gets 401 with a
+``WWW-Authenticate`` challenge and logs in again, rather than backends failing one by one.
+Other failures (the provider down) are retried at the next tick while the token lasts.
 """
 
 from __future__ import annotations
@@ -99,6 +101,13 @@ class UpstreamRefresher:
             provider = self.providers.get(provider_name)
             if provider is None:
                 return
+            if stored.issuer is not None and stored.issuer != provider.issuer:
+                # Keyed by issuer: a refresh token is never sent to another issuer than the
+                # one that issued it (a reload pointed the provider name elsewhere).
+                log.warning("the stored %s tokens of a session come from another issuer than "
+                            "the one configured now; ending the session", provider_name)
+                await self.end_session(session)
+                return
             try:
                 fresh = await provider.refresh(stored.refresh_token)
             except UpstreamError as exc:
@@ -119,6 +128,7 @@ class UpstreamRefresher:
                 refresh_token=fresh.refresh_token or stored.refresh_token,
                 expires_at=fresh.expires_at, scope=fresh.scope or stored.scope,
                 subject=stored.subject, issued_at=now,
-                id_token=fresh.id_token or stored.id_token), now + self.keep_for)
+                id_token=fresh.id_token or stored.id_token, issuer=provider.issuer),
+                now + self.keep_for)
         finally:
             await self.storage.release(lock, token)

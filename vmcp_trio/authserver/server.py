@@ -20,7 +20,15 @@ every use; presenting an old one revokes the whole family and the session. ``res
 
 Errors before the client's redirect URI is trusted (unknown client, unregistered redirect URI)
 are shown to the user, never redirected (RFC 6749 section 4.1.2.1); later ones go back to the
-client with ``error``, ``state`` and ``iss`` (RFC 9207).
+client with ``error``, ``state`` and ``iss`` (RFC 9207), as the code does.
+
+Clients either register (RFC 7591, with OpenID Connect Registration's ``application_type``) or
+name themselves by the https URL of their Client ID Metadata Document (:mod:`.cimd`; MCP
+2026-07-28). Nobody vouches for such a document, so its client is first shown to the user on a
+consent page: its name, the host that publishes it, and where the code will go (MCP 2026-07-28
+"Client ID Metadata Document Security"). Towards the upstream providers vmcp is a client itself:
+it checks the ``iss`` of their authorization responses (RFC 9207) before using them, and keys the
+upstream tokens it stores by the issuer they came from.
 
 Not an OpenID provider: no ID tokens, so discovery does not claim any (both well-known paths serve
 the same RFC 8414 document).
@@ -32,6 +40,7 @@ import base64
 import dataclasses
 import hashlib
 import hmac
+import html
 import logging
 import secrets
 import time
@@ -46,6 +55,7 @@ from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_empty, send_json, 
 from ..http.client import HttpClient
 from ..resources.plan import AuthServerPlan
 from ..runtime.supervisor import NamedTask
+from .cimd import ClientDocumentError, ClientDocuments
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
 from .refresher import UpstreamRefresher
@@ -61,6 +71,8 @@ from .storage import (
 )
 from .upstream import UpstreamError, UpstreamProvider
 from .validation import (
+    GRANT_TYPES,
+    LOOPBACK_HOSTS,
     OAuthError,
     check_pkce_request,
     check_resource,
@@ -84,6 +96,16 @@ PENDING_LIFETIME = 600.0
 REGISTRATIONS_PER_MINUTE = 20
 AUTHORIZATIONS_PER_MINUTE = 30
 MAX_STATE_CHARS = 1024
+CONSENT_LIFETIME = 600
+"""Seconds a consent page's form stays valid."""
+CONSENT_COOKIE = "vmcp_consent_"
+AUTHORIZE_PARAMETERS = ("response_type", "client_id", "redirect_uri", "state", "code_challenge",
+                        "code_challenge_method", "scope", "resource")
+"""The authorization request parameters this server reads (the consent form carries them)."""
+_PAGE_HEADERS = [("cache-control", "no-store"), ("x-frame-options", "DENY"),
+                 ("content-security-policy",
+                  "default-src 'none'; style-src 'unsafe-inline'; frame-ancestors 'none'"),
+                 ("referrer-policy", "no-referrer")]
 _NO_STORE = [("cache-control", "no-store"), ("pragma", "no-cache")]
 _CORS = [("access-control-allow-origin", "*")]
 
@@ -114,6 +136,15 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def _cookie(header: str | None, name: str) -> str | None:
+    """The value of cookie ``name`` in a ``Cookie`` header, or None."""
+    for part in (header or "").split(";"):
+        key, eq, value = part.strip().partition("=")
+        if eq and key == name:
+            return value
+    return None
+
+
 class AuthorizationServer:
     def __init__(self, plan: AuthServerPlan, *, resources: tuple[str, ...],
                  scopes: tuple[str, ...], client: HttpClient, storage: Storage) -> None:
@@ -129,6 +160,9 @@ class AuthorizationServer:
         self.providers = {p.name: UpstreamProvider(p, client, allow_http=plan.insecure_allow_http,
                                                    allow_private=plan.insecure_allow_http)
                           for p in plan.providers}
+        self.documents = ClientDocuments(client, allow_http=plan.insecure_allow_http,
+                                         allow_private=plan.insecure_allow_http)
+        """Clients whose client_id is the URL of their metadata document."""
         self.revoked_sessions: dict[str, float] = {}
         """Sessions revoked in this process (replayed code, reused refresh token, revocation),
         until their tokens would have expired anyway: their access tokens stop working."""
@@ -229,6 +263,7 @@ class AuthorizationServer:
             "token_endpoint_auth_methods_supported": self._auth_methods(),
             "revocation_endpoint_auth_methods_supported": self._auth_methods(),
             "authorization_response_iss_parameter_supported": True,
+            "client_id_metadata_document_supported": True,
         }
         if self.scopes:
             document["scopes_supported"] = list(self.scopes)
@@ -283,13 +318,15 @@ class AuthorizationServer:
             grant_types=metadata.grant_types, client_name=metadata.client_name,
             scope=metadata.scope, secret_sha256=_sha256(secret) if secret else None,
             created_at=now,
-            expires_at=now + (CLIENT_LIFETIME if secret else UNUSED_CLIENT_LIFETIME))
+            expires_at=now + (CLIENT_LIFETIME if secret else UNUSED_CLIENT_LIFETIME),
+            application_type=metadata.application_type)
         await self.storage.put_client(client)
         answer: dict[str, Any] = {
             "client_id": client.client_id, "client_id_issued_at": int(now),
             "redirect_uris": list(client.redirect_uris),
             "token_endpoint_auth_method": client.token_endpoint_auth_method,
-            "grant_types": list(client.grant_types), "response_types": ["code"]}
+            "grant_types": list(client.grant_types), "response_types": ["code"],
+            "application_type": client.application_type}
         if secret is not None:  # shown once; only its hash is kept
             answer["client_secret"] = secret
             answer["client_secret_expires_at"] = int(client.expires_at)
@@ -320,15 +357,35 @@ class AuthorizationServer:
                             "this address; try again shortly\n",
                             headers=[("retry-after", str(wait))])
             return
+        if request.method == "POST":
+            await self._consent_answer(request, send)
+            return
         query = {k: v[0] for k, v in request.query.items() if v}
         if any(len(v) > 1 for v in request.query.values()):
             await self._show_error(send, 400, "a parameter is repeated")
             return
+        await self._authorize(query, send)
+
+    async def _authorize(self, query: dict[str, str], send: Send, *, consented: bool = False,
+                         denied: bool = False) -> None:
+        """The authorization request ``query``: checked, then the first upstream leg starts.
+        A client known by its metadata document (its client_id is a URL) is first shown to the
+        user, who allows it (``consented``) or not (``denied``)."""
         if len(query.get("state") or "") > MAX_STATE_CHARS:
             await self._show_error(send, 400, f"state is longer than {MAX_STATE_CHARS} "
                                               "characters")
             return
-        client = await self.storage.get_client(query.get("client_id", ""))
+        client_id = query.get("client_id", "")
+        document = self.documents.is_document_client(client_id)
+        if document:
+            try:
+                client: RegisteredClient | None = await self.documents.resolve(client_id)
+            except ClientDocumentError as exc:
+                await self._show_error(send, 400, f"the client's metadata document (client_id) "
+                                                  f"cannot be used: {exc}")
+                return
+        else:
+            client = await self.storage.get_client(client_id)
         if client is None:
             await self._show_error(send, 400, "unknown client_id")
             return
@@ -348,9 +405,14 @@ class AuthorizationServer:
             check_pkce_request(query.get("code_challenge"), query.get("code_challenge_method"))
             scopes = parse_scope(query.get("scope"), allowed=self.scopes or None)
             resource = check_resource(query.get("resource"), allowed=self.resources)
+            if denied:
+                raise OAuthError("access_denied", "the user did not allow the client")
         except OAuthError as exc:
             await self._redirect(send, self._client_redirect(redirect_uri, {
                 "error": exc.error, "error_description": exc.description, "state": state}))
+            return
+        if document and not consented:
+            await self._consent_page(send, client, redirect_uri, query, scopes, resource)
             return
         providers = tuple(self.providers)
         pending = PendingAuthorization(
@@ -359,6 +421,91 @@ class AuthorizationServer:
             session_id=secrets.token_urlsafe(24), providers=providers, leg=0, verifier="",
             nonce=None, expires_at=time.time() + PENDING_LIFETIME)
         await self._start_leg(send, pending)
+
+    # --- consent (clients known by their metadata document) -----------------------------------
+
+    def _consent_data(self, expires: str, nonce: str, params: dict[str, str]) -> str:
+        return f"{expires}\n{nonce}\n{urlencode(sorted(params.items()))}"
+
+    async def _consent_page(self, send: Send, client: RegisteredClient, redirect_uri: str,
+                            query: dict[str, str], scopes: tuple[str, ...],
+                            resource: str | None) -> None:
+        """The page that names the client before the user signs in for it. MCP 2026-07-28
+        ("Client ID Metadata Document Security"): the redirect URI's host must be shown, with
+        a warning when it is on the user's own computer; the draft (section 8.5): the
+        client_id's host too, since anyone can publish a document with any client_name. The
+        form carries the request, and a MAC that binds it to an expiry and to a cookie set
+        with this page (SameSite=Strict, HttpOnly): a form posted from another site, or to
+        another browser, does not carry it."""
+        params = {k: query[k] for k in AUTHORIZE_PARAMETERS if k in query}
+        params["redirect_uri"] = redirect_uri
+        expires = str(int(time.time()) + CONSENT_LIFETIME)
+        cookie_id, nonce = secrets.token_urlsafe(9), secrets.token_urlsafe(24)
+        mac = self.opaque.sign("consent", self._consent_data(expires, nonce, params))
+        action = self.plan.authorization_endpoint
+        cookie = (f"{CONSENT_COOKIE}{cookie_id}={nonce}; Path={urlsplit(action).path or '/'}; "
+                  f"Max-Age={CONSENT_LIFETIME}; HttpOnly; SameSite=Strict"
+                  + ("; Secure" if action.startswith("https:") else ""))
+        client_parts = urlsplit(client.client_id)
+        redirect_parts = urlsplit(redirect_uri)
+        if redirect_parts.scheme in ("http", "https"):
+            goes_to = redirect_parts.netloc
+        else:
+            goes_to = f"the application registered for {redirect_parts.scheme}: on this device"
+        loopback = (redirect_parts.scheme == "http"
+                    and (redirect_parts.hostname or "") in {h.strip("[]") for h in LOOPBACK_HOSTS})
+        e = html.escape
+        hidden = "".join(f'<input type="hidden" name="{e(k)}" value="{e(v)}">'
+                         for k, v in params.items())
+        warning = ('<p class="warn">That address is <strong>on your own computer</strong>: '
+                   "continue only if you started this sign-in from an application running on "
+                   "this computer, since any program on it could receive the access you "
+                   "grant.</p>") if loopback else ""
+        page = (
+            '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            '<meta name="viewport" content="width=device-width,initial-scale=1">'
+            "<title>Allow access?</title><style>body{font-family:system-ui,sans-serif;"
+            "max-width:38em;margin:2em auto;padding:0 1em;line-height:1.4}code{word-break:"
+            "break-all}.warn{background:#fff3cd;padding:.6em}button{font-size:1em;"
+            "margin-right:1em;padding:.4em 1em}</style></head><body>"
+            f"<h1>Allow {e(client.client_name or client_parts.netloc)} access?</h1>"
+            f"<p>The application calls itself <strong>{e(client.client_name or '')}</strong>. "
+            f"It is published at <strong>{e(client_parts.netloc)}</strong> "
+            f"(<code>{e(client.client_id)}</code>).</p>"
+            f"<p>After you sign in, you will be sent back to <strong>{e(goes_to)}</strong> "
+            f"(<code>{e(redirect_uri)}</code>).</p>{warning}"
+            f"<p>Access requested: <code>{e(' '.join(scopes) or 'default')}</code>"
+            + (f" to <code>{e(resource)}</code>" if resource else "") + ".</p>"
+            f'<form method="post" action="{e(action)}">{hidden}'
+            f'<input type="hidden" name="consent" value="{e(expires)}.{e(cookie_id)}.{e(mac)}">'
+            '<button name="decision" value="allow">Allow and sign in</button>'
+            '<button name="decision" value="deny">Deny</button></form></body></html>')
+        await send_text(send, 200, page, content_type="text/html",
+                        headers=[*_PAGE_HEADERS, ("set-cookie", cookie)])
+
+    async def _consent_answer(self, request: HttpRequest, send: Send) -> None:
+        """The consent form, posted: valid only with its cookie and before it expires."""
+        try:
+            form = await self._form(request)
+        except OAuthError as exc:
+            await self._show_error(send, 400, exc.description)
+            return
+        expires, _, rest = form.pop("consent", "").partition(".")
+        cookie_id, _, mac = rest.partition(".")
+        decision = form.pop("decision", "")
+        nonce = _cookie(request.header("cookie"), CONSENT_COOKIE + cookie_id) if cookie_id \
+            else None
+        if (nonce is None or not expires.isdigit() or int(expires) < time.time()
+                or not self.opaque.verify("consent", self._consent_data(expires, nonce, form),
+                                          mac)):
+            await self._show_error(send, 400, "this consent form has expired or was not shown "
+                                              "to this browser; start the sign-in again from "
+                                              "the application")
+            return
+        if decision not in ("allow", "deny"):
+            await self._show_error(send, 400, "decision must be allow or deny")
+            return
+        await self._authorize(form, send, consented=True, denied=decision == "deny")
 
     async def _start_leg(self, send: Send, pending: PendingAuthorization) -> None:
         provider = self.providers[pending.providers[pending.leg]]
@@ -385,6 +532,12 @@ class AuthorizationServer:
             return
         name = pending.providers[pending.leg]
         provider = self.providers[name]
+        try:  # RFC 9207: before the response is acted on, its error included
+            await provider.check_response_issuer(request.query.get("iss", []))
+        except UpstreamError as exc:
+            log.warning("callback: %s", exc)
+            await self._fail_chain(send, pending, "access_denied", str(exc)[:300])
+            return
         if "error" in query or "code" not in query:
             detail = query.get("error", "no code")[:100]
             await self._fail_chain(send, pending, "access_denied",
@@ -406,7 +559,7 @@ class AuthorizationServer:
             session_id=pending.session_id, provider=name, access_token=tokens.access_token,
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
             scope=tokens.scope, subject=identity.subject, issued_at=time.time(),
-            id_token=tokens.id_token))
+            id_token=tokens.id_token, issuer=provider.issuer))
         if pending.leg + 1 < len(pending.providers):
             pending.leg += 1
             await self._start_leg(send, pending)
@@ -467,6 +620,8 @@ class AuthorizationServer:
         headers = list(_NO_STORE)
         if exc.status == 401:
             headers.append(("www-authenticate", 'Basic realm="oauth"'))
+        elif exc.status == 503:
+            headers.append(("retry-after", "5"))
         await send_json(send, exc.status, {"error": exc.error,
                                            "error_description": exc.description}, headers)
 
@@ -484,6 +639,13 @@ class AuthorizationServer:
                                  "Basic credentials", status=401) from None
             user, _, password = decoded.partition(":")
             client_id, secret = unquote_plus(user), unquote_plus(password)
+        if self.documents.is_document_client(client_id):
+            # A public client (the only kind a metadata document may describe): nothing to
+            # authenticate, and nothing fetched for a request that names no grant of it.
+            return RegisteredClient(
+                client_id=client_id, redirect_uris=(), token_endpoint_auth_method="none",
+                grant_types=GRANT_TYPES, client_name=None, scope=None, secret_sha256=None,
+                created_at=0.0, expires_at=float("inf"))
         client = await self.storage.get_client(client_id)
         if client is None:
             raise OAuthError("invalid_client", "unknown client_id", status=401)
@@ -518,6 +680,8 @@ class AuthorizationServer:
                                    grant.scopes, resource, grant.name, grant.email, family_id,
                                    new_family=True)
         await self.storage.set_code_family(code_id, family_id)
+        if self.documents.is_document_client(client.client_id):
+            return answer  # not registered here: nothing to keep
         if client.expires_at - time.time() < CLIENT_LIFETIME / 2:  # a client in use stays
             await self.storage.put_client(dataclasses.replace(
                 client, expires_at=time.time() + CLIENT_LIFETIME))
@@ -542,6 +706,8 @@ class AuthorizationServer:
             raise OAuthError("invalid_grant", "the refresh token was issued to another client")
         if family.revoked:
             raise OAuthError("invalid_grant", "the refresh token was revoked")
+        if self.documents.is_document_client(client.client_id):
+            await self._document_still_valid(client.client_id)
         resource = self._same_resource(form, family.resource)
         scopes = family.scopes
         if form.get("scope"):
@@ -552,6 +718,18 @@ class AuthorizationServer:
         return await self._issue(client.client_id, family.subject, family.session_id, scopes,
                                  resource, family.name, family.email, family_id,
                                  rotate_from=presented)
+
+    async def _document_still_valid(self, client_id: str) -> None:
+        """A client known by its metadata document keeps refreshing only while the document
+        still describes a client (fetched again once the cached copy is stale)."""
+        try:
+            await self.documents.resolve(client_id)
+        except ClientDocumentError as exc:
+            if exc.unavailable:
+                raise OAuthError("temporarily_unavailable", f"the client's metadata document "
+                                 f"cannot be fetched now: {exc}", status=503) from None
+            raise OAuthError("invalid_client", f"the client's metadata document is no longer "
+                             f"valid: {exc}", status=401) from None
 
     async def _issue(self, client_id: str, subject: str, session_id: str,
                      scopes: tuple[str, ...], resource: str | None, name: str | None,
@@ -626,10 +804,26 @@ class AuthorizationServer:
         if session_id in self.revoked_sessions:
             return None
         try:
-            return await self.storage.get_upstream(session_id, provider)
+            stored = await self.storage.get_upstream(session_id, provider)
+            if stored is not None and self.issuer_changed(stored):
+                # Keyed by issuer: another issuer's tokens never go out under this name. The
+                # login session ends, so the client's next request logs in again.
+                log.warning("the stored %s tokens of a session come from another issuer than "
+                            "the one configured now; ending the session", provider)
+                await self._revoke_session(session_id)
+                return None
+            return stored
         except StorageUnavailable as exc:
             raise CredentialError(f"the stored {provider} token cannot be read now ({exc}); "
                                   "try again shortly") from None
+
+    def issuer_changed(self, stored: StoredUpstream) -> bool:
+        """Whether ``stored`` came from another issuer than the one its provider name has now
+        (a reload pointed the name elsewhere). Records from before issuers were kept carry
+        none and are taken as they are."""
+        provider = self.providers.get(stored.provider)
+        return (stored.issuer is not None and provider is not None
+                and stored.issuer != provider.issuer)
 
     def heard_revocation(self, session_id: str, until: float) -> None:
         """Another replica revoked a session (the storage's broadcast)."""

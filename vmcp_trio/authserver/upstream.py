@@ -129,6 +129,8 @@ class _Endpoints:
     authorization: str
     token: str
     jwks_uri: str | None
+    iss_parameter_supported: bool = False
+    """The metadata's ``authorization_response_iss_parameter_supported`` (RFC 9207)."""
 
 
 # --- reading provider JSON ---------------------------------------------------------------------
@@ -262,6 +264,18 @@ class UpstreamProvider:
     def __repr__(self) -> str:
         return f"UpstreamProvider({self.name!r}, {self.plan.type})"
 
+    @property
+    def issuer(self) -> str:
+        """The issuer that this provider's credentials are keyed by (MCP 2026-07-28,
+        "Authorization Server Binding"): an oidc provider's issuer (discovery checks that the
+        metadata names exactly this one, RFC 8414 section 3.3). An oauth2 provider has no issuer
+        identifier (explicit endpoints, no metadata), so its token endpoint, where its refresh
+        tokens are sent, stands for it. Stored tokens are used only while it stays the same: a
+        provider name that a reload points elsewhere never receives the old one's tokens."""
+        if isinstance(self.plan, OIDCProvider):
+            return self.plan.issuer_url
+        return self.plan.token_endpoint
+
     def _error(self, message: str, *, oauth_error: str | None = None) -> UpstreamError:
         return UpstreamError(f"upstream provider {self.name!r}: {message}",
                              oauth_error=oauth_error)
@@ -340,7 +354,8 @@ class UpstreamProvider:
         except UnsafeUrl as exc:
             raise DiscoveryError(f"the token_endpoint is refused: {exc}") from None
         return _Endpoints(str(meta["issuer"]), values["authorization_endpoint"],
-                          values["token_endpoint"], values["jwks_uri"])
+                          values["token_endpoint"], values["jwks_uri"],
+                          meta.get("authorization_response_iss_parameter_supported") is True)
 
     async def _jwks_uri(self) -> str:
         endpoints = await self._discover()
@@ -443,6 +458,29 @@ class UpstreamProvider:
         separator = "&" if urlsplit(base).query else ("" if base.endswith("?") else "?")
         return LegStart(f"{base}{separator}{urlencode(params, quote_via=quote)}", verifier,
                         nonce)
+
+    async def check_response_issuer(self, iss: Sequence[str]) -> None:
+        """RFC 9207 section 2.4, as MCP 2026-07-28 ("Authorization Response Validation") has
+        clients apply it before a code goes to any token endpoint, success and error responses
+        alike: ``iss`` (the values the callback received) must be exactly the oidc provider's
+        discovered issuer (simple string comparison, no normalisation), and must be present
+        when its metadata says ``authorization_response_iss_parameter_supported``. An oauth2
+        provider has no issuer identifier to compare with (no metadata), so its ``iss`` is not
+        checked: the leg's single-use state and PKCE verifier bind its response. Raises
+        UpstreamError, never quoting the value received."""
+        if not isinstance(self.plan, OIDCProvider):
+            return
+        endpoints = await self._get_endpoints()
+        if len(iss) > 1:
+            raise self._error("the authorization response carries iss more than once (RFC 9207)")
+        if not iss:
+            if endpoints.iss_parameter_supported:
+                raise self._error("the authorization response has no iss, though the provider's "
+                                  "metadata says it sends one (RFC 9207)")
+            return
+        if iss[0] != endpoints.issuer:
+            raise self._error("the authorization response names another issuer than the "
+                              "provider's (RFC 9207: a mix-up); it was refused")
 
     async def finish(self, *, code: str, verifier: str, nonce: str | None,
                      redirect_uri: str) -> tuple[UpstreamTokens, UpstreamIdentity]:

@@ -26,15 +26,19 @@ from ..auth.jwt import _b64decode_text as b64url_decode
 from ..auth.jwt import _b64encode as b64url_encode
 
 __all__ = [
+    "APPLICATION_TYPES",
     "ERROR_CODES",
     "MAX_REDIRECT_URIS",
     "MAX_URI_CHARS",
+    "SECRET_AUTH_METHODS",
     "ClientMetadata",
     "OAuthError",
+    "check_client_id_url",
     "check_pkce_request",
     "check_resource",
     "parse_scope",
     "redirect_uri_matches",
+    "validate_client_document",
     "validate_client_metadata",
     "verify_pkce",
 ]
@@ -42,7 +46,7 @@ __all__ = [
 ERROR_CODES = frozenset({
     "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client",
     "unsupported_grant_type", "invalid_scope", "invalid_redirect_uri", "invalid_client_metadata",
-    "invalid_target", "access_denied", "unsupported_response_type",
+    "invalid_target", "access_denied", "unsupported_response_type", "temporarily_unavailable",
 })
 
 MAX_REDIRECT_URIS = 10
@@ -51,8 +55,10 @@ MAX_CLIENT_NAME_CHARS = 200
 MAX_SCOPE_CHARS = 4000
 
 AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
+SECRET_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "client_secret_jwt")
 GRANT_TYPES = ("authorization_code", "refresh_token")
 RESPONSE_TYPES = ("code",)
+APPLICATION_TYPES = ("web", "native")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "[::1]", "localhost"})
 
 
@@ -217,6 +223,7 @@ class ClientMetadata:
     scope: str | None = None  # normalised: tokens de-duplicated, single spaces
     client_uri: str | None = None  # kept as given (validated as an https URL)
     logo_uri: str | None = None  # kept as given (validated as an https URL)
+    application_type: str = "web"  # OpenID Connect Registration: "web" (default) | "native"
 
     @property
     def public(self) -> bool:
@@ -292,7 +299,13 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
       ``response_types`` (default code) only code; consistent with each other (RFC 7591 2.1:
       authorization_code needs code, and code needs authorization_code);
     * ``client_name`` at most 200 characters, no control characters; ``scope`` RFC 6749 scope
-      tokens (at most 4,000 characters); ``client_uri`` / ``logo_uri`` https URLs.
+      tokens (at most 4,000 characters); ``client_uri`` / ``logo_uri`` https URLs;
+    * ``application_type`` (OpenID Connect Dynamic Client Registration 1.0, section 2; MCP
+      2026-07-28 requires clients to send it): "web" or "native", default "web". It places no
+      constraint on ``redirect_uris`` here: those are OpenID provider rules (a "web" default
+      would refuse the custom schemes native apps use), MCP 2026-07-28 says servers that are no
+      OpenID provider ignore the parameter, and this server is none; the loopback and
+      private-use rules above already hold for every client.
 
     Raises OAuthError: invalid_redirect_uri for anything about ``redirect_uris``,
     invalid_client_metadata otherwise; the description names the field, and in a list the
@@ -340,6 +353,12 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
         except OAuthError as exc:
             raise _metadata_error(exc.description) from None
 
+    application_type = document.get("application_type", "web")
+    if not isinstance(application_type, str):
+        raise _metadata_error("application_type is not a string")
+    if application_type not in APPLICATION_TYPES:
+        raise _metadata_error("application_type must be web or native")
+
     return ClientMetadata(
         redirect_uris=tuple(dict.fromkeys(redirect_uris)),
         token_endpoint_auth_method=method,
@@ -349,7 +368,62 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
         scope=scope,
         client_uri=_optional_url(document, "client_uri"),
         logo_uri=_optional_url(document, "logo_uri"),
+        application_type=application_type,
     )
+
+
+# --- client ID metadata documents ----------------------------------------------------------------
+
+
+def check_client_id_url(value: str, *, allow_http: bool = False) -> None:
+    """A Client Identifier URL (draft-ietf-oauth-client-id-metadata-document section 3): https
+    (http too with ``allow_http``, for development), a host, no user information, a path, no
+    ``.`` or ``..`` segment (also percent-encoded), no fragment; a query is tolerated (SHOULD
+    NOT). Raises OAuthError("invalid_client", ...)."""
+    try:
+        uri = _parse_uri(value)
+    except _BadUri as exc:
+        raise OAuthError("invalid_client", f"the client_id URL {exc}") from None
+    if uri.scheme != "https" and not (allow_http and uri.scheme == "http"):
+        raise OAuthError("invalid_client", "the client_id URL is not an https URL")
+    if not uri.host:
+        raise OAuthError("invalid_client", "the client_id URL has no host")
+    match = _URI.fullmatch(value)
+    path = match.group(3) if match is not None else ""
+    if not path:
+        raise OAuthError("invalid_client", "the client_id URL has no path")
+    if any(segment.lower().replace("%2e", ".") in (".", "..") for segment in path.split("/")):
+        raise OAuthError("invalid_client", "the client_id URL has a . or .. path segment")
+
+
+def validate_client_document(document: object, url: str) -> ClientMetadata:
+    """The rules of a Client ID Metadata Document fetched from ``url`` (the draft, sections 4
+    and 4.1; MCP 2026-07-28 "Client ID Metadata Documents"): a JSON object whose ``client_id``
+    is exactly ``url`` (simple string comparison), with ``client_name`` and ``redirect_uris``;
+    no ``client_secret`` or ``client_secret_expires_at``, and no shared-secret
+    ``token_endpoint_auth_method``. Only public clients are served (``none``, also when the
+    document names no method, since no secret can exist): ``private_key_jwt`` is refused as
+    unsupported. Then every rule of :func:`validate_client_metadata`. Raises OAuthError
+    (invalid_client_metadata or invalid_redirect_uri) naming the field."""
+    if not isinstance(document, dict):
+        raise _metadata_error("the client's metadata document is not a JSON object")
+    if document.get("client_id") != url:
+        raise _metadata_error("the client_id of the client's metadata document is not the URL "
+                              "it was fetched from")
+    if "client_secret" in document or "client_secret_expires_at" in document:
+        raise _metadata_error("a client's metadata document must not hold client_secret or "
+                              "client_secret_expires_at")
+    method = document.get("token_endpoint_auth_method", "none")
+    if method in SECRET_AUTH_METHODS:
+        raise _metadata_error("token_endpoint_auth_method of a client's metadata document "
+                              "must not be a shared-secret method")
+    if method != "none":
+        raise _metadata_error("token_endpoint_auth_method of a client's metadata document "
+                              "must be none (public clients only; private_key_jwt is not "
+                              "supported)")
+    if document.get("client_name") is None:
+        raise _metadata_error("client_name is required in a client's metadata document")
+    return validate_client_metadata(document, allow_confidential=False)
 
 
 # --- PKCE --------------------------------------------------------------------------------------

@@ -58,6 +58,8 @@ class RegisteredClient:
     """Hex SHA-256 of the client secret (confidential clients); the secret is never stored."""
     created_at: float
     expires_at: float
+    application_type: str = "web"
+    """OpenID Connect Registration's ``application_type`` ("web" or "native"), as registered."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,11 @@ class StoredUpstream:
     """When the provider issued the access token (its lifetime sets the refresh margin)."""
     id_token: str | None = field(default=None, repr=False)
     """The provider's ID token (oidc providers), a possible token-exchange subject."""
+    issuer: str | None = None
+    """The issuer these tokens came from (:attr:`UpstreamProvider.issuer`): they are used and
+    refreshed only while the provider of that name still has this issuer (MCP 2026-07-28:
+    credentials are keyed by the authorization server's issuer). None in records written
+    before it was kept."""
 
 
 @dataclass
