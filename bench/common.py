@@ -235,8 +235,21 @@ def emit(name: str, metrics: dict[str, Any], ratios: dict[str, float]) -> None:
 
 
 @contextmanager
+def serve_in_thread(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A stdlib HTTP server with ``handler`` on a free loopback port, in a thread of this
+    process; yields its base URL."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@contextmanager
 def jwks_server(document: dict[str, Any]) -> Iterator[str]:
-    """A local JWKS endpoint (stdlib server in a thread); yields its URL."""
+    """A local JWKS endpoint; yields its URL."""
     body = json.dumps(document).encode()
 
     class Handler(BaseHTTPRequestHandler):
@@ -251,13 +264,8 @@ def jwks_server(document: dict[str, Any]) -> Iterator[str]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/jwks"
-    finally:
-        server.shutdown()
+    with serve_in_thread(Handler) as base:
+        yield base + "/jwks"
 
 
 def rsa_jwk(public: Any, kid: str) -> dict[str, Any]:
@@ -310,6 +318,16 @@ async def fixed_calls(url: str, *, auths: Sequence[bytes], calls: int) -> LoadRe
             nursery.start_soon(worker, *session)
     result.seconds = time.perf_counter() - began
     return result
+
+
+def load_arguments(description: str | None = None) -> argparse.Namespace:
+    """The options of a benchmark that loads a gateway with MCP sessions: ``--sessions``,
+    ``--warmup`` and ``--duration`` (seconds per phase)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--duration", type=float, default=8.0)
+    return parser.parse_args()
 
 
 def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> dict[str, float]:

@@ -15,7 +15,6 @@ Run: ``python bench/gateway_overhead.py [--sessions 32] [--duration 8]``.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from common import (  # type: ignore[import-not-found]
@@ -23,6 +22,7 @@ from common import (  # type: ignore[import-not-found]
     emit,
     free_port,
     gateway_config,
+    load_arguments,
     measure_phase,
     pin_self,
     started,
@@ -30,11 +30,7 @@ from common import (  # type: ignore[import-not-found]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=32)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--duration", type=float, default=8.0)
-    args = parser.parse_args()
+    args = load_arguments()
     available = cpus()
     server_cpu, load_cpu = available[0], available[-1]
     pin_self(load_cpu)

@@ -21,14 +21,12 @@ Run: ``python bench/tracing.py [--sessions 32] [--duration 8]``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from common import (  # type: ignore[import-not-found]
@@ -36,8 +34,10 @@ from common import (  # type: ignore[import-not-found]
     emit,
     free_port,
     gateway_config,
+    load_arguments,
     measure_phase,
     pin_self,
+    serve_in_thread,
     started,
 )
 
@@ -62,13 +62,8 @@ def otlp_sink() -> Iterator[tuple[str, list[int]]]:
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
+    with serve_in_thread(Handler) as url:
+        yield url, received
 
 
 def off_path_ns(rounds: int = 200_000) -> float:
@@ -90,11 +85,7 @@ def off_path_ns(rounds: int = 200_000) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=32)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--duration", type=float, default=8.0)
-    args = parser.parse_args()
+    args = load_arguments()
     available = cpus()
     server_cpu, load_cpu = available[0], available[-1]
     pin_self(load_cpu)

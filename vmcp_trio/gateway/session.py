@@ -549,15 +549,19 @@ class ClientSession:
                 self.identity.key, route.backend, reply.result))
         return reply
 
+    def _capabilities(self, call: Call) -> dict[str, Any]:
+        """What the client of a call declared: in the request (2026-07-28), else at
+        ``initialize``."""
+        return (call.stateless.client_capabilities if call.stateless is not None
+                else self.client_capabilities)
+
     async def _task_method(self, request: Request, params: dict[str, Any],
                            call: Call) -> Response | ErrorResponse:
         """``tasks/get``, ``tasks/update`` or ``tasks/cancel`` (the Tasks extension, see
         :mod:`~.tasks`): to the backend whose task it is, under the backend's own id."""
         meta = params.get("_meta")
         per_request = meta.get(CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
-        declared = (call.stateless.client_capabilities if call.stateless is not None
-                    else self.client_capabilities)
-        if not declares_tasks(per_request) and not declares_tasks(declared):
+        if not declares_tasks(per_request) and not declares_tasks(self._capabilities(call)):
             return ErrorResponse(request.id, ErrorObject(
                 MISSING_CLIENT_CAPABILITY, f"{request.method} needs the {TASKS_EXTENSION} "
                 "extension, which the client did not declare", required_capability_data()))
@@ -711,9 +715,7 @@ class ClientSession:
             if link is None:
                 return
             needed = _CLIENT_CAPABILITY.get(message.method)
-            capabilities = (call.stateless.client_capabilities if call.stateless is not None
-                            else self.client_capabilities)
-            if needed is not None and needed not in capabilities:
+            if needed is not None and needed not in self._capabilities(call):
                 if call.parked is not None and needed != "roots":
                     # 2026-07-28: the client hears -32021. (roots/list is often asked on
                     # spec, not because the call needs it: the backend just hears no.)
