@@ -132,3 +132,39 @@ async def test_no_backend_with_the_extension_no_extension_offered() -> None:
         reply = await client.post("tasks/get", {"taskId": "anything", "_meta": meta(DECLARED)},
                                   name="anything")
         assert reply.messages[-1]["error"]["code"] == -32602
+
+
+async def test_a_listen_stream_that_names_a_task_hears_its_status_changes() -> None:
+    """A 2026-07-28 client opens ``subscriptions/listen`` with ``taskIds`` naming the task vmcp
+    gave it: the acknowledgement honours that id (and not one made up), the backend is asked to
+    watch its own id, and its ``notifications/tasks`` reach the client under vmcp's id, with the
+    result inlined at the end. Without the declaration the listen is refused with -32021."""
+    async with stack() as running:
+        client = StatelessClient(running.url)
+        with_tasks = {"_meta": meta(DECLARED)}
+        created = await client.post("tools/call", {
+            "name": "fixture_slow_compute", "arguments": {"seconds": 1, "label": "watched"},
+            **with_tasks}, name="fixture_slow_compute")
+        task_id = created.messages[-1]["result"]["taskId"]
+        made_up = task_id[:-4] + ("AAAA" if not task_id.endswith("AAAA") else "BBBB")
+
+        refused = await StatelessClient(running.url).post(
+            "subscriptions/listen", {"notifications": {"taskIds": [task_id]}})
+        assert refused.status == 400 and refused.body["error"]["code"] == -32021
+        assert refused.body["error"]["data"] == {
+            "requiredCapabilities": {"extensions": {TASKS: {}}}}
+
+        listener = StatelessClient(running.url)
+        with trio.fail_after(20):
+            heard = await listener.post("subscriptions/listen", {
+                "notifications": {"taskIds": [task_id, made_up]}, **with_tasks}, stop_after=2)
+        await listener.http.aclose()
+        ack, status = heard.messages
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"]["notifications"] == {"taskIds": [task_id]}
+        assert status["method"] == "notifications/tasks"
+        assert status["params"]["taskId"] == task_id
+        assert status["params"]["status"] == "completed"
+        assert status["params"]["result"]["content"]
+        subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
+        assert status["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == subscription

@@ -53,6 +53,7 @@ from ..protocol.stateless import (
     StatelessContext,
 )
 from ..protocol.tasks import (
+    STATUS_NOTIFICATION,
     TASK_METHODS,
     TASKS_EXTENSION,
     declares_tasks,
@@ -67,6 +68,7 @@ from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .aggregation import BackendListing, Catalog, build_catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.links import BackendLinks
+from .backends.stateless import StatelessBackendLink
 from .health import HealthMonitor
 from .mrtr import (
     ParkedCall,
@@ -175,11 +177,15 @@ class Subscription:
     stream: EventStream
     methods: frozenset[str]
     uris: frozenset[str]
+    task_ids: frozenset[str] = frozenset()
+    """The watched tasks, by the ids the client sees."""
 
     def wants(self, message: Notification) -> bool:
         if message.method == "notifications/resources/updated":
             uri = (message.params or {}).get("uri")
             return isinstance(uri, str) and uri in self.uris
+        if message.method == STATUS_NOTIFICATION:
+            return (message.params or {}).get("taskId") in self.task_ids
         return message.method in self.methods
 
 
@@ -233,6 +239,8 @@ class ClientSession:
         self.parked: dict[str, ParkedCall] = {}
         self.subscriptions: list[Subscription] = []
         self._uri_refs: dict[str, int] = {}
+        self._task_refs: dict[str, int] = {}
+        """Listen streams watching each task (by the id the client sees)."""
         """Listen streams holding each subscribed URI."""
         self._subscriptions_lock = trio.Lock()
         self.log_level = "debug"
@@ -831,6 +839,48 @@ class ClientSession:
                                         self.unrelated_sink(link.name))
                     except BackendError as exc:
                         log.info("session %s: %s", self.id[:8], exc)
+
+    async def watch_tasks(self, task_ids: list[str]) -> list[str]:
+        """Ask the backends whose tasks these are (by the ids the client sees) to announce
+        their status changes, once per task for all listen streams; the ids that will be
+        announced. An id this identity was not given is not (as ``tasks/get`` would not know
+        it)."""
+        honored: list[str] = []
+        asked: dict[str, dict[str, str]] = {}
+        async with self._subscriptions_lock:
+            for sealed in dict.fromkeys(task_ids):
+                if self._task_refs.get(sealed):
+                    self._task_refs[sealed] += 1
+                    honored.append(sealed)
+                    continue
+                opened = self.services.task_ids.open(self.identity.key, sealed)
+                if opened is not None:
+                    asked.setdefault(opened[0], {})[opened[1]] = sealed
+            for backend, sealed_by_id in asked.items():
+                link = self.links.get(backend)
+                if not isinstance(link, StatelessBackendLink):
+                    continue
+                for task_id in await link.watch_tasks(sealed_by_id.keys(), True):
+                    self._task_refs[sealed_by_id[task_id]] = 1
+                    honored.append(sealed_by_id[task_id])
+        return honored
+
+    async def unwatch_tasks(self, task_ids: frozenset[str]) -> None:
+        released: dict[str, list[str]] = {}
+        async with self._subscriptions_lock:
+            for sealed in task_ids:
+                holders = self._task_refs.get(sealed, 0) - 1
+                if holders > 0:
+                    self._task_refs[sealed] = holders
+                    continue
+                self._task_refs.pop(sealed, None)
+                opened = self.services.task_ids.open(self.identity.key, sealed)
+                if opened is not None:
+                    released.setdefault(opened[0], []).append(opened[1])
+            for backend, backend_ids in released.items():
+                link = self.links.get(backend)
+                if isinstance(link, StatelessBackendLink):
+                    await link.watch_tasks(backend_ids, False)
 
     async def handle_stateless(self, request: Request, stream: EventStream,
                             context: StatelessContext) -> Response | ErrorResponse | None:

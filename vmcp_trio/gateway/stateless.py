@@ -55,7 +55,13 @@ from ..protocol.stateless import (
     check_param_headers,
     check_request,
 )
-from ..protocol.tasks import TASK_METHODS
+from ..protocol.tasks import (
+    TASK_METHODS,
+    TASKS_EXTENSION,
+    WATCH_FILTER,
+    declares_tasks,
+    required_capability_data,
+)
 from ..runtime import tracing
 from ..runtime.logs import note
 from .core import SHUTTING_DOWN, Gateway, server_capabilities
@@ -71,11 +77,20 @@ SERVED = frozenset({"server/discover", "subscriptions/listen", "tools/list", "to
                     "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
                     "resources/read", "completion/complete", *TASK_METHODS})
 MULTI_ROUND = frozenset({"tools/call", "prompts/get", "resources/read"})
+MAX_FILTER_ITEMS = 100
+"""Resources or tasks one listen stream may watch."""
 _FILTERS = {"toolsListChanged": "notifications/tools/list_changed",
             "promptsListChanged": "notifications/prompts/list_changed",
             "resourcesListChanged": "notifications/resources/list_changed"}
 _ERROR_STATUS = {METHOD_NOT_FOUND: 404, MISSING_CLIENT_CAPABILITY: 400, HEADER_MISMATCH: 400,
                  UNSUPPORTED_VERSION: 400}
+
+
+def _strings(listed: object) -> list[str]:
+    """The strings of a filter's list (at most :data:`MAX_FILTER_ITEMS`)."""
+    if not isinstance(listed, list):
+        return []
+    return [item for item in listed if isinstance(item, str)][:MAX_FILTER_ITEMS]
 
 
 def _status(reply: Message | None) -> int:
@@ -145,7 +160,7 @@ class StatelessFront:
             await send_json(send, 200, encode(self._complete(request.method, Response(
                 request.id, self._discover(session)))))
         elif request.method == "subscriptions/listen":
-            await self.listen(http, send, session, request)
+            await self.listen(http, send, session, request, checked)
         else:
             await self.answer(http, send, session, request, checked)
 
@@ -188,22 +203,29 @@ class StatelessFront:
                             [("retry-after", "1")])
 
     async def listen(self, http: HttpRequest, send: Send, session: ClientSession,
-                     request: Request) -> None:
+                     request: Request, context: StatelessContext) -> None:
         wanted = (request.params or {}).get("notifications")
         wanted = wanted if isinstance(wanted, dict) else {}
+        watched = _strings(wanted.get(WATCH_FILTER))
+        if watched and not declares_tasks(context.client_capabilities):
+            await send_json(send, 400, encode(ErrorResponse(request.id, ErrorObject(
+                MISSING_CLIENT_CAPABILITY, f"notifications.{WATCH_FILTER} needs the "
+                f"{TASKS_EXTENSION} extension, which the client did not declare",
+                required_capability_data()))))
+            return
         honored: dict[str, Any] = {key: True for key in _FILTERS if wanted.get(key) is True}
         stream = session.streams.open()
-        requested = wanted.get("resourceSubscriptions")
-        uris = await session.subscribe_uris(
-            [u for u in requested if isinstance(u, str)][:100]
-            if isinstance(requested, list) else [])
+        uris = await session.subscribe_uris(_strings(wanted.get("resourceSubscriptions")))
         if uris:
             honored["resourceSubscriptions"] = uris
+        task_ids = await session.watch_tasks(watched)
+        if task_ids:
+            honored[WATCH_FILTER] = task_ids
         stream.push(encode(Notification("notifications/subscriptions/acknowledged", {
             "_meta": {SUBSCRIPTION_ID: request.id}, "notifications": honored})))
         subscription = Subscription(request.id, stream,
                                     frozenset(_FILTERS[k] for k in honored if k in _FILTERS),
-                                    frozenset(uris))
+                                    frozenset(uris), frozenset(task_ids))
         session.subscriptions.append(subscription)
         try:
             await self.responder.pump(http, send, session, stream, -1, [])
@@ -212,3 +234,4 @@ class StatelessFront:
             stream.finish()
             with trio.CancelScope(shield=True), trio.move_on_after(5):
                 await session.unsubscribe_uris(subscription.uris)
+                await session.unwatch_tasks(subscription.task_ids)

@@ -7,7 +7,8 @@ with ``resultType: "task"`` and a ``taskId``), and only then may the client call
 ``tasks/update`` and ``tasks/cancel`` (each names its task in ``params.taskId``, mirrored in the
 ``Mcp-Name`` header); without the declaration those answer -32021 (Missing Required Client
 Capability) with ``data.requiredCapabilities``. Servers announce state changes with
-``notifications/tasks`` (``params.taskId``).
+``notifications/tasks`` (``params.taskId``, ``status`` and the rest of the task) on a
+``subscriptions/listen`` stream whose filter names the task under ``taskIds``.
 
 What a gateway does with these (which id the client sees, which backend a task method goes to)
 is :mod:`vmcp_trio.gateway.tasks`; this module only says what the messages are.
@@ -17,13 +18,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["STATUS_NOTIFICATION", "TASKS_EXTENSION", "TASK_METHODS", "capabilities_for_backend",
-           "declares_tasks", "is_task_result", "required_capability_data"]
+__all__ = ["STATUS_NOTIFICATION", "TASKS_EXTENSION", "TASK_METHODS", "WATCH_FILTER",
+           "capabilities_for_backend", "declares_tasks", "is_task_result",
+           "required_capability_data", "with_tasks_declared"]
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 """The extension's request methods; each names its task in ``params.taskId``."""
 STATUS_NOTIFICATION = "notifications/tasks"
+WATCH_FILTER = "taskIds"
+"""The ``subscriptions/listen`` filter key naming the tasks whose status notifications a client
+wants (only a client that declared the extension may set it)."""
 
 
 def declares_tasks(capabilities: object) -> bool:
@@ -46,6 +51,13 @@ def capabilities_for_backend(capabilities: dict[str, Any],
     if extensions:
         trimmed["extensions"] = extensions
     return trimmed
+
+
+def with_tasks_declared(capabilities: dict[str, Any]) -> dict[str, Any]:
+    """``capabilities`` with the Tasks extension declared."""
+    extensions = capabilities.get("extensions")
+    return {**capabilities, "extensions": {**(extensions if isinstance(extensions, dict)
+                                              else {}), TASKS_EXTENSION: {}}}
 
 
 def is_task_result(result: dict[str, Any]) -> bool:

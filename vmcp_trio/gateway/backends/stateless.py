@@ -17,8 +17,9 @@ both kinds of backend:
   roots are asked per request) and are dropped.
 * ``resources/subscribe``/``unsubscribe`` change the filter of the link's one
   ``subscriptions/listen`` stream (reopened with the new filter; the call returns once the
-  backend acknowledged it). That stream also asks for the list changes the backend declares;
-  what it delivers goes to the session sink, like a GET stream's messages.
+  backend acknowledged it), as :meth:`StatelessBackendLink.watch_tasks` does for the tasks whose
+  status notifications a client wants. That stream also asks for the list changes the backend
+  declares; what it delivers goes to the session sink, like a GET stream's messages.
 * An ``InputRequiredResult`` is answered by the link itself: each input request goes to the
   call's sink as a server-to-client request (so the session relays it to the client, with
   the capability checks of any relay), and the call is retried with the client's answers and
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,12 +59,14 @@ from ...protocol.jsonrpc import (
 from ...protocol.revisions import STATELESS, Revision
 from ...protocol.sse import SSEParser
 from ...protocol.stateless import (
+    CLIENT_CAPABILITIES,
     NAMED_METHODS,
     SERVER_INFO,
     SUBSCRIPTION_ID,
     encode_header_value,
     param_headers,
 )
+from ...protocol.tasks import WATCH_FILTER, declares_tasks, with_tasks_declared
 from ...runtime import tracing
 from ...runtime.supervisor import Retry, Supervisor
 from .base import (
@@ -84,6 +88,13 @@ MAX_INPUT_REQUESTS = 16
 MAX_KNOWN_TOOLS = 10_000
 _LIST_FILTERS = (("tools", "toolsListChanged"), ("prompts", "promptsListChanged"),
                  ("resources", "resourcesListChanged"))
+
+
+def _strings(honored: object, key: str) -> frozenset[str]:
+    """The strings listed under ``key`` of an acknowledged filter."""
+    listed = honored.get(key) if isinstance(honored, dict) else None
+    return frozenset(item for item in listed if isinstance(item, str)) \
+        if isinstance(listed, list) else frozenset()
 
 
 @dataclass
@@ -115,6 +126,8 @@ class StatelessBackendLink(HttpLinkFields):
         self._listening = False
         self._uris: set[str] = set()
         self._honored_uris: frozenset[str] = frozenset()
+        self._task_ids: set[str] = set()
+        self._honored_task_ids: frozenset[str] = frozenset()
         self._acked = trio.Event()
         self._filter_changed = trio.Event()
         self._listen_scope: trio.CancelScope | None = None
@@ -331,8 +344,8 @@ class StatelessBackendLink(HttpLinkFields):
     # --- the listen stream ------------------------------------------------------------------------
 
     def _filter(self) -> dict[str, Any]:
-        """What the listen stream asks for: the list changes the backend declares, and the
-        subscribed resources."""
+        """What the listen stream asks for: the list changes the backend declares, the
+        subscribed resources and the watched tasks."""
         wanted: dict[str, Any] = {}
         for capability, key in _LIST_FILTERS:
             declared = self.server_capabilities.get(capability)
@@ -340,6 +353,8 @@ class StatelessBackendLink(HttpLinkFields):
                 wanted[key] = True
         if self._uris:
             wanted["resourceSubscriptions"] = sorted(self._uris)
+        if self._task_ids:
+            wanted[WATCH_FILTER] = sorted(self._task_ids)
         return wanted
 
     async def _subscription(self, method: str, uri: str) -> Response | ErrorResponse:
@@ -352,16 +367,35 @@ class StatelessBackendLink(HttpLinkFields):
             self._uris.add(uri)
         else:
             self._uris.discard(uri)
+        await self._refilter()
+        if method == "resources/subscribe" and uri not in self._honored_uris:
+            return ErrorResponse(0, ErrorObject(METHOD_NOT_FOUND, f"backend {self.name!r} did "
+                                                f"not accept a subscription to {uri[:200]}"))
+        return Response(0, {})
+
+    async def watch_tasks(self, task_ids: Collection[str], watching: bool) -> frozenset[str]:
+        """Add some of the backend's tasks to what the listen stream asks for (``taskIds``, so
+        their ``notifications/tasks`` reach the session), or take them out; those of them the
+        backend acknowledged watching. Nothing, at once, from a backend without the Tasks
+        extension."""
+        if not self._listening or not declares_tasks(self.server_capabilities):
+            return frozenset()
+        if watching:
+            self._task_ids.update(task_ids)
+        else:
+            self._task_ids.difference_update(task_ids)
+        await self._refilter()
+        return self._honored_task_ids.intersection(task_ids)
+
+    async def _refilter(self) -> None:
+        """Reopen the listen stream with the current filter; back when the backend acknowledged
+        it, or after the link's timeout."""
         acked = self._acked = trio.Event()
         self._filter_changed.set()
         if self._listen_scope is not None:
             self._listen_scope.cancel()
         with trio.move_on_after(self.timeout):
             await acked.wait()
-        if method == "resources/subscribe" and uri not in self._honored_uris:
-            return ErrorResponse(0, ErrorObject(METHOD_NOT_FOUND, f"backend {self.name!r} did "
-                                                f"not accept a subscription to {uri[:200]}"))
-        return Response(0, {})
 
     async def _listen(self) -> None:
         """Keep one ``subscriptions/listen`` stream open with the current filter, reopened at
@@ -392,9 +426,8 @@ class StatelessBackendLink(HttpLinkFields):
             params = dict(message.params or {})
             if message.method == "notifications/subscriptions/acknowledged":
                 honored = params.get("notifications")
-                uris = honored.get("resourceSubscriptions") if isinstance(honored, dict) else None
-                self._honored_uris = frozenset(u for u in uris if isinstance(u, str)) \
-                    if isinstance(uris, list) else frozenset()
+                self._honored_uris = _strings(honored, "resourceSubscriptions")
+                self._honored_task_ids = _strings(honored, WATCH_FILTER)
                 ok = True
                 acked.set()
                 return
@@ -408,8 +441,12 @@ class StatelessBackendLink(HttpLinkFields):
             await self.session_sink(Notification(message.method, params or None))
 
         try:
-            reply = await self._round(method="subscriptions/listen",
-                                      params={"notifications": wanted}, sink=deliver)
+            params: dict[str, Any] = {"notifications": wanted}
+            if WATCH_FILTER in wanted:  # only watched for a client that declared the extension
+                params["_meta"] = {CLIENT_CAPABILITIES: with_tasks_declared(
+                    self._client_capabilities)}
+            reply = await self._round(method="subscriptions/listen", params=params,
+                                      sink=deliver)
             log.info("backend %s ended its listen stream: %s", self.name,
                      reply.error.message[:200] if isinstance(reply, ErrorResponse) else "done")
         except BackendError as exc:
