@@ -6,7 +6,8 @@
   406), its body is bounded (413) and parsed as JSON-RPC (400), then it goes to the front of its
   era: 2026-07-28 (:mod:`.stateless`) when its ``MCP-Protocol-Version`` says so and it names no
   session, else the handshake revisions (:mod:`.handshake`), which also serve GET and DELETE.
-* ``/.well-known/oauth-protected-resource[/mcp]``: RFC 9728 metadata (with incoming auth).
+* ``/.well-known/oauth-protected-resource[/mcp]``: RFC 9728 metadata (with incoming auth;
+  :mod:`vmcp_trio.auth.boundary`, shared with ``vmcp proxy``, also authenticates ``/mcp``).
 * ``/health`` (liveness: the event loop answers), ``/readyz`` (readiness: serving can succeed;
   its JSON names the parts that cannot and why), ``/metrics``, ``/api/backends/health``:
   unauthenticated.
@@ -27,9 +28,8 @@ from typing import Any
 
 import trio
 
-from ..auth.headers import HeaderError, bearer_token
-from ..auth.incoming.authenticator import Authenticator, AuthFailure
-from ..auth.metadata import METADATA_PATH, bearer_challenge, resource_metadata, resource_url
+from ..auth.boundary import IncomingBoundary
+from ..auth.incoming.authenticator import Authenticator
 from ..auth.outgoing.caller import Caller
 from ..http.asgi import (
     BodyTimeout,
@@ -40,7 +40,6 @@ from ..http.asgi import (
     Scope,
     Send,
     lifespan,
-    send_empty,
     send_json,
 )
 from ..protocol.jsonrpc import (
@@ -53,7 +52,7 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, revision
 from ..resources.plan import AnonymousIncoming
-from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, log_access, note
+from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, log_access
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway
 from .handshake import HandshakeFront
@@ -134,7 +133,7 @@ class GatewayApp:
         self.gateway = gateway
         self.settings = gateway.settings
         self.metrics = gateway.metrics
-        self.auth = authenticator
+        self.boundary = self._boundary(authenticator)
         self.extra_endpoints = extra_endpoints
         self.readiness = dict(readiness or {})
         """More parts that ``/readyz`` asks (the authorization server's storage)."""
@@ -147,14 +146,13 @@ class GatewayApp:
                extra_endpoints: ExtraEndpoints | None,
                readiness: Mapping[str, ReadinessCheck] | None) -> None:
         """A reload: new requests use these (requests being served finish with the old)."""
-        self.auth = authenticator
+        self.boundary = self._boundary(authenticator)
         self.extra_endpoints = extra_endpoints
         self.readiness = dict(readiness or {})
 
     @property
-    def _configured_resource(self) -> str | None:
-        incoming = self.gateway.plan.incoming
-        return None if isinstance(incoming, AnonymousIncoming) else incoming.resource_url
+    def auth(self) -> Authenticator:
+        return self.boundary.authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -203,8 +201,8 @@ class GatewayApp:
         path = request.path
         if path == MCP_PATH:
             await self.mcp(request, send)
-        elif path in (METADATA_PATH, METADATA_PATH + MCP_PATH) and not self.auth.anonymous:
-            await self.protected_resource_metadata(request, send)
+        elif path in self.boundary.metadata_paths and not self.auth.anonymous:
+            await self.boundary.serve_metadata(request, send)
         elif path == "/health":
             await send_json(send, 200, {"status": "ok"})
         elif path == "/readyz":
@@ -222,66 +220,16 @@ class GatewayApp:
 
     # --- incoming auth --------------------------------------------------------------------------
 
-    def resource(self, request: HttpRequest) -> str:
-        """The canonical URL of ``/mcp`` (see :mod:`vmcp_trio.auth.metadata`)."""
-        return resource_url(
-            self._configured_resource, scheme=request.scheme,
-            host=request.header("host") or f"{self.settings.host}:{self.settings.port}",
-            path=MCP_PATH, forwarded_proto=request.header("x-forwarded-proto"),
-            forwarded_host=request.header("x-forwarded-host"),
-            trust_forwarded=self.settings.trust_forwarded_headers)
-
-    async def protected_resource_metadata(self, request: HttpRequest, send: Send) -> None:
-        """RFC 9728, readable by browser clients from any origin (CORS)."""
-        cors = [("access-control-allow-origin", "*"),
-                ("access-control-allow-methods", "GET, OPTIONS"),
-                ("access-control-allow-headers", "mcp-protocol-version, authorization"),
-                ("access-control-max-age", "3600")]
-        if request.method == "OPTIONS":
-            await send_empty(send, 204, cors)
-            return
-        if request.method not in ("GET", "HEAD"):
-            await send_json(send, 405, {"error": "method not allowed"}, [("allow", "GET")])
-            return
-        auth = self.auth
-        await send_json(send, 200, resource_metadata(
-            self.resource(request), auth.authorization_servers, auth.scopes_supported),
-            [*cors, ("cache-control", "public, max-age=300")])
-
-    async def _authenticate(self, request: HttpRequest, send: Send) -> Caller | None:
-        """Who is calling, or None after answering 400/401/403/503 with a challenge."""
-        auth = self.auth
-        if auth.anonymous:
-            identity = await auth.authenticate(None)
-            note(subject=identity.subject)
-            return Caller(identity, address=request.client)
-        try:
-            if request.query_string and "access_token" in request.query:
-                raise AuthFailure(400, "invalid_request", "tokens in the query string are "
-                                  "refused: send it in the Authorization header")
-            try:
-                token = bearer_token(request.header("authorization"))
-            except HeaderError as exc:
-                raise AuthFailure(400, "invalid_request", exc.reason) from None
-            identity = await auth.authenticate(token)
-            note(subject=identity.subject)
-            return Caller(identity, token, request.client)
-        except AuthFailure as failure:
-            self.metrics.auth_failures.labels(str(failure.status),
-                                              failure.error or "none").inc()
-            log.info("refused %s %s: %s", request.method, request.path, failure)
-            headers: list[tuple[str, str]] = []
-            if failure.status in (400, 401, 403):
-                scopes = auth.required_scopes or auth.scopes_supported
-                headers.append(("www-authenticate", bearer_challenge(
-                    self.resource(request), scopes=scopes, error=failure.error,
-                    description=failure.description)))
-            if failure.status == 503:
-                headers.append(("retry-after", "5"))
-            body: dict[str, str] = {"error": failure.error or "unauthorized",
-                                    "error_description": failure.description}
-            await send_json(send, failure.status, body, headers)
-            return None
+    def _boundary(self, authenticator: Authenticator) -> IncomingBoundary:
+        settings = self.settings
+        incoming = self.gateway.plan.incoming
+        return IncomingBoundary(
+            authenticator, path=MCP_PATH, default_host=f"{settings.host}:{settings.port}",
+            configured_resource=None if isinstance(incoming, AnonymousIncoming)
+            else incoming.resource_url,
+            trust_forwarded=settings.trust_forwarded_headers,
+            on_refusal=lambda failure: self.metrics.auth_failures.labels(
+                str(failure.status), failure.error or "none").inc())
 
     # --- /mcp ----------------------------------------------------------------------------------
 
@@ -300,7 +248,7 @@ class GatewayApp:
         if reason is not None:
             await send_json(send, 403, encode_error(INVALID_REQUEST, f"Forbidden: {reason}"))
             return
-        caller = await self._authenticate(request, send)
+        caller = await self.boundary.authenticate(request, send)
         if caller is None:
             return
         if request.method in ("GET", "DELETE") and _is_stateless(request):
