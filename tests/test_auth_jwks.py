@@ -18,9 +18,9 @@ import pytest
 import trio
 from hypercorn.config import Config
 
-from vmcp_trio.auth.discovery import FetchError
 from vmcp_trio.auth.incoming.jwks import JwksCache, KeysUnavailable
 from vmcp_trio.auth.metadata import bearer_challenge, metadata_url, resource_url
+from vmcp_trio.auth.oauth.discovery import FetchError
 from vmcp_trio.auth.ssrf import UnsafeUrl, check_fetch_url
 from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient

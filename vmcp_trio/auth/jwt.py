@@ -8,7 +8,8 @@ bitten JWT libraries before:
 * the algorithm is pinned to the key (``none`` and HMAC are never accepted, so an RSA public key
   can never be used as an HMAC secret), and must equal the JWK's ``alg`` when it has one;
 * base64url must be canonical (alphabet only, no padding, no stray trailing bits), so that one
-  token has exactly one spelling (the verified-token cache is keyed by the token's hash);
+  token has exactly one spelling (the verified-token cache is keyed by the token's hash): the
+  project's one helper, :func:`vmcp_trio.protocol.base64url.decode` with ``strict=True``;
 * ``crit`` (extensions) and unencoded payloads are refused, as are encrypted tokens (JWE);
 * header parameters that point to keys (``jku``, ``x5u``, ``jwk``, ``x5c``) are ignored: keys come
   only from the issuer's configured JWKS.
@@ -19,9 +20,7 @@ was wrong and never contain the token or a claim value.
 
 from __future__ import annotations
 
-import binascii
 import hashlib
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +31,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from ..protocol import base64url
 
 __all__ = [
     "ALLOWED_ALGS",
@@ -102,34 +103,17 @@ class UnverifiedToken:
 # --- base64url ---------------------------------------------------------------------------------
 
 _BASE64URL_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
-_B64URL = re.compile(r"[A-Za-z0-9_-]*")
-_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
-_TO_URLSAFE = bytes.maketrans(b"+/", b"-_")
-# The last character of an unpadded part of length 4k+2 (4k+3) carries 4 (2) bits that must be
-# zero; only these characters have them so (the same in both alphabets).
-_LAST_CHAR = {2: b"AQgw", 3: b"AEIMQUYcgkosw048"}
 
 
-def _b64decode(part: bytes) -> bytes | None:
-    """Decode unpadded base64 (already checked to hold only the alphabet, and translated to the
-    standard one); None if the length or the trailing bits are not canonical."""
-    rest = len(part) & 3
-    if rest:
-        if rest == 1 or part[-1] not in _LAST_CHAR[rest]:
-            return None
-        part += b"==" if rest == 2 else b"="
-    return binascii.a2b_base64(part)
-
-
-def _b64encode(data: bytes) -> str:
-    encoded = binascii.b2a_base64(data, newline=False).rstrip(b"=")
-    return encoded.translate(_TO_URLSAFE).decode("ascii")
-
-
-def _b64decode_text(value: object) -> bytes | None:
-    if not isinstance(value, str) or not value.isascii() or not _B64URL.fullmatch(value):
+def _member_bytes(value: object) -> bytes | None:
+    """A JWK member's bytes (canonical base64url, :mod:`~vmcp_trio.protocol.base64url` strict),
+    or None when it is not a string or not canonical."""
+    if not isinstance(value, str):
         return None
-    return _b64decode(value.encode("ascii").translate(_TO_STANDARD))
+    try:
+        return base64url.decode(value, strict=True)
+    except ValueError:
+        return None
 
 
 def _excerpt(value: object) -> str:
@@ -166,16 +150,18 @@ def parse_jws(token: str) -> UnverifiedToken:
     if first == 0 or second == first + 1:
         # An empty signature is let through, for the clear "alg none" refusal later.
         raise TokenError("the token has an empty header or payload")
-    standard = raw.translate(_TO_STANDARD)
-    header_bytes = _b64decode(standard[:first])
-    if header_bytes is None:
-        raise TokenError("the token header is not valid base64url")
-    payload_bytes = _b64decode(standard[first + 1:second])
-    if payload_bytes is None:
-        raise TokenError("the token payload is not valid base64url")
-    signature = _b64decode(standard[second + 1:])
-    if signature is None:
-        raise TokenError("the token signature is not valid base64url")
+    try:
+        header_bytes = base64url.decode(token[:first], strict=True)
+    except ValueError:
+        raise TokenError("the token header is not valid base64url") from None
+    try:
+        payload_bytes = base64url.decode(token[first + 1:second], strict=True)
+    except ValueError:
+        raise TokenError("the token payload is not valid base64url") from None
+    try:
+        signature = base64url.decode(token[second + 1:], strict=True)
+    except ValueError:
+        raise TokenError("the token signature is not valid base64url") from None
     try:
         header = orjson.loads(header_bytes)
     except orjson.JSONDecodeError:
@@ -372,7 +358,7 @@ def _int_bytes(value: int) -> bytes:
 
 def _thumbprint(members: str) -> str:
     """RFC 7638: SHA-256 of the required members, sorted, without whitespace."""
-    return _b64encode(hashlib.sha256(members.encode("ascii")).digest())
+    return base64url.encode(hashlib.sha256(members.encode("ascii")).digest())
 
 
 def key_from_public(key: object, *, kid: str | None = None, alg: str | None = None) -> VerifyKey:
@@ -388,20 +374,20 @@ def key_from_public(key: object, *, kid: str | None = None, alg: str | None = No
         if numbers.e.bit_length() > MAX_RSA_EXPONENT_BITS:
             raise ValueError("the RSA public exponent is too large")
         kty, crv = "RSA", None
-        thumbprint = _thumbprint(f'{{"e":"{_b64encode(_int_bytes(numbers.e))}","kty":"RSA",'
-                                 f'"n":"{_b64encode(_int_bytes(numbers.n))}"}}')
+        e, n = base64url.encode(_int_bytes(numbers.e)), base64url.encode(_int_bytes(numbers.n))
+        thumbprint = _thumbprint(f'{{"e":"{e}","kty":"RSA","n":"{n}"}}')
     elif isinstance(key, ec.EllipticCurvePublicKey):
         crv = _CURVE_NAMES.get(key.curve.name)
         if crv is None:
             raise ValueError(f"EC curve {key.curve.name} is not supported")
         kty, size = "EC", _CURVES[crv][1]
         point = key.public_numbers()
-        thumbprint = _thumbprint(
-            f'{{"crv":"{crv}","kty":"EC","x":"{_b64encode(point.x.to_bytes(size, "big"))}",'
-            f'"y":"{_b64encode(point.y.to_bytes(size, "big"))}"}}')
+        x = base64url.encode(point.x.to_bytes(size, "big"))
+        y = base64url.encode(point.y.to_bytes(size, "big"))
+        thumbprint = _thumbprint(f'{{"crv":"{crv}","kty":"EC","x":"{x}","y":"{y}"}}')
     elif isinstance(key, ed25519.Ed25519PublicKey):
         kty, crv = "OKP", "Ed25519"
-        x = _b64encode(key.public_bytes(Encoding.Raw, PublicFormat.Raw))
+        x = base64url.encode(key.public_bytes(Encoding.Raw, PublicFormat.Raw))
         thumbprint = _thumbprint(f'{{"crv":"Ed25519","kty":"OKP","x":"{x}"}}')
     else:
         raise TypeError(f"unsupported key type {type(key).__name__}")
@@ -414,7 +400,7 @@ def _jwk_public_key(jwk: dict[str, Any]) -> object | None:
     """The public key of one JWK, or None when it is malformed or not a kind we verify with."""
     kty = jwk.get("kty")
     if kty == "RSA":
-        n_bytes, e_bytes = _b64decode_text(jwk.get("n")), _b64decode_text(jwk.get("e"))
+        n_bytes, e_bytes = _member_bytes(jwk.get("n")), _member_bytes(jwk.get("e"))
         if not n_bytes or not e_bytes:
             return None
         n, e = int.from_bytes(n_bytes, "big"), int.from_bytes(e_bytes, "big")
@@ -427,14 +413,14 @@ def _jwk_public_key(jwk: dict[str, Any]) -> object | None:
         curve = _CURVES.get(crv) if type(crv) is str else None
         if curve is None:
             return None
-        x_bytes, y_bytes = _b64decode_text(jwk.get("x")), _b64decode_text(jwk.get("y"))
+        x_bytes, y_bytes = _member_bytes(jwk.get("x")), _member_bytes(jwk.get("y"))
         if x_bytes is None or y_bytes is None or not len(x_bytes) == len(y_bytes) == curve[1]:
             return None
         return ec.EllipticCurvePublicNumbers(
             int.from_bytes(x_bytes, "big"), int.from_bytes(y_bytes, "big"), curve[0]()
         ).public_key()
     if kty == "OKP" and jwk.get("crv") == "Ed25519":
-        x_bytes = _b64decode_text(jwk.get("x"))
+        x_bytes = _member_bytes(jwk.get("x"))
         if x_bytes is None or len(x_bytes) != 32:
             return None
         return ed25519.Ed25519PublicKey.from_public_bytes(x_bytes)

@@ -7,13 +7,14 @@ the authorization server loads. HMAC secrets are 48 random bytes as URL-safe bas
 
 from __future__ import annotations
 
-import base64
 import secrets
 from typing import Literal
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+from ..protocol import base64url
 
 __all__ = ["KeyType", "generate_hmac_secret", "generate_signing_key"]
 
@@ -39,4 +40,4 @@ def generate_signing_key(key_type: KeyType = "ec", rsa_bits: int = 3072) -> byte
 
 
 def generate_hmac_secret() -> bytes:
-    return base64.urlsafe_b64encode(secrets.token_bytes(48))
+    return base64url.encode(secrets.token_bytes(48)).encode("ascii")

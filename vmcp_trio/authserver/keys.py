@@ -30,8 +30,8 @@ from cryptography.hazmat.primitives.serialization import (
 )
 
 from ..auth.jwt import MIN_RSA_BITS, VerifyKey, key_from_public
-from ..auth.jwt import _b64encode as b64url_encode
 from ..auth.jwt import _int_bytes as int_bytes
+from ..protocol import base64url
 
 __all__ = ["SigningKey", "SigningKeyError", "SigningKeys", "SigningPrivateKey",
            "load_signing_key"]
@@ -79,16 +79,16 @@ class SigningKey:
         jwk: dict[str, Any]
         if isinstance(public, rsa.RSAPublicKey):
             numbers = public.public_numbers()
-            jwk = {"kty": "RSA", "n": b64url_encode(int_bytes(numbers.n)),
-                   "e": b64url_encode(int_bytes(numbers.e))}
+            jwk = {"kty": "RSA", "n": base64url.encode(int_bytes(numbers.n)),
+                   "e": base64url.encode(int_bytes(numbers.e))}
         elif isinstance(public, ec.EllipticCurvePublicKey):
             _, crv, size, _ = _EC_ALGS[public.curve.name]
             point = public.public_numbers()
-            jwk = {"kty": "EC", "crv": crv, "x": b64url_encode(point.x.to_bytes(size, "big")),
-                   "y": b64url_encode(point.y.to_bytes(size, "big"))}
+            jwk = {"kty": "EC", "crv": crv, "x": base64url.encode(point.x.to_bytes(size, "big")),
+                   "y": base64url.encode(point.y.to_bytes(size, "big"))}
         else:
             raw = public.public_bytes(Encoding.Raw, PublicFormat.Raw)
-            jwk = {"kty": "OKP", "crv": "Ed25519", "x": b64url_encode(raw)}
+            jwk = {"kty": "OKP", "crv": "Ed25519", "x": base64url.encode(raw)}
         jwk.update(kid=self.kid, alg=self.alg, use="sig")
         return jwk
 
@@ -188,9 +188,9 @@ class SigningKeys:
         value JSON cannot hold) under the signing key; header ``{alg, kid, typ}``."""
         key = self.signing
         header = orjson.dumps({"alg": key.alg, "kid": key.kid, "typ": typ})
-        signing_input = f"{b64url_encode(header)}.{b64url_encode(orjson.dumps(claims))}"
+        signing_input = f"{base64url.encode(header)}.{base64url.encode(orjson.dumps(claims))}"
         signature = key.sign(signing_input.encode("ascii"))
-        return f"{signing_input}.{b64url_encode(signature)}"
+        return f"{signing_input}.{base64url.encode(signature)}"
 
     def jwks(self) -> dict[str, Any]:
         """The public JWKS: every key (the signing key first, then the rotation keys), each with

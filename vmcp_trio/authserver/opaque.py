@@ -25,7 +25,7 @@ import re
 import secrets as random
 from collections.abc import Sequence
 
-from ..auth.jwt import _b64encode as b64url_encode
+from ..protocol import base64url
 
 __all__ = ["MAX_TOKEN_CHARS", "MIN_SECRET_BYTES", "OpaqueTokens"]
 
@@ -43,7 +43,7 @@ def _check_prefix(prefix: str) -> None:
 
 
 def _storage_key(prefix: str, token_id: str) -> str:
-    return b64url_encode(hashlib.sha256(f"{prefix}.{token_id}".encode("ascii")).digest())
+    return base64url.encode(hashlib.sha256(f"{prefix}.{token_id}".encode("ascii")).digest())
 
 
 class OpaqueTokens:
@@ -72,13 +72,13 @@ class OpaqueTokens:
     @staticmethod
     def _mac(secret: bytes, prefix: str, token_id: str) -> bytes:
         digest = hmac.digest(secret, f"{prefix}.{token_id}".encode("ascii"), "sha256")
-        return b64url_encode(digest).encode("ascii")  # all 32 bytes: 43 characters
+        return base64url.encode(digest).encode("ascii")  # all 32 bytes: 43 characters
 
     def mint(self, prefix: str) -> tuple[str, str]:
         """A new token of kind ``prefix`` (ASCII letters, e.g. "code" or "rt") and its storage
         key: ``(token, key)``. Give the token to the client, keep only the key."""
         _check_prefix(prefix)
-        token_id = b64url_encode(random.token_bytes(32))
+        token_id = base64url.encode(random.token_bytes(32))
         mac = self._mac(self._secrets[0], prefix, token_id).decode("ascii")
         return f"{prefix}_{token_id}.{mac}", _storage_key(prefix, token_id)
 
@@ -87,7 +87,7 @@ class OpaqueTokens:
         base64url: what a value that travels through the browser carries (the consent form)."""
         _check_prefix(purpose)
         digest = hmac.digest(self._secrets[0], f"{purpose}\0{data}".encode(), "sha256")
-        return b64url_encode(digest)
+        return base64url.encode(digest)
 
     def verify(self, purpose: str, data: str, mac: str) -> bool:
         """Whether ``mac`` is :meth:`sign` of ``data`` under any configured secret (constant
@@ -98,7 +98,7 @@ class OpaqueTokens:
         genuine = False
         for secret in self._secrets:
             digest = hmac.digest(secret, f"{purpose}\0{data}".encode(), "sha256")
-            genuine |= hmac.compare_digest(b64url_encode(digest).encode("ascii"),
+            genuine |= hmac.compare_digest(base64url.encode(digest).encode("ascii"),
                                            mac.encode("ascii"))
         return genuine
 

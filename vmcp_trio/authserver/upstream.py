@@ -18,10 +18,15 @@ Two kinds of provider, as ToolHive has them:
   integer strings as GitHub's numeric ``id`` needs). ``tokenResponseMapping`` reads tokens that a
   provider nests in its token response (also on refresh).
 
+The OAuth client work is the shared core's (:mod:`vmcp_trio.auth.oauth`): discovery and its
+checks, PKCE, the authorization URL, the token requests (client authentication, OAuth error
+answers) and reading token responses; this module adds what is particular to a login leg (the
+nonce and the ID token checks, the userInfo identity, RFC 9207).
+
 Errors are :class:`UpstreamError`; their messages name the provider and what went wrong (HTTP
 status, the provider's OAuth error code and description, a missing field, the ID token check)
 and never contain a token, a code, a verifier or a secret. Every network call is bounded in
-time (``timeout``) and size (:data:`~vmcp_trio.auth.discovery.MAX_DOCUMENT_BYTES`).
+time (``timeout``) and size (:data:`~vmcp_trio.auth.oauth.discovery.MAX_DOCUMENT_BYTES`).
 
 Only the URLs the provider's discovery document names are put through the SSRF guard
 (:func:`~vmcp_trio.auth.ssrf.check_fetch_url`, with ``allow_http``/``allow_private``); configured
@@ -30,28 +35,41 @@ URLs (the issuer, the ``oauth2`` endpoints) were checked by the configuration ru
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import logging
-import math
 import re
 import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import trio
 
-from ..auth.client_auth import basic_authorization
-from ..auth.discovery import MAX_DOCUMENT_BYTES, DiscoveryError, FetchError, discover
 from ..auth.incoming.jwks import JwksCache, KeysUnavailable
 from ..auth.jwt import TokenError, UnverifiedToken, check_claims, parse_jws, verify_signature
-from ..auth.ssrf import UnsafeUrl, check_fetch_url
+from ..auth.oauth.authorize import authorization_url
+from ..auth.oauth.discovery import (
+    MAX_DOCUMENT_BYTES,
+    DiscoveryError,
+    FetchError,
+    discover,
+    read_authorization_server_metadata,
+)
+from ..auth.oauth.pkce import pkce_pair
+from ..auth.oauth.tokens import (
+    ClientCredentials,
+    TokenEndpointError,
+    TokenResponse,
+    first_text,
+    oauth_error,
+    parse_token_response,
+    token_request,
+)
 from ..http.client import HttpClient, HttpError
+from ..protocol import base64url
 from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan
 from ..runtime.supervisor import NamedTask
 
@@ -64,12 +82,6 @@ DEFAULT_TIMEOUT = 10.0
 #: After a failed discovery, calls within this many seconds fail at once with the same reason
 #: instead of each waiting for the issuer again (a login storm while the issuer is down).
 DISCOVERY_RETRY_AFTER = 2.0
-#: expires_in beyond this (about 300 years) is not a lifetime but garbage.
-MAX_EXPIRES_IN = 10**10
-_MESSAGE_LIMIT = 200
-
-# The standard token response: what an unmapped provider's answer is read with.
-_STANDARD_MAPPING = TokenResponseMappingPlan(access_token_path="access_token")
 # Headers the provider's configuration may not set: the client owns them.
 _RESERVED_HEADERS = frozenset({"authorization", "host", "content-length", "transfer-encoding",
                                "connection"})
@@ -99,14 +111,8 @@ class UpstreamError(Exception):
         self.oauth_error = oauth_error
 
 
-@dataclass(frozen=True)
-class UpstreamTokens:
-    access_token: str = field(repr=False)
-    refresh_token: str | None = field(repr=False)
-    expires_at: float | None  # epoch seconds (from expires_in); None when not given
-    scope: str | None
-    token_type: str | None
-    id_token: str | None = field(repr=False, default=None)
+UpstreamTokens = TokenResponse
+"""A provider's tokens: the shared core's token response, under the name the login code uses."""
 
 
 @dataclass(frozen=True)
@@ -133,93 +139,6 @@ class _Endpoints:
     """The metadata's ``authorization_response_iss_parameter_supported`` (RFC 9207)."""
 
 
-# --- reading provider JSON ---------------------------------------------------------------------
-
-def _dig(document: object, path: str) -> object:
-    """The value at a dot path (``data.auth.token``; a number indexes an array), or None."""
-    node = document
-    for part in path.split("."):
-        if isinstance(node, dict):
-            node = node.get(part)
-        elif isinstance(node, list) and part.isascii() and part.isdigit():
-            index = int(part)
-            node = node[index] if index < len(node) else None
-        else:
-            return None
-        if node is None:
-            return None
-    return node
-
-
-def _as_text(value: object) -> str | None:
-    """A claim as text: a non-blank string as is; a number as an integer string when it is one
-    (JSON decoders elsewhere turn GitHub's ``id`` 12345 into 12345.0: both give "12345")."""
-    if isinstance(value, str):
-        return value if value.strip() else None
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value):
-        return str(int(value)) if value.is_integer() else repr(value)
-    return None
-
-
-def _first(document: object, paths: Sequence[str]) -> str | None:
-    for path in paths:
-        text = _as_text(_dig(document, path))
-        if text is not None:
-            return text
-    return None
-
-
-def _seconds(value: object) -> float | None:
-    """expires_in: a non-negative number, or a string of digits. Raises ValueError."""
-    if value is None:
-        return None
-    number: float
-    if isinstance(value, bool):
-        raise ValueError("a boolean")
-    if isinstance(value, int | float):
-        number = value
-    elif isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        number = int(value.strip())
-    else:
-        raise ValueError("not a number")
-    if not (math.isfinite(number) and 0 <= number <= MAX_EXPIRES_IN):
-        raise ValueError("out of range")
-    return number
-
-
-def _clean(value: str) -> str:
-    """Provider-supplied text fit for a message and a log line: bounded, one line."""
-    text = "".join(ch if ch.isprintable() else " " for ch in value[:_MESSAGE_LIMIT])
-    return text + ("..." if len(value) > _MESSAGE_LIMIT else "")
-
-
-def _oauth_error(document: object) -> tuple[str, str] | None:
-    """``(code, "code: description")`` of an OAuth error response (RFC 6749 section 5.2)."""
-    if not isinstance(document, dict):
-        return None
-    code = document.get("error")
-    if not isinstance(code, str) or not code:
-        return None
-    text = _clean(code)
-    description = document.get("error_description")
-    if isinstance(description, str) and description:
-        text += f": {_clean(description)}"
-    return _clean(code), text
-
-
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _pkce_pair() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)  # 64 characters (RFC 7636: 43..128)
-    return verifier, _b64url(hashlib.sha256(verifier.encode("ascii")).digest())
-
-
 # --- the provider ------------------------------------------------------------------------------
 
 class UpstreamProvider:
@@ -235,16 +154,17 @@ class UpstreamProvider:
         self.allow_http = allow_http
         self.allow_private = allow_private
         self.timeout = timeout
-        self._scope = " ".join(plan.scopes)
-        self._basic_auth: str | None = None
+        # A public client names itself in the form (RFC 6749 section 3.2.1).
+        self._credentials = ClientCredentials(plan.client_id, None, "none")
         if plan.client_secret is not None:
             try:
                 secret = plan.client_secret.value.decode("utf-8")
             except UnicodeDecodeError:
                 raise self._error("the client secret is not UTF-8 text") from None
-            self._basic_auth = basic_authorization(plan.client_id, secret)
+            self._credentials = ClientCredentials(plan.client_id, secret, "client_secret_basic")
         self._endpoints: _Endpoints | None = None
         self._jwks: JwksCache | None = None
+        self._mapping: TokenResponseMappingPlan | None = None  # None: the standard members
         self._userinfo_headers: list[tuple[str, str]] = []
         self._discovery_lock = trio.Lock()
         self._discovery_failure: tuple[float, str] | None = None  # (when, why)
@@ -252,11 +172,10 @@ class UpstreamProvider:
             self._jwks = JwksCache(plan.issuer_url, self._jwks_uri, client,
                                    allow_http=allow_http, allow_private=allow_private,
                                    fetch_timeout=timeout)
-            self._mapping = _STANDARD_MAPPING
         else:
             self._endpoints = _Endpoints(None, plan.authorization_endpoint, plan.token_endpoint,
                                          None)
-            self._mapping = plan.token_response_mapping or _STANDARD_MAPPING
+            self._mapping = plan.token_response_mapping
             if plan.user_info is not None:
                 self._userinfo_headers = self._build_userinfo_headers(
                     plan.user_info.additional_headers)
@@ -334,27 +253,15 @@ class UpstreamProvider:
         except trio.TooSlowError:
             raise DiscoveryError(f"the metadata of {issuer} did not arrive within "
                                  f"{self.timeout:g}s") from None
-        values: dict[str, str] = {}
-        for name in ("authorization_endpoint", "token_endpoint", "jwks_uri"):
-            value = meta.get(name)
-            if not isinstance(value, str) or not value:
-                raise DiscoveryError(f"the metadata of {issuer} has no {name}")
-            values[name] = value
-        # The browser goes to the authorization endpoint: it must be a web URL, and https unless
-        # http is allowed. vmcp itself calls the token endpoint: the full SSRF guard.
-        parts = urlsplit(values["authorization_endpoint"])
-        if not parts.hostname or parts.scheme not in (("https", "http") if self.allow_http
-                                                      else ("https",)):
-            raise DiscoveryError(f"the metadata of {issuer} names an authorization_endpoint "
-                                 f"that is not an {'http(s)' if self.allow_http else 'https'} "
-                                 "URL")
-        try:
-            await check_fetch_url(values["token_endpoint"], allow_http=self.allow_http,
-                                  allow_private=self.allow_private)
-        except UnsafeUrl as exc:
-            raise DiscoveryError(f"the token_endpoint is refused: {exc}") from None
-        return _Endpoints(str(meta["issuer"]), values["authorization_endpoint"],
-                          values["token_endpoint"], values["jwks_uri"],
+        # The endpoints' checks (the browser's is a web URL, the token endpoint passes the SSRF
+        # guard) are the shared core's; the JWKS URL is put through the guard when fetched.
+        checked = await read_authorization_server_metadata(meta, allow_http=self.allow_http,
+                                                           allow_private=self.allow_private)
+        jwks_uri = meta.get("jwks_uri")
+        if not isinstance(jwks_uri, str) or not jwks_uri:
+            raise DiscoveryError(f"the metadata of {issuer} has no jwks_uri")
+        return _Endpoints(checked.issuer, checked.authorization_endpoint, checked.token_endpoint,
+                          jwks_uri,
                           meta.get("authorization_response_iss_parameter_supported") is True)
 
     async def _jwks_uri(self) -> str:
@@ -389,52 +296,12 @@ class UpstreamProvider:
 
     async def _token_request(self, form: dict[str, str], what: str) -> UpstreamTokens:
         endpoints = await self._get_endpoints()
-        headers = [("accept", "application/json"),
-                   ("content-type", "application/x-www-form-urlencoded")]
-        if self._basic_auth is not None:
-            headers.append(("authorization", self._basic_auth))
-        else:  # a public client names itself in the form (RFC 6749 section 3.2.1)
-            form = {**form, "client_id": self.plan.client_id}
-        status, document = await self._call("token endpoint", "POST", endpoints.token, headers,
-                                            urlencode(form).encode("ascii"))
-        # GitHub answers errors with 200 and an "error" member: an error wherever it appears.
-        error = _oauth_error(document)
-        if error is not None:
-            raise self._error(f"the token endpoint refused the {what} (HTTP {status}): "
-                              f"{error[1]}", oauth_error=error[0])
-        if status != 200:
-            raise self._error(f"the token endpoint answered HTTP {status} to the {what}")
-        if not isinstance(document, dict):
-            raise self._error("the token endpoint's answer is not a JSON object")
-        return self._read_tokens(document)
-
-    def _read_tokens(self, document: dict[str, Any]) -> UpstreamTokens:
-        """The tokens of a 200 token response, through tokenResponseMapping when configured
-        (else the standard member names)."""
-        mapping = self._mapping
-        access = _dig(document, mapping.access_token_path)
-        if not isinstance(access, str) or not access:
-            raise self._error(f"the token response has no access token at "
-                              f"{mapping.access_token_path!r}")
-        refresh = _dig(document, mapping.refresh_token_path)
         try:
-            lifetime = _seconds(_dig(document, mapping.expires_in_path))
-        except ValueError:
-            raise self._error(f"the token response's {mapping.expires_in_path!r} is not a "
-                              "number of seconds") from None
-        scope = _dig(document, mapping.scope_path)
-        if isinstance(scope, list) and all(isinstance(item, str) for item in scope):
-            scope = " ".join(scope)
-        token_type = document.get("token_type")
-        id_token = document.get("id_token")
-        return UpstreamTokens(
-            access_token=access,
-            refresh_token=refresh if isinstance(refresh, str) and refresh else None,
-            # 0 means "not said" to most clients (Go's oauth2 too), not "already expired".
-            expires_at=time.time() + lifetime if lifetime else None,
-            scope=scope if isinstance(scope, str) else None,
-            token_type=token_type if isinstance(token_type, str) else None,
-            id_token=id_token if isinstance(id_token, str) and id_token else None)
+            document = await token_request(self.client, endpoints.token, form,
+                                           self._credentials, timeout=self.timeout, what=what)
+            return parse_token_response(document, self._mapping, now=time.time())
+        except TokenEndpointError as exc:
+            raise self._error(str(exc), oauth_error=exc.oauth_error) from None
 
     # --- the leg -------------------------------------------------------------------------------
 
@@ -444,20 +311,13 @@ class UpstreamProvider:
         fresh verifier), ``code_challenge_method=S256``, and for oidc a fresh ``nonce``. An oidc
         provider's endpoint comes from discovery (UpstreamError when that fails)."""
         endpoints = await self._get_endpoints()
-        verifier, challenge = _pkce_pair()
-        params = {"response_type": "code", "client_id": self.plan.client_id,
-                  "redirect_uri": redirect_uri}
-        if self._scope:
-            params["scope"] = self._scope
-        params |= {"state": state, "code_challenge": challenge,
-                   "code_challenge_method": "S256"}
-        nonce = None
-        if isinstance(self.plan, OIDCProvider):
-            nonce = params["nonce"] = secrets.token_urlsafe(32)
-        base = endpoints.authorization
-        separator = "&" if urlsplit(base).query else ("" if base.endswith("?") else "?")
-        return LegStart(f"{base}{separator}{urlencode(params, quote_via=quote)}", verifier,
-                        nonce)
+        verifier, challenge = pkce_pair()
+        nonce = secrets.token_urlsafe(32) if isinstance(self.plan, OIDCProvider) else None
+        url = authorization_url(endpoints.authorization, client_id=self.plan.client_id,
+                                redirect_uri=redirect_uri, state=state,
+                                code_challenge=challenge, scopes=self.plan.scopes,
+                                extra=() if nonce is None else (("nonce", nonce),))
+        return LegStart(url, verifier, nonce)
 
     async def check_response_issuer(self, iss: Sequence[str]) -> None:
         """RFC 9207 section 2.4, as MCP 2026-07-28 ("Authorization Response Validation") has
@@ -536,7 +396,7 @@ class UpstreamProvider:
         if not isinstance(subject, str) or not subject.strip():
             raise self._error("the ID token has no sub")
         email = claims.get("email")
-        return UpstreamIdentity(subject, _as_text(claims.get("name")),
+        return UpstreamIdentity(subject, first_text(claims, ("name",)),
                                 email if isinstance(email, str) and email.strip() else None)
 
     def _check_id_token_bindings(self, token: UnverifiedToken, access_token: str,
@@ -556,7 +416,7 @@ class UpstreamProvider:
         hash_ = _AT_HASH.get(token.alg)
         if at_hash is not None and hash_ is not None:
             digest = hash_(access_token.encode("utf-8")).digest()
-            expected = _b64url(digest[:len(digest) // 2])
+            expected = base64url.encode(digest[:len(digest) // 2])
             if not isinstance(at_hash, str) or not hmac.compare_digest(
                     at_hash.encode("utf-8"), expected.encode("ascii")):
                 raise self._error("the ID token's at_hash does not match the access token")
@@ -571,15 +431,15 @@ class UpstreamProvider:
         status, document = await self._call("userInfo endpoint", info.http_method,
                                             info.endpoint_url, headers)
         if status != 200:
-            error = _oauth_error(document)
+            error = oauth_error(document, redact=(access_token,))
             raise self._error(f"the userInfo endpoint answered HTTP {status}"
                               + (f": {error[1]}" if error else ""),
                               oauth_error=error[0] if error else None)
         if not isinstance(document, dict):
             raise self._error("the userInfo endpoint's answer is not a JSON object")
-        subject = _first(document, info.subject_fields)
+        subject = first_text(document, info.subject_fields)
         if subject is None:
             raise self._error("the userInfo response has none of the subject fields "
                               + ", ".join(info.subject_fields))
-        return UpstreamIdentity(subject, _first(document, info.name_fields),
-                                _first(document, info.email_fields))
+        return UpstreamIdentity(subject, first_text(document, info.name_fields),
+                                first_text(document, info.email_fields))

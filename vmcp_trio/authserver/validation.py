@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..auth.jwt import _b64decode_text as b64url_decode
-from ..auth.jwt import _b64encode as b64url_encode
+from ..protocol import base64url
 
 __all__ = [
     "APPLICATION_TYPES",
@@ -445,8 +444,11 @@ def check_pkce_request(challenge: str | None, method: str | None) -> None:
         raise OAuthError("invalid_request", "code_challenge_method must be S256")
     if not isinstance(challenge, str) or len(challenge) != 43:
         raise OAuthError("invalid_request", "code_challenge is not 43 characters of base64url")
-    decoded = b64url_decode(challenge)
-    if decoded is None or len(decoded) != 32:
+    try:
+        decoded = base64url.decode(challenge, strict=True)
+    except ValueError:
+        decoded = b""
+    if len(decoded) != 32:
         raise OAuthError("invalid_request", "code_challenge is not 43 characters of base64url")
 
 
@@ -462,7 +464,7 @@ def verify_pkce(challenge: str, method: str, verifier: str | None) -> None:
     if not isinstance(verifier, str) or not _VERIFIER.fullmatch(verifier):
         raise OAuthError("invalid_grant",
                          "code_verifier must be 43 to 128 characters of A-Z a-z 0-9 - . _ ~")
-    expected = b64url_encode(hashlib.sha256(verifier.encode("ascii")).digest())
+    expected = base64url.encode(hashlib.sha256(verifier.encode("ascii")).digest())
     if not hmac.compare_digest(expected.encode("ascii"), challenge.encode("utf-8")):
         raise OAuthError("invalid_grant", "code_verifier does not match the code_challenge")
 

@@ -21,7 +21,6 @@ parked call lives in one process: a retry must reach the same replica.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import hashlib
 import hmac
@@ -34,6 +33,7 @@ from typing import Any
 import orjson
 import trio
 
+from ..protocol import base64url
 from ..protocol.eras import ROUND_TRIP_FIELDS
 from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
 from .backends.base import BackendError, BackendLink
@@ -51,14 +51,6 @@ def params_digest(params: dict[str, Any]) -> str:
     return hashlib.sha256(orjson.dumps(kept, option=orjson.OPT_SORT_KEYS)).hexdigest()[:32]
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 class RequestStateSigner:
     def __init__(self, ttl: float = 300.0) -> None:
         self._key = secrets.token_bytes(32)
@@ -66,11 +58,11 @@ class RequestStateSigner:
 
     def _mac(self, payload: str, identity: tuple[str, str]) -> str:
         message = payload.encode("ascii") + b"\0" + "\0".join(identity).encode("utf-8")
-        return _b64(hmac.new(self._key, message, hashlib.sha256).digest())
+        return base64url.encode(hmac.new(self._key, message, hashlib.sha256).digest())
 
     def sign(self, call_id: str, identity: tuple[str, str], method: str, digest: str) -> str:
         body = {"c": call_id, "m": method, "d": digest, "e": int(time.time() + self.ttl)}
-        payload = _b64(orjson.dumps(body))
+        payload = base64url.encode(orjson.dumps(body))
         return f"{payload}.{self._mac(payload, identity)}"
 
     def verify(self, state: object, identity: tuple[str, str], method: str,
@@ -83,7 +75,7 @@ class RequestStateSigner:
         if not hmac.compare_digest(mac, self._mac(payload, identity)):
             return None
         try:
-            body = orjson.loads(_unb64(payload))
+            body = orjson.loads(base64url.decode(payload))
         except (ValueError, orjson.JSONDecodeError):
             return None
         if (not isinstance(body, dict) or body.get("m") != method or body.get("d") != digest

@@ -32,8 +32,8 @@ from ...resources.plan import (
     KubernetesIncoming,
     OIDCIncoming,
 )
-from ..discovery import DiscoveryError, FetchError, discover, fetch_json
 from ..identity import Identity
+from ..oauth.discovery import DiscoveryError, FetchError, discover, fetch_json
 from .authenticator import AnonymousAuthenticator, Authenticator, JwtAuthenticator, KeySource
 from .introspection import Introspector
 from .jwks import JwksCache

@@ -19,9 +19,9 @@ from typing import Any
 from urllib.parse import urlencode
 
 from ...http.client import HttpClient
-from ..client_auth import basic_authorization
-from ..discovery import FetchError, fetch_json
 from ..jwt import TokenError
+from ..oauth.discovery import FetchError, fetch_json
+from ..oauth.tokens import basic_authorization
 from ..ssrf import UnsafeUrl, check_fetch_url
 from ..token_cache import VerifiedTokenCache
 

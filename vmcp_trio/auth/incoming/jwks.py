@@ -28,8 +28,8 @@ import trio
 
 from ...http.client import HttpClient
 from ...runtime.supervisor import Retry
-from ..discovery import FetchError, fetch_json
 from ..jwt import JwksError, VerifyKey, load_jwks
+from ..oauth.discovery import FetchError, fetch_json
 from ..ssrf import UnsafeUrl, check_fetch_url
 
 __all__ = ["JwksCache", "KeysUnavailable"]

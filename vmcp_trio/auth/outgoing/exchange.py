@@ -9,11 +9,13 @@ of its lifetime at most, so short tokens are still reused); a failure is remembe
 and recovers at once. The cache is bounded (LRU) and keyed by a hash of the subject token (the
 token is never kept).
 
-Client authentication: ``client_secret_basic`` (RFC 6749 section 2.3.1 encoding), and when the
-service answers 401 ``invalid_client`` to that, ``client_secret_post`` (remembered). The answer
-must be a JSON object with ``access_token``, ``token_type`` Bearer (case-insensitive; N_A is
-accepted for non-access-token types, RFC 8693 section 2.2.1), ``issued_token_type`` and a
-positive ``expires_in`` (default: ``default_lifetime`` when absent).
+The request goes through the one token endpoint client (:mod:`..oauth.tokens`). Client
+authentication: ``client_secret_basic`` (RFC 6749 section 2.3.1 encoding), and when the service
+answers 401 ``invalid_client`` to that, ``client_secret_post`` (remembered); a client without a
+secret names itself in the form; without a client id, none. The answer must be a JSON object
+with ``access_token``, ``token_type`` Bearer (case-insensitive; N_A is accepted for
+non-access-token types, RFC 8693 section 2.2.1), ``issued_token_type`` and a positive
+``expires_in`` (a number, or a string of digits; ``default_lifetime`` when absent or null).
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlencode
 
 import trio
 
 from ...http.client import HttpClient
-from ..client_auth import basic_authorization
-from ..discovery import FetchError, fetch_json
+from ..oauth.tokens import (
+    ClientCredentials,
+    TokenEndpointError,
+    parse_token_response,
+    token_request,
+)
 
 __all__ = ["ExchangeError", "ExchangedToken", "TokenExchanger"]
 
@@ -134,50 +139,46 @@ class TokenExchanger:
         if scopes:
             form["scope"] = " ".join(scopes)
         self.exchanges += 1
-        status, document = await self._post(form)
-        if (status == 401 and not self.use_post and self.client_secret is not None
-                and isinstance(document, dict) and document.get("error") == "invalid_client"):
-            self.use_post = True  # the service wants client_secret_post
-            status, document = await self._post(form)
-        if status != 200 or not isinstance(document, dict):
-            error = document.get("error") if isinstance(document, dict) else None
-            raise ExchangeError(f"the token exchange at {self.token_url} answered HTTP {status}"
-                                + (f" ({str(error)[:80]})" if error else ""))
+        try:
+            try:
+                document = await self._post(form)
+            except TokenEndpointError as exc:
+                if (exc.status != 401 or exc.oauth_error != "invalid_client" or self.use_post
+                        or self.client_secret is None):
+                    raise
+                self.use_post = True  # the service wants client_secret_post
+                document = await self._post(form)
+        except TokenEndpointError as exc:
+            raise ExchangeError(f"the token exchange at {self.token_url} failed: {exc}") from None
         return self._read(document)
 
-    async def _post(self, form: dict[str, str]) -> tuple[int, Any]:
-        headers = [("content-type", "application/x-www-form-urlencoded")]
-        form = dict(form)
-        if self.client_id is not None:
-            if self.client_secret is not None and not self.use_post:
-                headers.append(("authorization",
-                                basic_authorization(self.client_id, self.client_secret)))
-            else:
-                form["client_id"] = self.client_id
-                if self.client_secret is not None:
-                    form["client_secret"] = self.client_secret
-        try:
-            status, _, document = await fetch_json(self.client, self.token_url, method="POST",
-                                                   headers=headers,
-                                                   body=urlencode(form).encode(),
-                                                   timeout=self.timeout)
-        except FetchError as exc:
-            raise ExchangeError(f"the token exchange failed: {exc}") from None
-        return status, document
+    def _credentials(self) -> ClientCredentials | None:
+        if self.client_id is None:
+            return None
+        if self.client_secret is None:
+            return ClientCredentials(self.client_id, None, "none")
+        return ClientCredentials(self.client_id, self.client_secret,
+                                 "client_secret_post" if self.use_post else "client_secret_basic")
+
+    async def _post(self, form: dict[str, str]) -> dict[str, Any]:
+        return await token_request(self.client, self.token_url, form, self._credentials(),
+                                   timeout=self.timeout, what="token exchange")
 
     def _read(self, document: dict[str, Any]) -> ExchangedToken:
-        token = document.get("access_token")
-        token_type = document.get("token_type")
+        try:
+            response = parse_token_response(document, now=time.time())
+        except TokenEndpointError as exc:
+            raise ExchangeError(f"the token exchange answer was refused: {exc}") from None
         issued = document.get("issued_token_type")
-        if not isinstance(token, str) or not token:
-            raise ExchangeError("the token exchange answer has no access_token")
         if not isinstance(issued, str) or not issued:
             raise ExchangeError("the token exchange answer has no issued_token_type")
-        if not isinstance(token_type, str) or token_type.lower() not in ("bearer", "n_a"):
+        token_type = response.token_type
+        if token_type is None or token_type.lower() not in ("bearer", "n_a"):
             raise ExchangeError("the token exchange answer's token_type is not Bearer")
-        expires_in = document.get("expires_in", self.default_lifetime)
-        if isinstance(expires_in, bool) or not isinstance(expires_in, int | float) or \
-                expires_in <= 0:
-            raise ExchangeError("the token exchange answer's expires_in is not a positive "
-                                "number")
-        return ExchangedToken(token, token_type, time.time() + float(expires_in))
+        expires_at = response.expires_at
+        if expires_at is None:
+            if document.get("expires_in") is not None:  # 0 is not a lifetime here
+                raise ExchangeError("the token exchange answer's expires_in is not a positive "
+                                    "number")
+            expires_at = time.time() + self.default_lifetime
+        return ExchangedToken(response.access_token, token_type, expires_at)
