@@ -272,7 +272,8 @@ def _node() -> str:
 
 @pytest.fixture(scope="module")
 def targets() -> Iterator[Targets]:
-    """The fixture server and a ``vmcp serve`` in front of it, both subprocesses on 127.0.0.1."""
+    """The fixture server, and a ``vmcp serve`` and a ``vmcp proxy`` in front of it, all
+    subprocesses on 127.0.0.1."""
     node = _node()
     processes: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="vmcp-conformance-") as tmp:
@@ -300,8 +301,19 @@ def targets() -> Iterator[Targets]:
                     cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT))
             _wait_for_http(f"http://127.0.0.1:{gateway_port}/health", processes[-1], "vmcp")
+
+            proxy_port = free_port()
+            with (workdir / "proxy.log").open("wb") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "vmcp_trio", "proxy", "--drain-delay", "0s",
+                     "--target-uri", direct, "--port", str(proxy_port), "fixture"],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT))
+            proxied = f"http://127.0.0.1:{proxy_port}/mcp"
+            _wait_for_http(proxied, processes[-1], "vmcp proxy")
             yield Targets(node, {"direct": direct,
-                                 "vmcp": f"http://127.0.0.1:{gateway_port}/mcp"}, workdir)
+                                 "vmcp": f"http://127.0.0.1:{gateway_port}/mcp",
+                                 "proxy": proxied}, workdir)
         finally:
             for process in reversed(processes):
                 stop_process(process)
@@ -397,3 +409,21 @@ def test_vmcp_passes_every_scenario_the_fixture_passes(targets: Targets, version
         pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
                             "fail through vmcp (gateway bugs):", through, regressed)
                     + "\n" + targets.gateway_log_tail(), pytrace=False)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_vmcp_proxy_passes_every_scenario_the_fixture_passes(targets: Targets,
+                                                             version: str) -> None:
+    """``vmcp proxy`` in front of the fixture is transparent to the suite, both wire eras: each
+    scenario that passes against the fixture passes through the proxy."""
+    direct = targets.results(version, "direct")
+    through = targets.results(version, "proxy")
+    regressed = direct.passing - through.passing
+    assert direct.passing, "nothing passed directly: see the direct test"
+    if regressed:
+        log = targets.workdir / "proxy.log"
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+        pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
+                            "fail through vmcp proxy:", through, regressed)
+                    + "\n  proxy log (tail):\n" + "\n".join(f"    {line}" for line in tail),
+                    pytrace=False)

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from . import __version__
 from .defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE, SERVICE_ACCOUNT_DIR
+from .proxy import command as proxy_flags
+from .secrets import command as secret_command
 
 if TYPE_CHECKING:
     from .resources import LoadOptions, ValidationResult
@@ -150,6 +152,25 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                           help=f"write {SIGNING_KEY_FILE} and {HMAC_FILE} here (mode 0600) "
                                "instead of printing a Secret; never overwrites")
     generate.set_defaults(handler=_keys_generate, parser=generate)
+
+    proxy = commands.add_parser(
+        "proxy",
+        help="a transparent proxy to one remote MCP server, with OAuth both ways",
+        description="Forward every request to --target-uri, authenticating to the remote "
+                    "server (OAuth/OIDC login, a bearer token, token exchange, injected "
+                    "headers) and optionally validating incoming tokens. Siblings: "
+                    "'vmcp proxy stdio' (MCP over stdin/stdout).",
+    )
+    proxy_flags.configure_listener(proxy)
+    proxy_flags.configure_parser(proxy, duration=_seconds)
+    proxy.set_defaults(handler=_proxy, parser=proxy)
+
+    secret = commands.add_parser(
+        "secret", help="the secrets manager behind --remote-forward-headers-secret",
+        description="Store, read, list and delete secrets (an encrypted file, overridden by "
+                    "VMCP_SECRET_<NAME> variables).")
+    secret_command.configure_parser(secret)
+    secret.set_defaults(handler=_secret, parser=secret)
     return parser, serve
 
 
@@ -342,6 +363,52 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     finally:
         tracing.shutdown()
     return exit_code
+
+
+def _proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from functools import partial
+
+    import trio
+
+    from .app.proxy import run_proxy
+    from .auth.incoming.build import IncomingAuthError
+    from .http.serving import ListenError
+    from .proxy.options import settings_from
+    from .runtime.logs import configure_logging, say
+
+    configure_logging(args.log_format, debug=args.debug)
+
+    def usage_error(message: str) -> NoReturn:
+        if args.log_format == "json":
+            say(f"vmcp proxy: error: {message}", level="error")
+            raise SystemExit(EXIT_USAGE)
+        parser.error(message)
+
+    settings = settings_from(args, error=usage_error,
+                             warn=lambda text: say(f"vmcp proxy: warning: {text}",
+                                                   level="warning"))
+
+    def ready(urls: list[str]) -> None:
+        say(f"vmcp proxy: {settings.server_name}: {urls[0]} -> {settings.target_uri}\n"
+            "  Connect an MCP client to that URL. Press Ctrl-C to stop.", stream=sys.stdout,
+            url=urls[0], target=settings.target_uri)
+
+    exit_code = EXIT_OK
+    try:
+        trio.run(partial(run_proxy, settings, on_ready=ready))
+    except* IncomingAuthError as auth_errors:
+        for error in auth_errors.exceptions:
+            say(f"vmcp proxy: incoming auth: {error}", level="error")
+        exit_code = EXIT_INVALID
+    except* ListenError as listen_errors:
+        for refusal in listen_errors.exceptions:
+            say(f"vmcp proxy: {refusal}", level="error")
+        exit_code = EXIT_USAGE
+    return exit_code
+
+
+def _secret(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return secret_command.run(args, sys.stdin, sys.stdout, sys.stderr, os.environ)
 
 
 def _choose(plans: Sequence[GatewayPlan], name: str | None) -> tuple[GatewayPlan | None, str]:

@@ -22,7 +22,6 @@ that leaves before its body arrived is a debug line and a counter, never a trace
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -42,6 +41,7 @@ from ..http.asgi import (
     lifespan,
     send_json,
 )
+from ..http.origin import OriginGuard
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -52,7 +52,7 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, revision
 from ..resources.plan import AnonymousIncoming
-from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, log_access
+from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway
 from .handshake import HandshakeFront
@@ -66,15 +66,6 @@ log = logging.getLogger("vmcp.http")
 MCP_PATH = "/mcp"
 _QUIET_PATHS = frozenset({"/health", "/readyz", "/metrics"})
 """Probed every few seconds: no access record (their counts are in the metrics)."""
-_LOOPBACK_HOSTS = {"localhost", "127.0.0.1", "[::1]", "::1"}
-
-
-def _request_id(given: str | None) -> str:
-    """The caller's ``X-Request-Id`` when it is a sane token (a load balancer's), else a new
-    one: every log line of the request carries it."""
-    if given and len(given) <= 64 and all(c.isalnum() or c in "-_.:" for c in given):
-        return given
-    return secrets.token_hex(8)
 
 
 def _is_stateless(request: HttpRequest) -> bool:
@@ -83,12 +74,6 @@ def _is_stateless(request: HttpRequest) -> bool:
     version = request.header("mcp-protocol-version")
     return (version is not None and revision(version) not in HANDSHAKE_REVISIONS
             and request.header("mcp-session-id") is None)
-
-
-def _host_name(host: str) -> str:
-    if host.startswith("["):
-        return host[: host.find("]") + 1]
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 class _GuardedSend:
@@ -140,7 +125,7 @@ class GatewayApp:
         self.responder = Responder(self.settings)
         self.handshake = HandshakeFront(gateway, self.responder)
         self.stateless = StatelessFront(gateway, self.responder)
-        self.loopback_bind = self.settings.host in ("127.0.0.1", "localhost", "::1")
+        self.guard = OriginGuard(self.settings.host, self.settings.allowed_origins)
 
     def update(self, authenticator: Authenticator, *,
                extra_endpoints: ExtraEndpoints | None,
@@ -197,7 +182,7 @@ class GatewayApp:
                 INVALID_REQUEST, f"Request header fields are larger than "
                                  f"{self.settings.max_header_bytes} bytes in all"))
             return
-        REQUEST_ID.set(_request_id(request.header("x-request-id")))
+        adopt_request_id(request.header("x-request-id"))
         path = request.path
         if path == MCP_PATH:
             await self.mcp(request, send)
@@ -233,18 +218,8 @@ class GatewayApp:
 
     # --- /mcp ----------------------------------------------------------------------------------
 
-    def _forbidden_reason(self, request: HttpRequest) -> str | None:
-        origin = request.header("origin")
-        host = request.header("host") or ""
-        if origin is not None and origin not in self.settings.allowed_origins and origin not in (
-                f"http://{host}", f"https://{host}"):
-            return "Origin is not allowed"
-        if self.loopback_bind and _host_name(host).lower() not in _LOOPBACK_HOSTS:
-            return "Host must name a loopback address when the gateway listens on loopback"
-        return None
-
     async def mcp(self, request: HttpRequest, send: Send) -> None:
-        reason = self._forbidden_reason(request)
+        reason = self.guard.refusal(request)
         if reason is not None:
             await send_json(send, 403, encode_error(INVALID_REQUEST, f"Forbidden: {reason}"))
             return

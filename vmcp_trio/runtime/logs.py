@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import secrets
 import sys
 import time
 from dataclasses import dataclass
@@ -29,8 +30,8 @@ from typing import Any, TextIO
 
 import trio
 
-__all__ = ["ACCESS", "REQUEST_ID", "AccessRecord", "configure_logging", "log_access", "note",
-           "say", "write_access_log"]
+__all__ = ["ACCESS", "REQUEST_ID", "AccessRecord", "adopt_request_id", "configure_logging",
+           "log_access", "note", "say", "write_access_log"]
 
 REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id",
                                                                         default=None)
@@ -52,6 +53,14 @@ class AccessRecord:
 
 ACCESS: contextvars.ContextVar[AccessRecord | None] = contextvars.ContextVar("access",
                                                                             default=None)
+
+
+def adopt_request_id(given: str | None) -> None:
+    """Set this request's id: the caller's ``X-Request-Id`` when it is a sane token (a load
+    balancer's), else a new one. Every log line of the request carries it."""
+    if not (given and len(given) <= 64 and all(c.isalnum() or c in "-_.:" for c in given)):
+        given = secrets.token_hex(8)
+    REQUEST_ID.set(given)
 
 
 def note(**fields: str | None) -> None:

@@ -1,0 +1,386 @@
+"""``vmcp proxy``: forwarding, the four authentication scenarios, token exchange, header injection.
+
+The proxy runs in this process (``build_proxy`` + ``serve_proxy``, the parts ``vmcp proxy`` runs),
+or as a subprocess where the command line itself is under test. Remotes: a recording ASGI app
+(a stand-in written here: no installable server echoes the raw headers it received or lets a
+test pace its SSE events), and MCP Python SDK 2.x servers (``tests/fixtures/sdk_servers.py``),
+one of them an OAuth resource server that accepts only ``oidc-provider``'s JWTs for its own
+audience. ``oidc-provider`` (``tests/fixtures/idp.py``) issues the clients' tokens and serves
+RFC 8693 exchanges. (The official conformance scenarios through the proxy are in
+``tests/test_conformance.py``.)
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Any
+
+import hypercorn.trio
+import orjson
+import pytest
+import trio
+from hypercorn.config import Config
+
+from vmcp_trio.app.proxy import build_proxy, serve_proxy
+from vmcp_trio.auth.headers import parse_challenges
+from vmcp_trio.http.asgi import lifespan
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.protocol.sse import SSEParser
+from vmcp_trio.proxy.settings import ProxySettings
+from vmcp_trio.resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
+
+from .fixtures.idp import Idp, running_idp, served_jwks
+from .fixtures.sdk_servers import ResourceServer, make_server, serving
+from .helpers import ROOT, free_port
+
+AUDIENCE = "https://proxy.test/mcp"
+
+
+# --- a recording remote (stand-in) ---------------------------------------------------------------
+
+@dataclass
+class Remote:
+    """What the recording remote received, and the pace of its SSE answer."""
+
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    first_event_read: trio.Event = field(default_factory=trio.Event)
+
+
+def recording_app(remote: Remote) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        remote.seen.append({"method": scope["method"], "path": scope["path"],
+                            "query": scope["query_string"].decode(),
+                            "headers": [(k.decode(), v.decode()) for k, v in scope["headers"]],
+                            "body": body})
+        if scope["path"] == "/stream":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": b"event: message\ndata: {\"progress\": 1}\n\n"})
+            with trio.fail_after(10):  # the client must have it before the rest is written
+                await remote.first_event_read.wait()
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": b"event: message\ndata: {\"result\": 2}\n\n"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"x-end", b"1"),
+            (b"connection", b"x-resp-hop"), (b"x-resp-hop", b"1")]})
+        await send({"type": "http.response.body", "body": b'{"ok": true}'})
+    return app
+
+
+@asynccontextmanager
+async def recording_remote() -> AsyncIterator[tuple[str, Remote]]:
+    remote = Remote()
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(hypercorn.trio.serve, recording_app(remote), config))
+        yield f"{binds[0]}/mcp", remote
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def running_proxy(settings: ProxySettings) -> AsyncIterator[str]:
+    """The proxy of ``settings`` in this process; yields its client URL."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(partial(serve_proxy, build_proxy(settings),
+                                           shutdown_trigger=stop.wait))
+        yield urls[0]
+        stop.set()
+
+
+def base(target: str, **fields: Any) -> ProxySettings:
+    return ProxySettings(server_name="remote", target_uri=target, **{"drain_delay": 0.0, **fields})
+
+
+async def fetch(url: str, *, method: str = "POST", headers: list[tuple[str, str]] | None = None,
+                body: bytes = b"{}") -> tuple[int, dict[str, str], bytes]:
+    client = HttpClient()
+    try:
+        with trio.fail_after(20):
+            status, raw, data = await client.request(method, url, headers=headers or [],
+                                                     body=body)
+    finally:
+        await client.aclose()
+    return status, {k.decode().lower(): v.decode() for k, v in raw}, data
+
+
+# --- forwarding ----------------------------------------------------------------------------------
+
+async def test_end_to_end_headers_cross_and_hop_by_hop_ones_do_not() -> None:
+    async with recording_remote() as (target, remote), running_proxy(base(target)) as url:
+        status, headers, body = await fetch(url + "?probe=1", headers=[
+            ("mcp-session-id", "s-1"), ("mcp-protocol-version", "2025-11-25"),
+            ("last-event-id", "e-7"), ("x-trace", "t"), ("authorization", "Bearer mine"),
+            ("connection", "x-hop"), ("x-hop", "1"), ("keep-alive", "timeout=5"),
+            ("te", "trailers"), ("content-type", "application/json")],
+            body=b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}')
+    assert status == 200 and body == b'{"ok": true}'
+    assert headers.get("x-end") == "1" and "x-resp-hop" not in headers
+    seen = remote.seen[-1]
+    assert (seen["method"], seen["path"], seen["query"]) == ("POST", "/mcp", "probe=1")
+    assert seen["body"] == b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+    got = dict(seen["headers"])
+    for name, value in (("mcp-session-id", "s-1"), ("mcp-protocol-version", "2025-11-25"),
+                        ("last-event-id", "e-7"), ("x-trace", "t"),
+                        ("authorization", "Bearer mine")):  # no auth at all: transparent
+        assert got.get(name) == value
+    assert not {"x-hop", "keep-alive", "te"} & set(got)
+    assert got["host"] == target.split("/")[2]
+
+
+async def test_an_sse_event_reaches_the_client_before_the_remote_writes_the_next() -> None:
+    async with recording_remote() as (target, remote), running_proxy(base(target)) as url:
+        client = HttpClient()
+        events = []
+        with trio.fail_after(20):
+            async with client.stream("POST", url.replace("/mcp", "/stream"), body=b"{}",
+                                     headers=[("accept", "text/event-stream")]) as response:
+                parser = SSEParser()
+                async for chunk in response.iter_bytes():
+                    for event in parser.feed(chunk):
+                        events.append(orjson.loads(event.data))
+                        remote.first_event_read.set()  # only now does the remote go on
+        await client.aclose()
+    assert events == [{"progress": 1}, {"result": 2}]
+
+
+async def test_an_unreachable_remote_is_a_502_naming_it_and_a_big_body_a_413() -> None:
+    target = f"http://127.0.0.1:{free_port()}/mcp"
+    async with running_proxy(base(target, max_body_bytes=100)) as url:
+        status, _, body = await fetch(url)
+        assert status == 502
+        assert target.rsplit("/", 1)[0] in orjson.loads(body)["error_description"]
+        status, _, body = await fetch(url, body=b"x" * 101)
+        assert status == 413 and b"100 bytes" in body
+
+
+async def test_a_rebound_host_name_is_refused_on_a_loopback_listener() -> None:
+    async with recording_remote() as (target, remote), running_proxy(base(target)) as url:
+        status, _, body = await fetch(url, headers=[("host", "evil.example:80")])
+        assert status == 403 and b"loopback" in body
+        status, _, _ = await fetch(url, headers=[("origin", "https://evil.example")])
+        assert status == 403
+    assert not remote.seen
+
+
+async def test_injected_headers_and_a_bearer_token_replace_the_clients() -> None:
+    settings = base("", bearer_token="remote-secret",
+                    injected_headers=(("X-Api-Key", "k-1"), ("X-Tenant", "acme")))
+    async with recording_remote() as (target, remote), \
+            running_proxy(replace(settings, target_uri=target)) as url:
+        await fetch(url, headers=[("authorization", "Bearer mine"), ("x-api-key", "forged")])
+    got = remote.seen[-1]["headers"]
+    assert ("authorization", "Bearer remote-secret") in got
+    assert [v for k, v in got if k == "x-api-key"] == ["k-1"]
+    assert ("x-tenant", "acme") in got
+    assert "Bearer mine" not in str(got)
+
+
+async def test_requests_in_flight_finish_during_the_drain_and_new_ones_get_503() -> None:
+    async with recording_remote() as (target, remote):
+        settings = base(target, drain_delay=0.2, shutdown_grace=10.0)
+        stop = trio.Event()
+        results: list[list[object]] = []
+        async with trio.open_nursery() as nursery:
+            urls = await nursery.start(partial(serve_proxy, build_proxy(settings),
+                                               shutdown_trigger=stop.wait))
+            stream_url = urls[0].replace("/mcp", "/stream")
+
+            async def slow_call() -> None:
+                results.append([await fetch(stream_url)])
+
+            nursery.start_soon(slow_call)
+            with trio.fail_after(10):
+                while not remote.seen:
+                    await trio.sleep(0.01)
+            stop.set()
+            await trio.sleep(0.5)  # past the drain delay
+            status, headers, _ = await fetch(urls[0])
+            assert status == 503 and headers.get("retry-after") == "5"
+            remote.first_event_read.set()
+    (status, _, body), = results[0]  # type: ignore[misc]
+    assert status == 200 and b'"result": 2' in body
+
+
+# --- incoming auth and token exchange ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def idp() -> Iterator[Idp]:
+    with running_idp(resources={AUDIENCE: {}, "https://other.test/mcp": {}}, token_exchange={
+            "trustedIssuers": [], "audiences": {"backend-a": {"scope": "a:read",
+                                                              "accessTokenTTL": 600}}}) as idp:
+        yield idp
+
+
+def incoming(idp: Idp, *, introspection: bool = False) -> OIDCIncoming:
+    client = idp.clients["confidential"]
+    return OIDCIncoming(issuer=idp.issuer, audience=AUDIENCE, client_id=client.client_id,
+                        client_secret=SecretValue("test", str(client.client_secret).encode())
+                        if introspection else None, scopes=("openid", "mcp:tools"),
+                        jwks_allow_private_ip=True, insecure_allow_http=True)
+
+
+async def token_for(idp: Idp, resource: str | None = AUDIENCE) -> str:
+    answer = await trio.to_thread.run_sync(
+        lambda: idp.client_credentials_token("confidential", resource=resource))
+    return str(answer["access_token"])
+
+
+async def test_incoming_oidc_refuses_with_a_challenge_and_never_forwards_the_clients_token(
+        idp: Idp, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    good = await token_for(idp)
+    stranger = await token_for(idp, "https://other.test/mcp")
+    opaque = await token_for(idp, None)
+    async with recording_remote() as (target, remote), running_proxy(base(
+            target, incoming=incoming(idp, introspection=True),
+            scopes_supported=("openid", "mcp:tools"))) as url:
+        status, headers, _ = await fetch(url)
+        assert status == 401
+        (scheme, params), = parse_challenges(headers["www-authenticate"])
+        assert scheme.lower() == "bearer" and "error" not in params
+        metadata_url = params["resource_metadata"]
+        assert metadata_url == url.replace("/mcp", "/.well-known/oauth-protected-resource/mcp")
+        status, _, body = await fetch(metadata_url, method="GET", body=b"")
+        document = orjson.loads(body)
+        assert status == 200 and document["resource"] == url
+        assert document["authorization_servers"] == [idp.issuer]
+        assert document["scopes_supported"] == ["openid", "mcp:tools"]
+
+        status, headers, _ = await fetch(url, headers=[("authorization", f"Bearer {stranger}")])
+        assert status == 401 and 'error="invalid_token"' in headers["www-authenticate"]
+        assert not remote.seen
+
+        for token in (good, opaque):
+            status, _, _ = await fetch(url, headers=[("authorization", f"Bearer {token}")])
+            assert status == 200
+        assert len(remote.seen) == 2
+        assert all("authorization" not in dict(seen["headers"]) for seen in remote.seen)
+    for token in (good, stranger, opaque):
+        assert token not in caplog.text
+
+
+async def test_token_exchange_gives_the_remote_its_own_token_in_either_header(
+        idp: Idp) -> None:
+    jwks = await trio.to_thread.run_sync(served_jwks, idp)
+    await trio.to_thread.run_sync(idp.set_exchange_mode, "ok")
+    client = idp.clients["confidential"]
+    exchange = TokenExchangeAuth(
+        config="--token-exchange-url", token_url=idp.token_endpoint, audience="backend-a",
+        client_id=client.client_id,
+        client_secret=SecretValue("test", str(client.client_secret).encode()),
+        scopes=("a:read",))
+    token = await token_for(idp)
+    server, state = make_server("alpha", resource_server=ResourceServer(
+        idp.issuer, "backend-a", jwks))
+    async with serving(server, state) as target:
+        async with running_proxy(base(target, incoming=incoming(idp),
+                                      token_exchange=exchange)) as url:
+            status, _, body = await fetch(url, headers=[
+                ("authorization", f"Bearer {token}"), ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream")],
+                body=orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                   "params": {"protocolVersion": "2025-11-25",
+                                              "capabilities": {}, "clientInfo": {
+                                                  "name": "t", "version": "1"}}}))
+            assert status == 200, body
+        sent = [a for a in state.authorizations if a]
+        assert sent and token not in "".join(sent) and state.refused == 0
+    async with recording_remote() as (target, remote), running_proxy(base(
+            target, incoming=incoming(idp),
+            token_exchange=replace(exchange, header_name="x-exchanged"))) as url:
+        await fetch(url, headers=[("authorization", f"Bearer {token}")])
+        got = dict(remote.seen[-1]["headers"])
+        assert "authorization" not in got and got["x-exchanged"].count(".") == 2
+        await trio.to_thread.run_sync(idp.set_exchange_mode, "fail")
+        try:
+            other = await token_for(idp, AUDIENCE)
+            status, headers, body = await fetch(url, headers=[("authorization",
+                                                               f"Bearer {other}")])
+        finally:
+            await trio.to_thread.run_sync(idp.set_exchange_mode, "ok")
+        assert status == 401 and "resource_metadata" in headers["www-authenticate"]
+        assert b"exchange" in body.lower()
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "vmcp_trio", "proxy", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", **(env or {})})
+
+
+@pytest.mark.parametrize(("header", "extra"), [
+    ("Host", ()), ("Connection", ()), ("Content-Length", ()), ("Transfer-Encoding", ()),
+    ("Proxy-Authorization", ()), ("Forwarded", ()), ("X-Forwarded-For", ()),
+    ("Authorization", ("--remote-auth-bearer-token", "t")),
+])
+def test_headers_the_proxy_must_not_send_are_refused_at_startup(
+        header: str, extra: tuple[str, ...]) -> None:
+    done = run_cli("--target-uri", "http://127.0.0.1:9/mcp", *extra,
+                   "--remote-forward-headers", f"{header}=x", "remote")
+    assert done.returncode == 2
+    assert header in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_header_from_the_secrets_manager_must_exist() -> None:
+    done = run_cli("--target-uri", "http://127.0.0.1:9/mcp",
+                   "--remote-forward-headers-secret", "X-Api-Key=missing-one", "remote")
+    assert done.returncode == 2 and "X-Api-Key" in done.stderr
+    assert "missing-one" in done.stderr and "Traceback" not in done.stderr
+
+
+async def test_a_header_from_the_secrets_manager_reaches_the_remote() -> None:
+    async with recording_remote() as (target, remote):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "vmcp_trio", "proxy", "--target-uri", target,
+             "--remote-forward-headers-secret", "X-Api-Key=api-key", "remote"],
+            cwd=ROOT, env={"PATH": "/usr/bin:/bin", "HOME": "/nonexistent",
+                           "VMCP_SECRET_API_KEY": "from-the-manager"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            assert process.stdout is not None
+            output = b""
+            with trio.fail_after(20):
+                while b" -> " not in output:
+                    chunk = await process.stdout.receive_some(4096)
+                    assert chunk, f"vmcp proxy exited: {output.decode(errors='replace')}"
+                    output += chunk
+            url = next(word for line in output.decode().splitlines()
+                       if line.startswith("vmcp proxy: remote: ") for word in line.split()
+                       if word.startswith("http://"))
+            status, _, _ = await fetch(url)
+        finally:
+            process.terminate()
+            with trio.fail_after(10):
+                await process.wait()
+    assert status == 200
+    assert ("x-api-key", "from-the-manager") in remote.seen[-1]["headers"]
+    assert process.returncode == 0
+
+
+def test_remote_auth_is_refused_until_it_is_built_never_ignored() -> None:
+    done = run_cli("--target-uri", "http://127.0.0.1:9/mcp", "--remote-auth", "remote")
+    assert done.returncode == 2 and "--remote-auth" in done.stderr
+    assert "not built yet" in done.stderr and "Traceback" not in done.stderr

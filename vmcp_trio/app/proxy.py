@@ -1,0 +1,171 @@
+"""Running one ``vmcp proxy`` process from its settings.
+
+:func:`build_proxy` makes the parts: the HTTP client (shared), the incoming authenticator and its
+boundary (``--oidc-*``; the same code as ``vmcp serve``), the outgoing credentials (a bearer
+token, the remote login, token exchange with the gateway's exchanger), the forwarder and the
+app. :func:`run_proxy` serves until SIGINT or SIGTERM, under one supervisor for the long-lived
+tasks (the issuer's key refreshers, the remote login's refresher), then drains like ``vmcp
+serve``: new requests are still forwarded for ``drain_delay``, then refused with 503; those in
+flight have until ``shutdown_grace`` (a stream still open then is cut); a second signal stops at
+once. Exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+from urllib.parse import urlsplit
+
+import trio
+
+from ..auth.boundary import IncomingBoundary
+from ..auth.incoming.authenticator import Authenticator
+from ..auth.incoming.build import AuthSettings, build_authenticator
+from ..auth.outgoing.exchange import TokenExchanger
+from ..auth.outgoing.strategies import build_strategy
+from ..http import hypercorn_guard, hypercorn_tuning
+from ..http.client import HttpClient
+from ..http.origin import OriginGuard
+from ..http.serving import hypercorn_config, listen, serve
+from ..proxy.app import ProxyApp
+from ..proxy.credentials import Exchanged, RemoteCredential, StaticBearer
+from ..proxy.forwarder import Forwarder
+from ..proxy.settings import ProxySettings
+from ..runtime.logs import say, write_access_log
+from ..runtime.supervisor import NamedTask, RestartPolicy, Supervisor
+
+__all__ = ["ProxyProcess", "build_proxy", "run_proxy", "serve_proxy"]
+
+log = logging.getLogger("vmcp.proxy")
+
+KEY_REFRESH = RestartPolicy(initial=1.0, cap=60.0)
+
+
+@dataclass
+class ProxyProcess:
+    settings: ProxySettings
+    http: HttpClient
+    authenticator: Authenticator | None
+    app: ProxyApp
+    supervised: list[NamedTask] = field(default_factory=list)
+    """The long-lived tasks of the parts, for the supervisor."""
+
+
+def build_proxy(settings: ProxySettings) -> ProxyProcess:
+    """The parts of a proxy process (raises IncomingAuthError when the incoming auth cannot be
+    set up)."""
+    http = HttpClient()
+    supervised: list[NamedTask] = []
+    authenticator = boundary = None
+    if settings.incoming is not None:
+        authenticator = build_authenticator(settings.incoming, AuthSettings(), http)
+        supervised += authenticator.supervised()
+        boundary = IncomingBoundary(
+            authenticator, path=urlsplit(settings.target_uri).path or "/",
+            default_host=f"{settings.host}:{settings.port}",
+            configured_resource=settings.incoming.resource_url,
+            scopes_supported=settings.scopes_supported)
+    credentials: list[RemoteCredential] = []
+    if settings.bearer_token is not None:
+        credentials.append(StaticBearer(settings.bearer_token))
+    if settings.token_exchange is not None:
+        exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
+        credentials.append(Exchanged(build_strategy(settings.token_exchange, client=http,
+                                                    exchangers=exchangers, tokens=None)))
+    forwarder = Forwarder(settings.target_uri, http, credentials,
+                          injected=settings.injected_headers,
+                          forward_authorization=authenticator is None and not credentials,
+                          max_body_bytes=settings.max_body_bytes)
+    app = ProxyApp(forwarder, boundary, OriginGuard(settings.host, settings.allowed_origins),
+                   body_timeout=settings.body_timeout)
+    return ProxyProcess(settings, http, authenticator, app, supervised)
+
+
+def endpoint_url(settings: ProxySettings, bind: str) -> str:
+    """The URL a client uses: the listener with the target's path."""
+    parts = urlsplit(settings.target_uri)
+    path = parts.path or "/"
+    return f"{bind}{path}" + (f"?{parts.query}" if parts.query else "")
+
+
+async def serve_proxy(process: ProxyProcess, *,
+                      shutdown_trigger: Callable[[], Awaitable[None]],
+                      task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED
+                      ) -> None:
+    """Serve until ``shutdown_trigger`` returns, then drain; reports the client URLs."""
+    hypercorn_tuning.install()
+    hypercorn_guard.install()
+    settings = process.settings
+    config = hypercorn_config(settings.host, settings.port,
+                              max_header_bytes=settings.max_header_bytes,
+                              idle_seconds=settings.idle_connection_seconds)
+    sockets = listen(config)  # before anything starts: an operator's mistake is one line
+    stop = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            supervisor = Supervisor(nursery)
+            if process.authenticator is not None:
+                await process.authenticator.prepare()
+            for name, task in process.supervised:
+                await supervisor.start(name, task, policy=KEY_REFRESH)
+            supervisor.start_soon("access log", write_access_log)
+            binds: list[str] = await nursery.start(partial(
+                serve, process.app, config, sockets, shutdown_trigger=stop.wait))
+            task_status.started([endpoint_url(settings, bind) for bind in binds])
+            await shutdown_trigger()
+            await drain(process)
+            stop.set()
+            with trio.move_on_after(5):
+                while len(nursery.child_tasks) > 1:
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await process.http.aclose()
+
+
+async def drain(process: ProxyProcess) -> None:
+    settings, app = process.settings, process.app
+    grace = settings.shutdown_grace
+    deadline = trio.current_time() + grace
+    log.info("draining: requests are refused after %gs; those in flight have %gs to finish",
+             min(settings.drain_delay, grace), grace)
+    await trio.sleep_until(min(trio.current_time() + settings.drain_delay, deadline))
+    app.refusing = True
+    with trio.move_on_at(deadline):
+        await app.idle.wait()
+    if app.active:
+        log.warning("the shutdown grace (%gs) is over: %d request(s) still open are cut",
+                    grace, app.active)
+
+
+async def run_proxy(settings: ProxySettings, *,
+                    on_ready: Callable[[list[str]], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM, then drain; a second signal stops at once."""
+    process = build_proxy(settings)
+    first = trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for signum in signals:
+                    name = signal.Signals(signum).name
+                    if not first.is_set():
+                        say(f"vmcp proxy: {name}, draining (up to {settings.shutdown_grace:g}s; "
+                            "a second signal stops at once)", signal=name)
+                        first.set()
+                    else:
+                        say(f"vmcp proxy: {name} again, stopping now", signal=name)
+                        nursery.cancel_scope.cancel()
+
+        async def run(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve_proxy(process, shutdown_trigger=first.wait, task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch_signals)
+        urls = await nursery.start(run)
+        if on_ready is not None:
+            on_ready(urls)

@@ -1,0 +1,141 @@
+"""The HTTP face of ``vmcp proxy``: its own few endpoints, incoming auth, then the forwarder.
+
+* ``Origin`` and, on a loopback listener, ``Host`` are checked first (403;
+  :mod:`vmcp_trio.http.origin`): a web page must not use the proxy's remote login through DNS
+  rebinding.
+* With incoming auth (``--oidc-issuer``), the RFC 9728 document is served at
+  ``/.well-known/oauth-protected-resource`` and its path-suffixed form for the target's path,
+  and every other request must carry a valid token (:mod:`vmcp_trio.auth.boundary`, the same
+  validators, caches and challenges as ``vmcp serve``); without it, every request is forwarded.
+* Everything else is forwarded (:mod:`.forwarder`): the proxy claims no other path of the
+  remote's.
+* Draining (SIGTERM): requests still arrive for ``drain_delay`` (a load balancer notices the
+  listener going away), then new ones get 503 with ``Retry-After``; those in flight run to
+  their end within the grace period (:mod:`vmcp_trio.app.proxy`).
+* A fault while serving one request ends that request only: 500 with a JSON body when nothing
+  was sent yet, logged with its request id; a client that leaves is a debug line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from ..auth.boundary import IncomingBoundary
+from ..auth.incoming.authenticator import AuthFailure
+from ..http.asgi import (
+    BodyTimeout,
+    ClientGone,
+    HttpRequest,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    send_json,
+)
+from ..http.origin import OriginGuard
+from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
+from .forwarder import Forwarder, RemoteRefused
+
+__all__ = ["ProxyApp"]
+
+log = logging.getLogger("vmcp.proxy")
+
+
+class _Started:
+    """The ASGI ``send`` of one request, remembering whether the response started."""
+
+    __slots__ = ("_send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status = 0
+
+    async def __call__(self, message: dict[str, object]) -> None:
+        if not self.status:
+            status = message.get("status", 200)
+            self.status = status if isinstance(status, int) else 200
+        await self._send(message)
+
+
+class ProxyApp:
+    def __init__(self, forwarder: Forwarder, boundary: IncomingBoundary | None,
+                 guard: OriginGuard, *, body_timeout: float = 15.0) -> None:
+        self.forwarder = forwarder
+        self.boundary = boundary
+        self.guard = guard
+        self.body_timeout = body_timeout
+        self.refusing = False
+        """Draining: new requests get 503."""
+        self.active = 0
+        """Requests being forwarded."""
+        self.idle = trio.Event()
+        self.idle.set()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        request = HttpRequest(scope, receive, body_timeout=self.body_timeout)
+        started = _Started(send)
+        adopt_request_id(request.header("x-request-id"))
+        record = AccessRecord()
+        ACCESS.set(record)
+        began = trio.current_time()
+        self.active += 1
+        self.idle = trio.Event() if self.active == 1 else self.idle
+        try:
+            await self.route(request, started)
+        except ClientGone as exc:
+            log.debug("%s %s: %s", request.method, request.path[:200], exc)
+        except BodyTimeout as exc:
+            if not started.status:
+                await send_json(started, 408, {"error": "request_timeout",
+                                               "error_description": str(exc)})
+        except Exception as exc:
+            log.error("%s %s failed", request.method, request.path[:200], exc_info=exc)
+            if not started.status:
+                await send_json(started, 500, {
+                    "error": "internal_error", "error_description":
+                        f"the proxy failed to serve this request (logged as request "
+                        f"{REQUEST_ID.get()})"})
+        finally:
+            self.active -= 1
+            if not self.active:
+                self.idle.set()
+            log_access(request.method, request.path[:200], started.status,
+                       trio.current_time() - began, record)
+
+    async def route(self, request: HttpRequest, send: Send) -> None:
+        if self.refusing:
+            await send_json(send, 503, {"error": "shutting_down", "error_description":
+                                        "the proxy is shutting down; try again"},
+                            [("retry-after", "5"), ("connection", "close")])
+            return
+        reason = self.guard.refusal(request)
+        if reason is not None:
+            await send_json(send, 403, {"error": "forbidden", "error_description": reason})
+            return
+        boundary = self.boundary
+        caller = None
+        if boundary is not None:
+            if request.path in boundary.metadata_paths:
+                await boundary.serve_metadata(request, send)
+                return
+            caller = await boundary.authenticate(request, send)
+            if caller is None:
+                return
+        try:
+            await self.forwarder.forward(request, send, caller)
+        except RemoteRefused as refused:
+            if refused.status == 401 and boundary is not None:
+                await boundary.refuse(request, send, AuthFailure(401, "invalid_token",
+                                                                 str(refused)))
+                return
+            headers = [("retry-after", "5")] if refused.status == 503 else []
+            await send_json(send, refused.status, {
+                "error": "remote_credential_unavailable", "error_description": str(refused)},
+                headers)

@@ -1,0 +1,127 @@
+"""The ``vmcp proxy`` command line's flags: every flag and default of the seed's table.
+
+Only the flags: building the parser imports nothing heavy (``vmcp --help`` stays fast);
+:mod:`.options` checks what they say and makes the settings. List flags (``--oidc-scopes``,
+``--remote-auth-scopes``, ``--token-exchange-scopes``) take comma-separated values and may be
+repeated. Besides the seed's flags, the process flags ``vmcp serve`` has: ``--log-format``,
+``--drain-delay``, ``--shutdown-grace``, ``--max-body-bytes``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+__all__ = ["CLIENT_SECRET_VARIABLE", "SUBJECT_TOKEN_TYPES", "configure_listener",
+           "configure_parser"]
+
+CLIENT_SECRET_VARIABLE = "SERVICE_REMOTE_OAUTH_CLIENT_SECRET"
+SUBJECT_TOKEN_TYPES = {"access_token": "urn:ietf:params:oauth:token-type:access_token",
+                       "id_token": "urn:ietf:params:oauth:token-type:id_token"}
+
+
+def configure_parser(parser: argparse.ArgumentParser, *,
+                     duration: Callable[[str], float]) -> None:
+    """Add the flags of ``vmcp proxy`` (and ``vmcp proxy stdio``, which has no listener) to
+    ``parser``; ``duration`` reads a Go duration (``30s``, ``2m30s``) as seconds."""
+    add = parser.add_argument
+    add("--target-uri", required=True, metavar="URL", help="URI of the target MCP server")
+    add("--debug", action="store_true", help="debug logging")
+    add("--log-format", choices=("text", "json"), default="text",
+        help="log format (default: %(default)s)")
+    incoming = parser.add_argument_group("incoming auth (protecting the proxy's endpoint)")
+    incoming.add_argument("--oidc-issuer", metavar="URL",
+                          help="issuer URL for validating incoming requests")
+    incoming.add_argument("--oidc-audience", help="expected audience of incoming tokens")
+    incoming.add_argument("--oidc-client-id", help="OIDC client identifier")
+    incoming.add_argument("--oidc-client-secret",
+                          help="optional; for introspection of opaque tokens")
+    incoming.add_argument("--oidc-introspection-url", metavar="URL",
+                          help="token introspection endpoint")
+    incoming.add_argument("--oidc-jwks-url", metavar="URL", help="JWKS location")
+    incoming.add_argument("--oidc-scopes", action="append", metavar="SCOPES",
+                          help="scopes advertised in the well-known endpoint (RFC 9728) "
+                               "(default: openid)")
+    incoming.add_argument("--resource-url", metavar="URL",
+                          help="explicit resource URL for OAuth discovery (RFC 9728)")
+    remote = parser.add_argument_group("outgoing auth (to the remote server)")
+    remote.add_argument("--remote-auth", action="store_true",
+                        help="enable OAuth/OIDC to the remote server")
+    remote.add_argument("--remote-auth-issuer", metavar="URL",
+                        help="OAuth/OIDC issuer for the remote server")
+    remote.add_argument("--remote-auth-authorize-url", metavar="URL",
+                        help="authorization endpoint, alternative to the issuer for non-OIDC "
+                             "OAuth")
+    remote.add_argument("--remote-auth-token-url", metavar="URL",
+                        help="token endpoint, alternative to the issuer for non-OIDC OAuth")
+    remote.add_argument("--remote-auth-client-id",
+                        help="client identifier; optional when dynamic client registration is "
+                             "supported")
+    remote.add_argument("--remote-auth-client-secret",
+                        help="client secret; optional with dynamic registration or PKCE (not "
+                             f"for production: use the file or {CLIENT_SECRET_VARIABLE})")
+    remote.add_argument("--remote-auth-client-secret-file", metavar="PATH",
+                        help="file holding the client secret")
+    remote.add_argument("--remote-auth-bearer-token",
+                        help="bearer token, alternative to OAuth")
+    remote.add_argument("--remote-auth-bearer-token-file", metavar="PATH",
+                        help="file holding the bearer token")
+    remote.add_argument("--remote-auth-callback-port", type=int, default=8666,
+                        help="port of the local OAuth callback server (default: %(default)s)")
+    remote.add_argument("--remote-auth-resource", metavar="URI",
+                        help="OAuth 2.0 resource indicator (RFC 8707) (default: the target's "
+                             "canonical URI)")
+    remote.add_argument("--remote-auth-scope-param-name", metavar="NAME",
+                        help="overrides the query parameter name carrying scopes in the "
+                             "authorization URL")
+    remote.add_argument("--remote-auth-scopes", action="append", metavar="SCOPES",
+                        help="scopes requested (OIDC default: openid,profile,email)")
+    remote.add_argument("--remote-auth-skip-browser", action="store_true",
+                        help="do not open a browser for the OAuth flow")
+    remote.add_argument("--remote-auth-timeout", type=duration, default="30s",
+                        metavar="DURATION", help="timeout of the OAuth flow (default: 30s)")
+    headers = parser.add_argument_group("headers and token exchange")
+    headers.add_argument("--remote-forward-headers", action="append", default=[],
+                         metavar="NAME=VALUE",
+                         help="header injected into requests to the remote server; repeatable")
+    headers.add_argument("--remote-forward-headers-secret", action="append", default=[],
+                         metavar="NAME=SECRET",
+                         help="header whose value comes from the secrets manager (vmcp "
+                              "secret); repeatable")
+    headers.add_argument("--token-exchange-url", metavar="URL",
+                         help="token exchange endpoint (RFC 8693); enables token exchange")
+    headers.add_argument("--token-exchange-audience",
+                         help="target audience of exchanged tokens")
+    headers.add_argument("--token-exchange-client-id", help="client identifier for the exchange")
+    headers.add_argument("--token-exchange-client-secret", help="client secret for the exchange")
+    headers.add_argument("--token-exchange-client-secret-file", metavar="PATH",
+                         help="file holding that secret")
+    headers.add_argument("--token-exchange-header-name", metavar="NAME",
+                         help="custom header carrying the exchanged token (default: replaces "
+                              "the Authorization header)")
+    headers.add_argument("--token-exchange-scopes", action="append", metavar="SCOPES",
+                         help="scopes requested")
+    headers.add_argument("--token-exchange-subject-token-type", choices=tuple(SUBJECT_TOKEN_TYPES),
+                         default="access_token",
+                         help="access_token or id_token (default: %(default)s)")
+    process = parser.add_argument_group("process")
+    process.add_argument("--drain-delay", type=duration, default="5s", metavar="DURATION",
+                         help="after SIGTERM/SIGINT, how long requests are still forwarded "
+                              "(default: 5s)")
+    process.add_argument("--shutdown-grace", type=duration, default="30s", metavar="DURATION",
+                         help="after SIGTERM/SIGINT, how long requests in flight have to "
+                              "finish (default: 30s)")
+    process.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
+                         help="largest request body (default: %(default)s)")
+
+
+def configure_listener(parser: argparse.ArgumentParser) -> None:
+    """The flags of a proxy that listens (``vmcp proxy``): address and server name."""
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="listen host (IP or hostname) (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="listen port; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
+                        help="a browser Origin allowed besides same-origin; repeatable")
+    parser.add_argument("server_name", metavar="SERVER_NAME",
+                        help="name of the remote server (labels logs and the stored login)")

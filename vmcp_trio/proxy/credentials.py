@@ -1,0 +1,54 @@
+"""What the proxy sends the remote server to prove who it is: the outgoing side of ``vmcp proxy``.
+
+Each credential is an :class:`~vmcp_trio.auth.outgoing.strategies.OutgoingStrategy` (the
+gateway's interface: headers for a caller, or :class:`CredentialError` saying why there are
+none), plus :meth:`RemoteCredential.rejected`, which the forwarder calls once when the remote
+answers 401 to a request that carried it: True when a new value may work (a refresh, a new
+login), so the request is sent again, once; False when nothing would change (a static token).
+
+* :class:`StaticBearer`: ``--remote-auth-bearer-token`` or ``-file``.
+* :class:`Exchanged`: RFC 8693 (``--token-exchange-url``) with the gateway's strategy and its
+  cached, single-flight exchanger; a 401 from the remote does not retry (the exchanged token is
+  what the exchange service says it is).
+* The OAuth login of ``--remote-auth``: :mod:`.remote_login`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from ..auth.outgoing.caller import Caller
+from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy
+
+__all__ = ["CredentialError", "Exchanged", "RemoteCredential", "StaticBearer"]
+
+
+class RemoteCredential(OutgoingStrategy, Protocol):
+    async def rejected(self) -> bool:
+        """The remote refused the value sent last: whether a new one may work."""
+        ...
+
+
+class StaticBearer:
+    def __init__(self, token: str) -> None:
+        self._authorization = f"Bearer {token}"
+
+    def __repr__(self) -> str:
+        return "StaticBearer(<token>)"
+
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
+        return [("authorization", self._authorization)]
+
+    async def rejected(self) -> bool:
+        return False
+
+
+class Exchanged:
+    def __init__(self, strategy: OutgoingStrategy) -> None:
+        self.strategy = strategy
+
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
+        return await self.strategy.headers(caller)
+
+    async def rejected(self) -> bool:
+        return False

@@ -1,0 +1,154 @@
+"""Forwarding one HTTP request to the remote MCP server and its response back, as it arrives.
+
+Rules it keeps:
+
+* Transparent: the method, the path and query (onto the target's origin), the end-to-end
+  headers (:mod:`.headers`) and the body go to the remote; its status, end-to-end headers and
+  body come back. The body of an SSE response (a POST's stream, the GET stream, a legacy
+  ``/sse`` stream) is relayed chunk by chunk as the remote writes it: a progress notification
+  reaches the client before the result.
+* Bounded: a request body over ``max_body_bytes`` is refused with 413 before anything is sent
+  (request bodies are read whole: an MCP POST is one JSON-RPC message, and a whole body can be
+  sent again after a 401); a response is read only as fast as the client takes it (the server's
+  ``send`` waits for the socket), so a slow client holds at most the socket buffers, never a
+  growing queue.
+* The client leaving ends the exchange with the remote at once (its stream is closed, so the
+  remote sees the disconnect too).
+* Outgoing credentials (:mod:`.credentials`) are asked for their headers per request; a 401 from
+  the remote to a request that carried one asks it once whether a new value may work, and if so
+  sends the request again, once. A credential that cannot be had is 401 with a challenge naming
+  the cause (token exchange) or 503 with ``Retry-After`` (no remote login yet).
+* The remote unreachable or failing before its response started is 502 with a JSON body naming
+  the target; a response that breaks off midway ends the client's response there (its framing
+  shows the truncation).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import trio
+
+from ..auth.outgoing.caller import Caller
+from ..auth.outgoing.strategies import CredentialError
+from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_json
+from ..http.client import HttpClient, HttpError, HttpResponse
+from .credentials import RemoteCredential
+from .headers import request_headers, response_headers
+
+__all__ = ["Forwarder", "LoginPending", "RemoteRefused"]
+
+log = logging.getLogger("vmcp.proxy")
+
+
+class LoginPending(CredentialError):
+    """No remote token can be had now (the login has not finished, or failed): 503."""
+
+
+class RemoteRefused(Exception):
+    """A credential could not be had for this request: the status and the reason to show."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass
+class Forwarder:
+    target: str
+    """``--target-uri``; requests go to its origin with their own path and query."""
+    client: HttpClient
+    credentials: Sequence[RemoteCredential] = ()
+    injected: Sequence[tuple[str, str]] = ()
+    forward_authorization: bool = True
+    """The client's ``Authorization`` crosses (no incoming auth and no outgoing credential)."""
+    max_body_bytes: int = 4 * 1024 * 1024
+    origin: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.target)
+        self.origin = f"{parts.scheme}://{parts.netloc}"
+
+    def url(self, request: HttpRequest) -> str:
+        query = request.query_string.decode("latin-1")
+        return f"{self.origin}{request.path}" + (f"?{query}" if query else "")
+
+    async def _headers(self, request: HttpRequest, caller: Caller | None
+                       ) -> list[tuple[str, str]]:
+        added = list(self.injected)
+        for credential in self.credentials:
+            try:
+                added += await credential.headers(caller)
+            except LoginPending as exc:
+                raise RemoteRefused(503, str(exc)) from None
+            except CredentialError as exc:
+                raise RemoteRefused(401, str(exc)) from None
+        return request_headers(request.scope["headers"],
+                               forward_authorization=self.forward_authorization,
+                               injected=added)
+
+    async def forward(self, request: HttpRequest, send: Send, caller: Caller | None) -> None:
+        """Forward ``request`` and relay the answer (raises :class:`RemoteRefused` before
+        anything was sent when a credential cannot be had)."""
+        try:
+            body = await request.body(self.max_body_bytes)
+        except BodyTooLarge as exc:
+            await send_json(send, 413, {"error": "request_too_large", "error_description":
+                                        str(exc)})
+            return
+        url = self.url(request)
+        headers = await self._headers(request, caller)
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await request.wait_disconnect()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            again = await self._exchange(request, caller, url, headers, body, send,
+                                         may_retry=bool(self.credentials))
+            if again is not None:
+                await self._exchange(request, caller, url, again, body, send, may_retry=False)
+            nursery.cancel_scope.cancel()
+
+    async def _exchange(self, request: HttpRequest, caller: Caller | None, url: str,
+                        headers: list[tuple[str, str]], body: bytes, send: Send, *,
+                        may_retry: bool) -> list[tuple[str, str]] | None:
+        """One exchange with the remote, relayed; or, after a 401 that a credential may fix,
+        the headers to send the request again with (nothing relayed)."""
+        try:
+            async with self.client.stream(request.method, url, headers=headers,
+                                          body=body) as response:
+                if response.status == 401 and may_retry and await self._renewed():
+                    try:
+                        return await self._headers(request, caller)
+                    except RemoteRefused as exc:
+                        log.info("no new remote credential after a 401: %s", exc)
+                await self._relay(response, send)
+        except HttpError as exc:
+            log.warning("%s %s: the remote failed: %s", request.method, request.path[:200], exc)
+            await send_json(send, 502, {
+                "error": "bad_gateway",
+                "error_description": f"the remote MCP server {self.origin} did not answer: "
+                                     f"{exc}"})
+        return None
+
+    async def _renewed(self) -> bool:
+        """After a 401: whether a credential has a new value worth one more try."""
+        renewed = False
+        for credential in self.credentials:
+            renewed = await credential.rejected() or renewed
+        return renewed
+
+    async def _relay(self, response: HttpResponse, send: Send) -> None:
+        await send({"type": "http.response.start", "status": response.status,
+                    "headers": response_headers(response.headers)})
+        try:
+            async for chunk in response.iter_bytes():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except HttpError as exc:
+            log.info("the remote's response broke off: %s", exc)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,233 @@
+"""What the ``vmcp proxy`` flags say, checked, as :class:`~.settings.ProxySettings`.
+
+Rules it keeps:
+
+* A secret comes from the first source that has it: the flag (a warning: it shows in the process
+  list), then the file (one line; trailing whitespace dropped). ``--remote-forward-headers-secret``
+  values come from the secrets manager (:mod:`vmcp_trio.secrets`).
+* ``--remote-auth`` (the OAuth login to the remote) is refused with a line saying it is not built
+  yet: accepted, it would forward without the credential the operator asked for.
+* What cannot work is refused before anything starts, in one line naming the flag (exit 2): a
+  target that is not an absolute http(s) URL, an issuer or endpoint on plain http that is not a
+  loopback address (allowed there with a warning, for local development), ``--oidc-issuer``
+  without an audience (``--oidc-audience``, or ``--resource-url`` as the MCP spec makes the
+  canonical resource the audience), two outgoing credentials for ``Authorization``, token
+  exchange without incoming auth (its subject is the validated incoming token), an injected
+  header the proxy must not send (:func:`~.headers.check_injected`), a secret that cannot be
+  read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from ..resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
+from ..secrets.errors import SecretsError
+from ..secrets.manager import SecretsManager
+from .command import SUBJECT_TOKEN_TYPES
+from .headers import check_injected, parse_injected
+from .settings import ProxySettings
+
+__all__ = ["settings_from"]
+
+
+def _scopes(values: Sequence[str] | None) -> tuple[str, ...] | None:
+    if values is None:
+        return None
+    return tuple(dict.fromkeys(s.strip() for v in values for s in v.split(",") if s.strip()))
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class _Checker:
+    def __init__(self, error: Callable[[str], NoReturn], warn: Callable[[str], None],
+                 environ: Mapping[str, str]) -> None:
+        self.error = error
+        self.warn = warn
+        self.environ = environ
+
+    def url(self, flag: str, value: str | None) -> str | None:
+        """An absolute http(s) URL; plain http only on loopback (warned)."""
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            self.error(f"{flag} must be an absolute http(s) URL, not {value[:200]!r}")
+        if parts.scheme == "http":
+            if not _loopback(parts.hostname):
+                self.error(f"{flag} must use https (plain http is allowed only on loopback "
+                           "addresses)")
+            self.warn(f"{flag} uses plain http on loopback: for local development only")
+        return value
+
+    def secret(self, flag: str, value: str | None, path: str | None) -> str | None:
+        """The first source that has it: the flag (warned), then the file."""
+        if value:
+            self.warn(f"{flag} puts a secret in the process list; use {flag}-file in "
+                      "production")
+            return value
+        if path:
+            try:
+                text = Path(path).read_text(encoding="utf-8").strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                self.error(f"{flag}-file {path}: cannot read it: "
+                           f"{getattr(exc, 'strerror', None) or exc}")
+            if not text:
+                self.error(f"{flag}-file {path} is empty")
+            return text
+        return None
+
+
+def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None = None,
+                  error: Callable[[str], NoReturn], warn: Callable[[str], None]
+                  ) -> ProxySettings:
+    """The settings the flags say, or ``error`` with one line naming the flag."""
+    environ = os.environ if environ is None else environ
+    check = _Checker(error, warn, environ)
+    target = urlsplit(args.target_uri)
+    if target.scheme not in ("http", "https") or not target.hostname:
+        error(f"--target-uri must be an absolute http(s) URL, not {args.target_uri[:200]!r}")
+    host = getattr(args, "host", "127.0.0.1")
+    port = getattr(args, "port", 0)
+    if not 0 <= port <= 65535:
+        error("--port must be between 0 and 65535")
+    if args.max_body_bytes < 1:
+        error("--max-body-bytes must be at least 1")
+    incoming = _incoming(args, check)
+    bearer = check.secret("--remote-auth-bearer-token", args.remote_auth_bearer_token,
+                          args.remote_auth_bearer_token_file)
+    _remote_auth(args, check)
+    exchange = _token_exchange(args, check, incoming)
+    authorization_in_use = bearer is not None or (
+        exchange is not None and exchange.header_name is None)
+    if exchange is not None and exchange.header_name is None and bearer:
+        error("--token-exchange-url replaces Authorization, which the remote credential "
+              "already sets: give --token-exchange-header-name")
+    injected = _injected(args, check, authorization_in_use)
+    return ProxySettings(
+        server_name=getattr(args, "server_name", "stdio"), target_uri=args.target_uri,
+        host=host, port=port, allowed_origins=tuple(getattr(args, "allowed_origin", ())),
+        incoming=incoming,
+        scopes_supported=_scopes(args.oidc_scopes) or ("openid",),
+        bearer_token=bearer, token_exchange=exchange,
+        injected_headers=injected,
+        max_body_bytes=args.max_body_bytes, drain_delay=args.drain_delay,
+        shutdown_grace=args.shutdown_grace, debug=args.debug)
+
+
+def _incoming(args: argparse.Namespace, check: _Checker) -> OIDCIncoming | None:
+    issuer = check.url("--oidc-issuer", args.oidc_issuer)
+    if issuer is None:
+        for flag in ("oidc_audience", "oidc_client_id", "oidc_client_secret",
+                     "oidc_introspection_url", "oidc_jwks_url"):
+            if getattr(args, flag):
+                check.error(f"--{flag.replace('_', '-')} needs --oidc-issuer")
+        return None
+    resource = check.url("--resource-url", args.resource_url)
+    audience = args.oidc_audience or resource
+    if not audience:
+        check.error("--oidc-issuer needs --oidc-audience (or --resource-url, the audience "
+                    "MCP clients ask tokens for): tokens for other services must not pass")
+    if args.oidc_client_secret and not args.oidc_client_id:
+        check.error("--oidc-client-secret needs --oidc-client-id (introspection "
+                    "authenticates as that client)")
+    on_loopback = _loopback(urlsplit(issuer).hostname or "")
+    return OIDCIncoming(
+        issuer=issuer, audience=audience, client_id=args.oidc_client_id,
+        client_secret=SecretValue("--oidc-client-secret", args.oidc_client_secret.encode())
+        if args.oidc_client_secret else None,
+        jwks_url=check.url("--oidc-jwks-url", args.oidc_jwks_url),
+        introspection_url=check.url("--oidc-introspection-url", args.oidc_introspection_url),
+        scopes=_scopes(args.oidc_scopes) or ("openid",), resource_url=resource,
+        jwks_allow_private_ip=on_loopback, insecure_allow_http=on_loopback)
+
+
+def _remote_auth(args: argparse.Namespace, check: _Checker) -> None:
+    """``--remote-auth`` and its flags: refused until the login to the remote is built (see
+    the README), never silently ignored."""
+    if args.remote_auth:
+        check.error("--remote-auth: the OAuth/OIDC login to the remote server is not built "
+                    "yet; use --remote-auth-bearer-token-file, or token exchange")
+    for flag in ("remote_auth_issuer", "remote_auth_authorize_url", "remote_auth_token_url",
+                 "remote_auth_client_id", "remote_auth_client_secret",
+                 "remote_auth_client_secret_file", "remote_auth_resource",
+                 "remote_auth_scopes", "remote_auth_scope_param_name"):
+        if getattr(args, flag):
+            check.error(f"--{flag.replace('_', '-')} needs --remote-auth")
+
+
+def _token_exchange(args: argparse.Namespace, check: _Checker,
+                    incoming: OIDCIncoming | None) -> TokenExchangeAuth | None:
+    url = check.url("--token-exchange-url", args.token_exchange_url)
+    if url is None:
+        for flag in ("token_exchange_audience", "token_exchange_client_id",
+                     "token_exchange_client_secret", "token_exchange_client_secret_file",
+                     "token_exchange_header_name", "token_exchange_scopes"):
+            if getattr(args, flag):
+                check.error(f"--{flag.replace('_', '-')} needs --token-exchange-url")
+        return None
+    if incoming is None:
+        check.error("--token-exchange-url needs incoming auth (--oidc-issuer): the token it "
+                    "exchanges is the validated incoming one")
+    secret = check.secret("--token-exchange-client-secret", args.token_exchange_client_secret,
+                          args.token_exchange_client_secret_file)
+    header = args.token_exchange_header_name
+    if header is not None:
+        try:
+            parse_injected(f"{header}=x")
+        except ValueError as exc:
+            check.error(f"--token-exchange-header-name: {exc}")
+        refused = check_injected(header, authorization_in_use=False)
+        if refused is not None and header.lower() != "authorization":
+            check.error(f"--token-exchange-header-name {header}: {refused}")
+        if header.lower() == "authorization":
+            header = None
+    return TokenExchangeAuth(
+        config="--token-exchange-url", token_url=url,
+        audience=args.token_exchange_audience or "", client_id=args.token_exchange_client_id,
+        client_secret=SecretValue("--token-exchange-client-secret", secret.encode())
+        if secret else None, scopes=_scopes(args.token_exchange_scopes) or (),
+        subject_token_type=SUBJECT_TOKEN_TYPES[args.token_exchange_subject_token_type],
+        header_name=header)
+
+
+def _injected(args: argparse.Namespace, check: _Checker,
+              authorization_in_use: bool) -> tuple[tuple[str, str], ...]:
+    headers: list[tuple[str, str]] = []
+    specs = [("--remote-forward-headers", spec) for spec in args.remote_forward_headers]
+    specs += [("--remote-forward-headers-secret", spec)
+              for spec in args.remote_forward_headers_secret]
+    manager: SecretsManager | None = None
+    for flag, spec in specs:
+        try:
+            name, value = parse_injected(spec)
+        except ValueError as exc:
+            check.error(f"{flag}: {exc}")
+        refused = check_injected(name, authorization_in_use=authorization_in_use)
+        if refused is not None:
+            check.error(f"{flag} {name}: refused: {refused}")
+        if any(existing.lower() == name.lower() for existing, _ in headers):
+            check.error(f"{flag} {name}: the header is given twice")
+        if flag == "--remote-forward-headers-secret":
+            try:
+                manager = manager or SecretsManager.from_environment(check.environ)
+                value = manager.get(value)
+            except SecretsError as exc:
+                check.error(f"{flag} {name}: {exc}")
+            if any(c in value for c in "\r\n\0"):
+                check.error(f"{flag} {name}: the secret holds a line break or NUL")
+        headers.append((name, value))
+    return tuple(headers)
