@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -53,10 +54,12 @@ def free_port() -> int:
 
 @contextmanager
 def started(cmd: Sequence[str], *, cpu: int | None, ready_line: str | None = None,
-            env: dict[str, str] | None = None) -> Any:
-    """A subprocess pinned to ``cpu``; waits for ``ready_line`` on its stdout."""
+            env: dict[str, str] | None = None, stderr: Any = subprocess.DEVNULL) -> Any:
+    """A subprocess pinned to ``cpu``; waits for ``ready_line`` on its stdout (RuntimeError
+    when it exits first or does not say it within 60 s). ``stderr``: where its stderr goes
+    (an open file, to report a failure)."""
     prefix = ["taskset", "-c", str(cpu)] if cpu is not None else []
-    process = subprocess.Popen([*prefix, *cmd], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    process = subprocess.Popen([*prefix, *cmd], stdout=subprocess.PIPE, stderr=stderr,
                                text=True, env=env, cwd=ROOT)
     try:
         first = ""
@@ -67,6 +70,8 @@ def started(cmd: Sequence[str], *, cpu: int | None, ready_line: str | None = Non
                 first = process.stdout.readline()
                 if not first and process.poll() is not None:
                     raise RuntimeError(f"{cmd[0]} exited: {process.returncode}")
+            if ready_line not in first:
+                raise RuntimeError(f"{cmd[0]}: no {ready_line!r} within 60 s")
         yield process, first.strip()
     finally:
         process.terminate()
@@ -346,3 +351,21 @@ def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> d
         out[f"{name}_cpu_us_per_call"] = round(
             (after[name] - before[name]) / max(total_calls, 1) * 1e6, 1)
     return out
+
+
+def gateway_phase(args: argparse.Namespace, *, server_cpu: int,
+                  load_cpu: int) -> dict[str, float]:
+    """``measure_phase`` through ``vmcp serve`` (alone on ``server_cpu``) in front of a floor
+    backend (on ``load_cpu``, with the load generator)."""
+    python = sys.executable
+    floor = [python, "bench/floor_backend.py", "--port", "0"]
+    with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
+        port = free_port()
+        config = gateway_config(line.split()[-1])
+        with started([python, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+                      "--config", str(config), "--port",
+                      str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
+            via = measure_phase(f"http://127.0.0.1:{port}/mcp",
+                                {"vmcp": gateway.pid, "floor": backend.pid}, args)
+        config.unlink()
+    return via

@@ -20,8 +20,7 @@ import sys
 from common import (  # type: ignore[import-not-found]
     cpus,
     emit,
-    free_port,
-    gateway_config,
+    gateway_phase,
     load_arguments,
     measure_phase,
     pin_self,
@@ -38,15 +37,7 @@ def main() -> None:
     floor = [python, "bench/floor_backend.py", "--port", "0"]
     with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
         direct = measure_phase(line.split()[-1], {"floor": backend.pid}, args)
-    with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
-        port = free_port()
-        config = gateway_config(line.split()[-1])
-        with started([python, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
-                      "--config", str(config), "--port",
-                      str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
-            via = measure_phase(f"http://127.0.0.1:{port}/mcp",
-                        {"vmcp": gateway.pid, "floor": backend.pid}, args)
-        config.unlink()
+    via = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu)
     floor_cpu = direct["floor_cpu_us_per_call"]
     metrics = {"sessions": args.sessions, "direct": direct, "via_vmcp": via,
                "cpus": {"servers": server_cpu, "load": load_cpu}}

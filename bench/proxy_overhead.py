@@ -32,11 +32,10 @@ from pathlib import Path
 from typing import Any
 
 from common import (  # type: ignore[import-not-found]
-    ROOT,
     cpus,
     emit,
     free_port,
-    gateway_config,
+    gateway_phase,
     load_arguments,
     measure_phase,
     pin_self,
@@ -47,30 +46,11 @@ from common import (  # type: ignore[import-not-found]
 @contextmanager
 def logged(cmd: Sequence[str], *, cpu: int, ready_line: str | None,
            log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """Like ``common.started`` (pinned to ``cpu``, waits for ``ready_line`` on stdout), but the
-    process's stderr goes to ``log``, so a failure can be reported."""
-    with log.open("w") as errors:
-        process = subprocess.Popen(["taskset", "-c", str(cpu), *cmd], stdout=subprocess.PIPE,
-                                   stderr=errors, text=True, cwd=ROOT)
-        try:
-            first = ""
-            if ready_line is not None:
-                assert process.stdout is not None
-                deadline = time.time() + 60
-                while ready_line not in first and time.time() < deadline:
-                    first = process.stdout.readline()
-                    if not first and process.poll() is not None:
-                        raise RuntimeError(f"{cmd[0]} exited: {process.returncode}")
-                if ready_line not in first:
-                    raise RuntimeError(f"{cmd[0]}: no {ready_line!r} within 60 s")
-            yield process, first.strip()
-        finally:
-            process.terminate()
-            try:
-                process.wait(10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    """``common.started`` with the process's stderr in ``log``, so a failure can be
+    reported."""
+    with log.open("w") as errors, started(cmd, cpu=cpu, ready_line=ready_line,
+                                           stderr=errors) as running:
+        yield running
 
 
 def wait_for_port(port: int, process: subprocess.Popen[Any], timeout: float = 30.0) -> None:
@@ -176,15 +156,7 @@ def main() -> None:
             print(f"vmcp proxy: {via_proxy['errors']} failed calls\n--- its stderr:\n"
                   f"{tail(proxy_log)}", file=sys.stderr)
 
-    with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
-        port = free_port()
-        config = gateway_config(line.split()[-1])
-        with started([python, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
-                      "--config", str(config), "--port",
-                      str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
-            via_vmcp = measure_phase(f"http://127.0.0.1:{port}/mcp",
-                                     {"vmcp": gateway.pid, "floor": backend.pid}, args)
-        config.unlink()
+    via_vmcp = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu)
     metrics["via_vmcp"] = via_vmcp
 
     nginx = shutil.which("nginx")

@@ -12,6 +12,7 @@ RFC 8693 exchanges. (The official conformance scenarios through the proxy are in
 
 from __future__ import annotations
 
+import argparse
 import logging
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 import hypercorn.trio
 import orjson
@@ -32,6 +34,8 @@ from vmcp_trio.auth.headers import parse_challenges
 from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.sse import SSEParser
+from vmcp_trio.proxy.command import configure_listener, configure_parser
+from vmcp_trio.proxy.options import settings_from
 from vmcp_trio.proxy.settings import ProxySettings
 from vmcp_trio.resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
 
@@ -380,7 +384,61 @@ async def test_a_header_from_the_secrets_manager_reaches_the_remote() -> None:
     assert process.returncode == 0
 
 
-def test_remote_auth_is_refused_until_it_is_built_never_ignored() -> None:
-    done = run_cli("--target-uri", "http://127.0.0.1:9/mcp", "--remote-auth", "remote")
-    assert done.returncode == 2 and "--remote-auth" in done.stderr
-    assert "not built yet" in done.stderr and "Traceback" not in done.stderr
+def parse_flags(*argv: str, environ: dict[str, str] | None = None
+                ) -> tuple[ProxySettings | str, list[str]]:
+    """``vmcp proxy`` flags as settings, or the usage error; and the warnings."""
+    parser = argparse.ArgumentParser(prog="vmcp proxy")
+    configure_listener(parser)
+    configure_parser(parser, duration=lambda text: float(text.rstrip("s")))
+    warnings: list[str] = []
+
+    def error(message: str) -> NoReturn:
+        raise ValueError(message)
+
+    try:
+        return settings_from(parser.parse_args([*argv, "remote"]), environ=environ or {},
+                             error=error, warn=warnings.append), warnings
+    except ValueError as exc:
+        return str(exc), warnings
+
+
+def test_the_remote_client_secret_comes_from_the_first_source_that_has_it(
+        tmp_path: Path) -> None:
+    """The seed's rule 5: the flag (with a warning), the file, the environment variable."""
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("from-file\n")
+    base_flags = ("--target-uri", "https://mcp.example.test/mcp", "--remote-auth",
+                  "--remote-auth-client-id", "vmcp")
+    environ = {"SERVICE_REMOTE_OAUTH_CLIENT_SECRET": "from-env"}
+    cases = [
+        (("--remote-auth-client-secret", "from-flag", "--remote-auth-client-secret-file",
+          str(secret_file)), "from-flag", True),
+        (("--remote-auth-client-secret-file", str(secret_file)), "from-file", False),
+        ((), "from-env", False),
+    ]
+    for flags, expected, warned in cases:
+        settings, warnings = parse_flags(*base_flags, *flags, environ=environ)
+        assert isinstance(settings, ProxySettings) and settings.remote_auth is not None
+        assert settings.remote_auth.client_secret == expected
+        assert bool(warnings) == warned
+        assert "from-flag" not in repr(settings)
+    settings, _ = parse_flags(*base_flags)
+    assert isinstance(settings, ProxySettings) and settings.remote_auth is not None
+    assert settings.remote_auth.client_secret is None
+    assert settings.remote_auth.scopes is None and settings.remote_auth.timeout == 30
+    assert settings.remote_auth.callback_port == 8666
+
+
+@pytest.mark.parametrize(("flags", "named"), [
+    (("--remote-auth", "--remote-auth-bearer-token", "t"), "alternatives"),
+    (("--remote-auth", "--remote-auth-authorize-url", "https://as.test/authorize"),
+     "--remote-auth-token-url"),
+    (("--remote-auth-issuer", "https://as.test"), "needs --remote-auth"),
+    (("--remote-auth", "--remote-auth-issuer", "http://as.example.test"), "https"),
+    (("--oidc-issuer", "https://idp.test"), "--oidc-audience"),
+    (("--token-exchange-url", "https://sts.test/token"), "--oidc-issuer"),
+])
+def test_flags_that_cannot_work_are_one_line_naming_them(flags: tuple[str, ...],
+                                                        named: str) -> None:
+    settings, _ = parse_flags("--target-uri", "https://mcp.example.test/mcp", *flags)
+    assert isinstance(settings, str) and named in settings

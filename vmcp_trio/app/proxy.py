@@ -4,7 +4,7 @@
 boundary (``--oidc-*``; the same code as ``vmcp serve``), the outgoing credentials (a bearer
 token, the remote login, token exchange with the gateway's exchanger), the forwarder and the
 app. :func:`run_proxy` serves until SIGINT or SIGTERM, under one supervisor for the long-lived
-tasks (the issuer's key refreshers, the remote login's refresher), then drains like ``vmcp
+tasks (the issuer's key refreshers, the remote login and its refresher), then drains like ``vmcp
 serve``: new requests are still forwarded for ``drain_delay``, then refused with 503; those in
 flight have until ``shutdown_grace`` (a stream still open then is cut); a second signal stops at
 once. Exit 0.
@@ -17,6 +17,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import trio
@@ -33,6 +34,8 @@ from ..http.serving import hypercorn_config, listen, serve
 from ..proxy.app import ProxyApp
 from ..proxy.credentials import Exchanged, RemoteCredential, StaticBearer
 from ..proxy.forwarder import Forwarder
+from ..proxy.login_store import LoginStore
+from ..proxy.remote_login import RemoteLogin
 from ..proxy.settings import ProxySettings
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import NamedTask, RestartPolicy, Supervisor
@@ -54,9 +57,11 @@ class ProxyProcess:
     """The long-lived tasks of the parts, for the supervisor."""
 
 
-def build_proxy(settings: ProxySettings) -> ProxyProcess:
+def build_proxy(settings: ProxySettings, *,
+                open_url: Callable[[str, float], None] | None = None) -> ProxyProcess:
     """The parts of a proxy process (raises IncomingAuthError when the incoming auth cannot be
-    set up)."""
+    set up). ``open_url`` shows the user the remote login's authorization URL (default: printed
+    on stderr, and opened in a browser unless ``--remote-auth-skip-browser``)."""
     http = HttpClient()
     supervised: list[NamedTask] = []
     authenticator = boundary = None
@@ -71,6 +76,13 @@ def build_proxy(settings: ProxySettings) -> ProxyProcess:
     credentials: list[RemoteCredential] = []
     if settings.bearer_token is not None:
         credentials.append(StaticBearer(settings.bearer_token))
+    if settings.remote_auth is not None:
+        login = RemoteLogin(settings.remote_auth, target=settings.target_uri,
+                            server_name=settings.server_name, client=http,
+                            store=LoginStore(Path(settings.state_dir))
+                            if settings.state_dir else None, open_url=open_url)
+        credentials.append(login)
+        supervised += login.supervised()
     if settings.token_exchange is not None:
         exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
         credentials.append(Exchanged(build_strategy(settings.token_exchange, client=http,

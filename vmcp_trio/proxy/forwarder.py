@@ -18,6 +18,9 @@ Rules it keeps:
   the remote to a request that carried one asks it once whether a new value may work, and if so
   sends the request again, once. A credential that cannot be had is 401 with a challenge naming
   the cause (token exchange) or 503 with ``Retry-After`` (no remote login yet).
+* Traces (when on, :mod:`vmcp_trio.runtime.tracing`): a span per forwarded request, a child of
+  the client's ``traceparent``, which the remote then gets in its place; off, the client's trace
+  headers cross unchanged like any end-to-end header.
 * The remote unreachable or failing before its response started is 502 with a JSON body naming
   the target; a response that breaks off midway ends the client's response there (its framing
   shows the truncation).
@@ -36,6 +39,7 @@ from ..auth.outgoing.caller import Caller
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_json
 from ..http.client import HttpClient, HttpError, HttpResponse
+from ..runtime import tracing
 from .credentials import RemoteCredential
 from .headers import request_headers, response_headers
 
@@ -86,9 +90,9 @@ class Forwarder:
                 raise RemoteRefused(503, str(exc)) from None
             except CredentialError as exc:
                 raise RemoteRefused(401, str(exc)) from None
-        return request_headers(request.scope["headers"],
-                               forward_authorization=self.forward_authorization,
-                               injected=added)
+        return tracing.replace_headers(request_headers(
+            request.scope["headers"], forward_authorization=self.forward_authorization,
+            injected=added))
 
     async def forward(self, request: HttpRequest, send: Send, caller: Caller | None) -> None:
         """Forward ``request`` and relay the answer (raises :class:`RemoteRefused` before
@@ -99,6 +103,11 @@ class Forwarder:
             await send_json(send, 413, {"error": "request_too_large", "error_description":
                                         str(exc)})
             return
+        with tracing.forward_span(request.method, request.path, request.headers, self.origin):
+            await self._forward(request, send, caller, body)
+
+    async def _forward(self, request: HttpRequest, send: Send, caller: Caller | None,
+                       body: bytes) -> None:
         url = self.url(request)
         headers = await self._headers(request, caller)
         async with trio.open_nursery() as nursery:

@@ -3,10 +3,10 @@
 Rules it keeps:
 
 * A secret comes from the first source that has it: the flag (a warning: it shows in the process
-  list), then the file (one line; trailing whitespace dropped). ``--remote-forward-headers-secret``
-  values come from the secrets manager (:mod:`vmcp_trio.secrets`).
-* ``--remote-auth`` (the OAuth login to the remote) is refused with a line saying it is not built
-  yet: accepted, it would forward without the credential the operator asked for.
+  list), the file (one line; trailing whitespace dropped), then the environment variable where
+  the seed names one (``SERVICE_REMOTE_OAUTH_CLIENT_SECRET``, the seed's rule 5).
+  ``--remote-forward-headers-secret`` values come from the secrets manager
+  (:mod:`vmcp_trio.secrets`).
 * What cannot work is refused before anything starts, in one line naming the flag (exit 2): a
   target that is not an absolute http(s) URL, an issuer or endpoint on plain http that is not a
   loopback address (allowed there with a warning, for local development), ``--oidc-issuer``
@@ -30,11 +30,11 @@ from urllib.parse import urlsplit
 from ..resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
 from ..secrets.errors import SecretsError
 from ..secrets.manager import SecretsManager
-from .command import SUBJECT_TOKEN_TYPES
+from .command import CLIENT_SECRET_VARIABLE, SUBJECT_TOKEN_TYPES
 from .headers import check_injected, parse_injected
-from .settings import ProxySettings
+from .settings import ProxySettings, RemoteAuthSettings
 
-__all__ = ["settings_from"]
+__all__ = ["settings_from", "state_dir"]
 
 
 def _scopes(values: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -50,6 +50,14 @@ def _loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def state_dir(environ: Mapping[str, str]) -> str:
+    """``$XDG_STATE_HOME/vmcp`` (``~/.local/state/vmcp`` when unset or relative)."""
+    base = environ.get("XDG_STATE_HOME", "")
+    if not base.startswith("/"):
+        base = str(Path.home() / ".local" / "state")
+    return str(Path(base) / "vmcp")
 
 
 class _Checker:
@@ -73,11 +81,12 @@ class _Checker:
             self.warn(f"{flag} uses plain http on loopback: for local development only")
         return value
 
-    def secret(self, flag: str, value: str | None, path: str | None) -> str | None:
-        """The first source that has it: the flag (warned), then the file."""
+    def secret(self, flag: str, value: str | None, path: str | None,
+               variable: str | None = None) -> str | None:
+        """The first source that has it: the flag (warned), the file, the variable."""
         if value:
-            self.warn(f"{flag} puts a secret in the process list; use {flag}-file in "
-                      "production")
+            self.warn(f"{flag} puts a secret in the process list; use {flag}-file"
+                      + (f" or {variable}" if variable else "") + " in production")
             return value
         if path:
             try:
@@ -88,6 +97,8 @@ class _Checker:
             if not text:
                 self.error(f"{flag}-file {path} is empty")
             return text
+        if variable and self.environ.get(variable):
+            return self.environ[variable]
         return None
 
 
@@ -109,11 +120,13 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
     incoming = _incoming(args, check)
     bearer = check.secret("--remote-auth-bearer-token", args.remote_auth_bearer_token,
                           args.remote_auth_bearer_token_file)
-    _remote_auth(args, check)
+    remote = _remote_auth(args, check)
+    if bearer is not None and remote is not None:
+        error("--remote-auth and --remote-auth-bearer-token are alternatives: give one")
     exchange = _token_exchange(args, check, incoming)
-    authorization_in_use = bearer is not None or (
+    authorization_in_use = bearer is not None or remote is not None or (
         exchange is not None and exchange.header_name is None)
-    if exchange is not None and exchange.header_name is None and bearer:
+    if exchange is not None and exchange.header_name is None and (bearer or remote):
         error("--token-exchange-url replaces Authorization, which the remote credential "
               "already sets: give --token-exchange-header-name")
     injected = _injected(args, check, authorization_in_use)
@@ -122,8 +135,8 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
         host=host, port=port, allowed_origins=tuple(getattr(args, "allowed_origin", ())),
         incoming=incoming,
         scopes_supported=_scopes(args.oidc_scopes) or ("openid",),
-        bearer_token=bearer, token_exchange=exchange,
-        injected_headers=injected,
+        bearer_token=bearer, remote_auth=remote, token_exchange=exchange,
+        injected_headers=injected, state_dir=state_dir(environ),
         max_body_bytes=args.max_body_bytes, drain_delay=args.drain_delay,
         shutdown_grace=args.shutdown_grace, debug=args.debug)
 
@@ -155,18 +168,38 @@ def _incoming(args: argparse.Namespace, check: _Checker) -> OIDCIncoming | None:
         jwks_allow_private_ip=on_loopback, insecure_allow_http=on_loopback)
 
 
-def _remote_auth(args: argparse.Namespace, check: _Checker) -> None:
-    """``--remote-auth`` and its flags: refused until the login to the remote is built (see
-    the README), never silently ignored."""
-    if args.remote_auth:
-        check.error("--remote-auth: the OAuth/OIDC login to the remote server is not built "
-                    "yet; use --remote-auth-bearer-token-file, or token exchange")
-    for flag in ("remote_auth_issuer", "remote_auth_authorize_url", "remote_auth_token_url",
-                 "remote_auth_client_id", "remote_auth_client_secret",
-                 "remote_auth_client_secret_file", "remote_auth_resource",
-                 "remote_auth_scopes", "remote_auth_scope_param_name"):
-        if getattr(args, flag):
-            check.error(f"--{flag.replace('_', '-')} needs --remote-auth")
+def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSettings | None:
+    if not args.remote_auth:
+        for flag in ("remote_auth_issuer", "remote_auth_authorize_url", "remote_auth_token_url",
+                     "remote_auth_client_id", "remote_auth_client_secret",
+                     "remote_auth_client_secret_file", "remote_auth_resource",
+                     "remote_auth_scopes", "remote_auth_scope_param_name"):
+            if getattr(args, flag):
+                check.error(f"--{flag.replace('_', '-')} needs --remote-auth")
+        return None
+    authorize = check.url("--remote-auth-authorize-url", args.remote_auth_authorize_url)
+    token = check.url("--remote-auth-token-url", args.remote_auth_token_url)
+    if bool(authorize) != bool(token):
+        check.error("--remote-auth-authorize-url and --remote-auth-token-url go together")
+    if (authorize or token) and not args.remote_auth_client_id:
+        check.error("--remote-auth-authorize-url needs --remote-auth-client-id (without "
+                    "metadata there is no registration endpoint)")
+    if not 0 <= args.remote_auth_callback_port <= 65535:
+        check.error("--remote-auth-callback-port must be between 0 and 65535")
+    if not args.remote_auth_timeout > 0:
+        check.error("--remote-auth-timeout must be more than 0s")
+    secret = check.secret("--remote-auth-client-secret", args.remote_auth_client_secret,
+                          args.remote_auth_client_secret_file, CLIENT_SECRET_VARIABLE)
+    if secret and not args.remote_auth_client_id:
+        check.error("a remote client secret needs --remote-auth-client-id")
+    return RemoteAuthSettings(
+        issuer=check.url("--remote-auth-issuer", args.remote_auth_issuer),
+        authorize_url=authorize, token_url=token, client_id=args.remote_auth_client_id,
+        client_secret=secret, scopes=_scopes(args.remote_auth_scopes),
+        resource=args.remote_auth_resource,
+        scope_param_name=args.remote_auth_scope_param_name or "scope",
+        callback_port=args.remote_auth_callback_port,
+        skip_browser=args.remote_auth_skip_browser, timeout=args.remote_auth_timeout)
 
 
 def _token_exchange(args: argparse.Namespace, check: _Checker,

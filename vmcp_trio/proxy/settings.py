@@ -11,7 +11,26 @@ from dataclasses import dataclass, field
 
 from ..resources.plan import OIDCIncoming, TokenExchangeAuth
 
-__all__ = ["ProxySettings"]
+__all__ = ["ProxySettings", "RemoteAuthSettings"]
+
+
+@dataclass(frozen=True)
+class RemoteAuthSettings:
+    """``--remote-auth``: how to log in to the remote server (:mod:`.remote_login`)."""
+
+    issuer: str | None = None
+    authorize_url: str | None = None
+    token_url: str | None = None
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    scopes: tuple[str, ...] | None = None
+    """None: the OIDC default with an issuer given, else the remote's challenge or metadata."""
+    resource: str | None = None
+    """The RFC 8707 resource indicator; None: the target's canonical URI."""
+    scope_param_name: str = "scope"
+    callback_port: int = 8666
+    skip_browser: bool = False
+    timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -25,11 +44,15 @@ class ProxySettings:
     scopes_supported: tuple[str, ...] = ("openid",)
     """``--oidc-scopes``, advertised in the RFC 9728 document."""
     bearer_token: str | None = field(default=None, repr=False)
+    remote_auth: RemoteAuthSettings | None = None
     token_exchange: TokenExchangeAuth | None = None
     injected_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     """``--remote-forward-headers`` and the values of ``--remote-forward-headers-secret``."""
     allowed_origins: tuple[str, ...] = ()
     """Browser origins allowed besides same-origin (``--allowed-origin``)."""
+    state_dir: str | None = None
+    """Where the remote login is kept across restarts (``$XDG_STATE_HOME/vmcp``); None: not
+    kept."""
     max_body_bytes: int = 4 * 1024 * 1024
     max_header_bytes: int = 64 * 1024
     body_timeout: float = 15.0

@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
 __all__ = ["SpanHandle", "TracingUnavailable", "backend_span", "configure", "enabled",
-           "incoming", "inject_headers", "inject_meta", "request_span", "shutdown",
-           "use_provider"]
+           "forward_span", "incoming", "inject_headers", "inject_meta", "replace_headers",
+           "request_span", "shutdown", "use_provider"]
 
 PROPAGATED = ("traceparent", "tracestate", "baggage")
 """The W3C trace-context and baggage keys, in ``_meta`` and as HTTP headers."""
@@ -186,6 +186,26 @@ def backend_span(method: str, target: str | None, backend: str
         return _OFF
     name = f"{method} {target}" if target else method
     return _span(name, "client", None, {"mcp.method.name": method, "vmcp.backend": backend})
+
+
+def forward_span(method: str, path: str, headers: Mapping[str, str], remote: str
+                 ) -> AbstractContextManager[SpanHandle]:
+    """``vmcp proxy``'s span of one forwarded HTTP request: a child of the trace context in its
+    headers (lower-case names)."""
+    if _tracer is None:
+        return _OFF
+    return _span(f"{method} {path}", "server", _parent(headers),
+                 {"http.request.method": method, "url.path": path, "vmcp.remote": remote})
+
+
+def replace_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """An HTTP request's headers with the current trace context instead of the one they
+    carry (unchanged when traces are off: a proxy then passes the client's through)."""
+    if _tracer is None:
+        return headers
+    kept = [(k, v) for k, v in headers if k not in PROPAGATED]
+    inject_headers(kept)
+    return kept
 
 
 @contextlib.contextmanager

@@ -1,0 +1,505 @@
+"""``--remote-auth``: the proxy's OAuth 2.1 / OIDC login to the remote server, and the access
+token it then sends (a :class:`~.credentials.RemoteCredential`).
+
+How the login is found (each step through :mod:`vmcp_trio.auth.oauth`, with its bounded fetches
+and SSRF rules; https everywhere except on loopback addresses):
+
+1. The authorization server: ``--remote-auth-authorize-url`` + ``--remote-auth-token-url``
+   as given; else ``--remote-auth-issuer``'s metadata (RFC 8414 / OIDC); else the remote's own
+   401 (the seed's rule 3): its ``WWW-Authenticate`` names ``resource_metadata`` (RFC 9728, whose
+   ``resource`` must be the target, compared canonically), whose first authorization server's
+   metadata is then read; without it the well-known metadata of the target is tried, and last
+   a ``realm`` that is a URL is taken as the issuer (what ToolHive does, and all it does).
+   PKCE S256 is always used; a server whose metadata does not offer it is refused.
+2. The client: ``--remote-auth-client-id`` with the secret of the first source that has one
+   (``client_secret_basic``; none: a public client); else the client registered before for this
+   issuer (kept with the tokens); else dynamic client registration (RFC 7591, the seed's rule 4:
+   ``token_endpoint_auth_method: none``, the callback as redirect URI).
+3. The tokens: the ones kept from before (:mod:`.login_store`; a restart does not ask the user
+   again), else a login: the authorization URL (``resource``: ``--remote-auth-resource``, else
+   the target's canonical URI; ``--remote-auth-scopes``, else with an issuer given the OIDC
+   ``openid profile email``, else the challenge's ``scope`` or the metadata's scopes; the scope
+   parameter named ``--remote-auth-scope-param-name``) is printed on stderr with the time left
+   and opened in a browser unless ``--remote-auth-skip-browser``; the callback server
+   (:mod:`.callback`) takes the code within ``--remote-auth-timeout``, and the code is exchanged
+   with the PKCE verifier, the redirect URI and the resource.
+
+Then, under the supervisor: the access token is refreshed ahead of expiry (a third of its
+lifetime before it, at most two minutes, jittered: the authorization server's rule for upstream
+tokens), with the same resource; a refresh the server
+refuses (``invalid_grant``) means a new login. A 401 from the remote to a request with the
+current token asks for one refresh (:meth:`RemoteLogin.rejected`), never a loop. While there is
+no token (the login waits, failed, or timed out) requests get 503 with the reason; a request
+that arrives after a failed login starts a new one (the URL is printed again), so a login is
+never attempted in a loop nobody watches.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import random
+import secrets
+import sys
+import time
+import webbrowser
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import orjson
+import trio
+
+from ..auth.headers import parse_challenges
+from ..auth.oauth.authorize import authorization_url
+from ..auth.oauth.discovery import (
+    AuthorizationServerMetadata,
+    FetchError,
+    authorization_server_metadata,
+    protected_resource_metadata,
+)
+from ..auth.oauth.pkce import pkce_pair, supports_s256
+from ..auth.oauth.registration import RegistrationError, register_client
+from ..auth.oauth.tokens import (
+    ClientCredentials,
+    TokenEndpointError,
+    TokenResponse,
+    parse_token_response,
+    token_request,
+)
+from ..auth.outgoing.caller import Caller
+from ..http.client import HttpClient, HttpError
+from ..http.serving import ListenError
+from ..runtime.supervisor import NamedTask, Retry
+from .callback import CallbackResult, CallbackServer
+from .forwarder import LoginPending
+from .login_store import LoginStore
+from .settings import RemoteAuthSettings
+
+__all__ = ["OIDC_DEFAULT_SCOPES", "RemoteLogin", "canonical_uri", "is_loopback_url"]
+
+log = logging.getLogger("vmcp.proxy")
+
+OIDC_DEFAULT_SCOPES = ("openid", "profile", "email")
+TOKEN_TIMEOUT = 15.0
+"""Seconds for one token request."""
+_PROBE = orjson.dumps({"jsonrpc": "2.0", "id": "vmcp-proxy-probe", "method": "initialize",
+                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                                  "clientInfo": {"name": "vmcp-proxy", "version": "1"}}})
+
+
+def canonical_uri(url: str) -> str:
+    """The canonical URI of an MCP server (RFC 8707 / the MCP spec): lower-case scheme and
+    host, no default port, no fragment, no trailing slash."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    port = f":{parts.port}" if parts.port and parts.port != default else ""
+    path = parts.path.rstrip("/")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme.lower()}://{host}{port}{path}{query}"
+
+
+def is_loopback_url(url: str) -> bool:
+    host = (urlsplit(url).hostname or "").lower()
+    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
+
+
+class LoginFailed(Exception):
+    """The login could not finish; the message says why (never a code or a token)."""
+
+
+@dataclass(frozen=True)
+class _Challenge:
+    resource_metadata: str | None = None
+    scope: str | None = None
+    realm: str | None = None
+
+
+def announce(url: str, seconds_left: float, *, open_browser: bool) -> None:
+    """Print the authorization URL on stderr with the time left; open it in a browser."""
+    print(f"vmcp proxy: log in to the remote server within {seconds_left:.0f}s at:\n  {url}",
+          file=sys.stderr, flush=True)
+    if open_browser:
+        try:
+            webbrowser.open(url)
+        except webbrowser.Error as exc:
+            print(f"vmcp proxy: no browser could be opened ({exc}); open the URL yourself",
+                  file=sys.stderr, flush=True)
+
+
+class RemoteLogin:
+    def __init__(self, settings: RemoteAuthSettings, *, target: str, server_name: str,
+                 client: HttpClient, store: LoginStore | None,
+                 open_url: Callable[[str, float], None] | None = None) -> None:
+        self.settings = settings
+        self.target = target
+        self.server_name = server_name
+        self.client = client
+        self.store = store
+        self.open_url = open_url or (lambda url, left: announce(
+            url, left, open_browser=not settings.skip_browser))
+        self.resource = settings.resource or canonical_uri(target)
+        self.metadata: AuthorizationServerMetadata | None = None
+        self.credentials: ClientCredentials | None = None
+        self.redirect_uri: str | None = None
+        self.scopes: tuple[str, ...] = ()
+        self.tokens: TokenResponse | None = None
+        self.not_required = False
+        """The remote answered without asking for a token: nothing to send."""
+        self.problem = "the login to the remote server has not finished yet"
+        self.logins = 0
+        self.refreshes = 0
+        self._wanted = trio.Event()
+        """A request needs a token and there is none: start a login."""
+        self._refresh_now = trio.Event()
+        self._changed = trio.Event()
+        """Set (and replaced) at every change of the tokens or of the problem."""
+
+    def supervised(self) -> list[NamedTask]:
+        return [("remote login", self.run)]
+
+    # --- the credential ---------------------------------------------------------------------
+
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
+        if self.not_required:
+            return []
+        tokens = self.tokens
+        if tokens is not None and not self._expired(tokens):
+            return [("authorization", f"Bearer {tokens.access_token}")]
+        if tokens is not None:  # expired: the refresher is late (a suspended laptop)
+            self._refresh_now.set()
+            await self._wait_change(10.0)
+            tokens = self.tokens
+            if tokens is not None and not self._expired(tokens):
+                return [("authorization", f"Bearer {tokens.access_token}")]
+        self._wanted.set()
+        raise LoginPending(self.problem)
+
+    async def rejected(self) -> bool:
+        """The remote refused the current token: one refresh (or a login) is asked for; True
+        when a new token came within 10 s."""
+        before = self.tokens
+        if before is None:
+            return False
+        self._refresh_now.set()
+        await self._wait_change(10.0)
+        return self.tokens is not None and self.tokens is not before
+
+    @staticmethod
+    def _expired(tokens: TokenResponse) -> bool:
+        return tokens.expires_at is not None and tokens.expires_at <= time.time() + 5
+
+    async def _wait_change(self, seconds: float) -> None:
+        with trio.move_on_after(seconds):
+            await self._changed.wait()
+
+    def _set(self, tokens: TokenResponse | None, problem: str | None = None) -> None:
+        self.tokens = tokens
+        if problem is not None:
+            self.problem = problem
+        self._changed.set()
+        self._changed = trio.Event()
+
+    # --- the supervised task ----------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                  ) -> None:
+        """Discover, take the kept login or log in, then keep the token fresh; forever."""
+        task_status.started()
+        try:
+            await self._discover()
+        except (FetchError, HttpError, LoginFailed) as exc:
+            self._set(None, f"the remote server's authorization server cannot be found: {exc}")
+            raise Retry(f"remote login: {self.problem}", level=logging.WARNING) from None
+        if self.not_required:
+            log.info("remote %s asks for no token: forwarding without one", self.target)
+            return
+        self._load()
+        while True:
+            if self.tokens is None:
+                await self._login_when_wanted()
+                continue
+            await self._refresh_when_due()
+
+    async def _login_when_wanted(self) -> None:
+        """A login now (at start), or after a failed one when a request asks for a token."""
+        if self.logins:
+            self._wanted = trio.Event()
+            await self._wanted.wait()
+        self.logins += 1
+        try:
+            tokens = await self._login()
+        except LoginFailed as exc:
+            log.warning("remote login: %s", exc)
+            self._set(None, f"the login to the remote server failed: {exc} (the next request "
+                            "starts a new one)")
+            return
+        log.info("remote login: logged in to %s", self.target)
+        self._keep(tokens)
+
+    async def _refresh_when_due(self) -> None:
+        tokens = self.tokens
+        assert tokens is not None
+        if tokens.expires_at is not None:
+            lifetime = max(tokens.expires_at - time.time(), 0.0)
+            margin = min(lifetime / 3, 120.0) * random.uniform(0.9, 1.0)  # noqa: S311 (jitter)
+            with trio.move_on_at(trio.current_time() + max(lifetime - margin, 0.0)):
+                await self._refresh_now.wait()
+        else:
+            await self._refresh_now.wait()
+        self._refresh_now = trio.Event()
+        if tokens.refresh_token is None:  # due, or refused by the remote: nothing to refresh with
+            self._set(None, "the remote server's token expired and came without a refresh "
+                            "token: log in again")
+            self._wanted.set()
+            return
+        try:
+            refreshed = await self._token_grant({"grant_type": "refresh_token",
+                                                 "refresh_token": tokens.refresh_token},
+                                                "refresh token")
+        except TokenEndpointError as exc:
+            if exc.oauth_error in ("invalid_grant", "invalid_client", "unauthorized_client"):
+                log.warning("remote login: the refresh was refused (%s): logging in again",
+                            exc.oauth_error)
+                self._set(None, "the remote server's login expired: log in again")
+                self._wanted.set()
+                return
+            self._set(self.tokens, f"refreshing the token failed: {exc}")
+            raise Retry(f"remote login: refreshing failed: {exc}") from None
+        self.refreshes += 1
+        if refreshed.refresh_token is None:  # servers that do not rotate keep the old one
+            refreshed = TokenResponse(refreshed.access_token, tokens.refresh_token,
+                                      refreshed.expires_at, refreshed.scope,
+                                      refreshed.token_type, refreshed.id_token)
+        self._keep(refreshed)
+
+    # --- discovery ----------------------------------------------------------------------------
+
+    async def _discover(self) -> None:
+        settings = self.settings
+        if settings.authorize_url and settings.token_url:
+            self.metadata = AuthorizationServerMetadata(
+                issuer=canonical_uri(settings.token_url), authorization_endpoint=(
+                    settings.authorize_url), token_endpoint=settings.token_url,
+                registration_endpoint=None, code_challenge_methods_supported=("S256",),
+                scopes_supported=(), document={})
+            self.scopes = settings.scopes or ()
+            return
+        if settings.issuer:
+            local = is_loopback_url(settings.issuer)
+            metadata = await authorization_server_metadata(
+                self.client, settings.issuer, allow_http=local, allow_private=local)
+            self.scopes = settings.scopes if settings.scopes is not None else OIDC_DEFAULT_SCOPES
+        else:
+            challenge = await self._probe()
+            if challenge is None:
+                self.not_required = True
+                return
+            metadata = await self._from_challenge(challenge)
+        if not supports_s256(metadata):
+            raise LoginFailed(f"the authorization server {metadata.issuer} does not offer PKCE "
+                              "S256 (code_challenge_methods_supported): refused")
+        self.metadata = metadata
+
+    async def _probe(self) -> _Challenge | None:
+        """What the remote's 401 says (None: it answered without asking for a token)."""
+        try:
+            with trio.fail_after(TOKEN_TIMEOUT):
+                status, raw_headers, _ = await self.client.request(
+                    "POST", self.target, body=_PROBE, limit=1 << 20, headers=[
+                        ("content-type", "application/json"),
+                        ("accept", "application/json, text/event-stream"),
+                        ("mcp-protocol-version", "2025-11-25")])
+        except trio.TooSlowError:
+            raise LoginFailed(f"{self.target} did not answer within "
+                              f"{TOKEN_TIMEOUT:g}s") from None
+        if status != 401:
+            return None
+        for name, value in raw_headers:
+            if name.lower() != b"www-authenticate":
+                continue
+            try:
+                challenges = parse_challenges(value.decode("latin-1"))
+            except ValueError:
+                continue
+            for scheme, params in challenges:
+                if scheme.lower() == "bearer":
+                    return _Challenge(params.get("resource_metadata"), params.get("scope"),
+                                      params.get("realm"))
+        return _Challenge()
+
+    async def _from_challenge(self, challenge: _Challenge) -> AuthorizationServerMetadata:
+        settings = self.settings
+        issuer: str | None = None
+        scopes: tuple[str, ...] = ()
+        local = is_loopback_url(challenge.resource_metadata or self.target)
+        try:
+            resource = await protected_resource_metadata(
+                self.client, self.resource, metadata_url=challenge.resource_metadata,
+                allow_http=local, allow_private=local)
+            if not resource.authorization_servers:
+                raise LoginFailed(f"the protected resource metadata of {self.resource} names "
+                                  "no authorization server")
+            issuer = resource.authorization_servers[0]
+            scopes = resource.scopes_supported
+        except FetchError as exc:
+            realm = challenge.realm
+            if not realm or urlsplit(realm).scheme not in ("http", "https"):
+                raise LoginFailed(f"no protected resource metadata for {self.resource} "
+                                  f"({exc}), and no realm naming an issuer") from None
+            log.info("remote login: no protected resource metadata (%s); the realm %s is "
+                     "taken as the issuer", exc, realm)
+            issuer = realm
+        if settings.scopes is not None:
+            self.scopes = settings.scopes
+        elif challenge.scope:
+            self.scopes = tuple(challenge.scope.split())
+        else:
+            self.scopes = scopes
+        local = is_loopback_url(issuer)
+        return await authorization_server_metadata(self.client, issuer, allow_http=local,
+                                                   allow_private=local)
+
+    # --- the client and the stored login -----------------------------------------------------
+
+    @property
+    def _store_name(self) -> str:
+        assert self.metadata is not None
+        return f"{canonical_uri(self.target)}\0{self.metadata.issuer}"
+
+    def _load(self) -> None:
+        if self.store is None:
+            return
+        record = self.store.load(self._store_name)
+        if record is None:
+            return
+        client = record.get("client")
+        if self.settings.client_id is None and isinstance(client, dict):
+            try:
+                self.credentials = ClientCredentials(str(client["client_id"]),
+                                                     client.get("secret"), client["method"])
+                self.redirect_uri = str(client["redirect_uri"])
+            except (KeyError, ValueError, TypeError):
+                self.credentials = None
+        tokens = record.get("tokens")
+        if isinstance(tokens, dict) and isinstance(tokens.get("access_token"), str):
+            kept = TokenResponse(tokens["access_token"], tokens.get("refresh_token"),
+                                 tokens.get("expires_at"), tokens.get("scope"),
+                                 tokens.get("token_type"))
+            if kept.refresh_token is not None or not self._expired(kept):
+                log.info("remote login: using the login kept from before")
+                self._set(kept)
+
+    def _keep(self, tokens: TokenResponse) -> None:
+        self._set(tokens)
+        if self.store is None or self.credentials is None:
+            return
+        client: dict[str, Any] | None = None
+        if self.settings.client_id is None:  # a registered client is kept with its tokens
+            client = {"client_id": self.credentials.client_id,
+                      "secret": self.credentials.secret, "method": self.credentials.method,
+                      "redirect_uri": self.redirect_uri}
+        self.store.save(self._store_name, {
+            "issuer": self.metadata.issuer if self.metadata else None, "client": client,
+            "tokens": {"access_token": tokens.access_token,
+                       "refresh_token": tokens.refresh_token, "expires_at": tokens.expires_at,
+                       "scope": tokens.scope, "token_type": tokens.token_type}})
+
+    async def _client_for(self, redirect_uri: str) -> ClientCredentials:
+        settings = self.settings
+        if settings.client_id is not None:
+            secret = settings.client_secret
+            self.credentials = ClientCredentials(settings.client_id, secret,
+                                                 "client_secret_basic" if secret else "none")
+            return self.credentials
+        if self.credentials is not None and self.redirect_uri == redirect_uri:
+            return self.credentials
+        assert self.metadata is not None
+        endpoint = self.metadata.registration_endpoint
+        if endpoint is None:
+            raise LoginFailed(f"the authorization server {self.metadata.issuer} offers no "
+                              "dynamic client registration: give --remote-auth-client-id")
+        local = is_loopback_url(endpoint)
+        try:
+            registered = await register_client(
+                self.client, endpoint, redirect_uris=[redirect_uri],
+                client_name=f"vmcp proxy ({self.server_name})",
+                scope=" ".join(self.scopes) or None, allow_http=local, allow_private=local)
+        except (RegistrationError, FetchError) as exc:
+            raise LoginFailed(f"dynamic client registration failed: {exc}") from None
+        log.info("remote login: registered client %s at %s", registered.client_id, endpoint)
+        self.redirect_uri = redirect_uri
+        method = registered.token_endpoint_auth_method
+        self.credentials = ClientCredentials(
+            registered.client_id, registered.client_secret,
+            method if registered.client_secret and method in (
+                "client_secret_basic", "client_secret_post") else "none")  # type: ignore[arg-type]
+        return self.credentials
+
+    # --- the login and the token requests ------------------------------------------------------
+
+    async def _login(self) -> TokenResponse:
+        metadata, settings = self.metadata, self.settings
+        assert metadata is not None
+        state = secrets.token_urlsafe(24)
+        verifier, challenge = pkce_pair()
+        try:
+            server = CallbackServer(settings.callback_port, state)
+        except ListenError as exc:
+            raise LoginFailed(f"the callback server cannot listen: {exc}") from None
+        answers: list[CallbackResult] = []
+        failure: str | None = None
+        redirect_uri = ""
+        with trio.move_on_after(settings.timeout) as waited:
+            async with trio.open_nursery() as nursery:
+
+                async def callback(*, task_status: trio.TaskStatus[str]) -> None:
+                    answers.append(await server.wait(task_status=task_status))
+
+                redirect_uri = await nursery.start(callback)
+                try:
+                    credentials = await self._client_for(redirect_uri)
+                except LoginFailed as exc:
+                    failure = str(exc)
+                    nursery.cancel_scope.cancel()
+                else:
+                    url = authorization_url(
+                        metadata.authorization_endpoint, client_id=credentials.client_id,
+                        redirect_uri=redirect_uri, state=state, code_challenge=challenge,
+                        scopes=self.scopes, resource=self.resource,
+                        scope_param_name=settings.scope_param_name)
+                    self.problem = ("the login to the remote server waits for the user: open "
+                                    "the URL vmcp proxy printed")
+                    await trio.to_thread.run_sync(self.open_url, url, settings.timeout,
+                                                  abandon_on_cancel=True)
+        if failure is not None:
+            raise LoginFailed(failure)
+        if waited.cancelled_caught or not answers:
+            raise LoginFailed(f"no login within {settings.timeout:g}s (--remote-auth-timeout)")
+        answer = answers[0]
+        if answer.error is not None:
+            raise LoginFailed(f"the authorization server refused: {answer.error}")
+        iss_promised = metadata.document.get("authorization_response_iss_parameter_supported")
+        if (answer.iss is not None or iss_promised) and not hmac.compare_digest(
+                (answer.iss or "").encode(), metadata.issuer.encode()):
+            raise LoginFailed("the authorization response names another issuer (RFC 9207): "
+                              "refused")
+        assert answer.code is not None
+        try:
+            return await self._token_grant({
+                "grant_type": "authorization_code", "code": answer.code,
+                "redirect_uri": redirect_uri, "code_verifier": verifier}, "authorization code")
+        except TokenEndpointError as exc:
+            raise LoginFailed(str(exc)) from None
+
+    async def _token_grant(self, form: dict[str, str], what: str) -> TokenResponse:
+        """A token request with the client and the resource (raises TokenEndpointError)."""
+        assert self.metadata is not None and self.credentials is not None
+        document = await token_request(
+            self.client, self.metadata.token_endpoint, {**form, "resource": self.resource},
+            self.credentials, timeout=TOKEN_TIMEOUT, what=what)
+        return parse_token_response(document, now=time.time())
