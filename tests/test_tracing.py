@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +235,38 @@ def test_the_console_exporter_from_the_standard_variables(tmp_path: Path) -> Non
     assert "traces: exporting to the console" in log
     assert '"name": "tools/call clock_echo"' in log
     assert '"service.name": "gateway-under-test"' in log
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_vmcp_proxy_puts_its_span_between_the_client_and_the_remote(
+        traces: InMemorySpanExporter, mode: str) -> None:
+    """Through ``vmcp proxy`` the client's span, the proxy's span of the forwarded request and
+    the remote's span are one chain: the proxy takes the context from the request's ``_meta``
+    and gives the remote its own, in ``_meta`` and in the headers."""
+    from vmcp_trio.app.proxy import build_proxy, serve_proxy
+    from vmcp_trio.proxy.settings import ProxySettings
+
+    tracer = _PROVIDER.get_tracer("the test client")
+    remote, state = make_server("remote")
+    async with serving(remote, state) as remote_url, trio.open_nursery() as nursery:
+        stop = trio.Event()
+        urls = await nursery.start(partial(
+            serve_proxy, build_proxy(ProxySettings(server_name="remote", target_uri=remote_url,
+                                                   drain_delay=0.0)),
+            shutdown_trigger=stop.wait))
+        async with httpx2.AsyncClient() as http, Client(streamable_http_client(
+                urls[0], http_client=http), mode=mode) as client:
+            with tracer.start_as_current_span("the user's work") as root:
+                assert not (await client.call_tool("add", {"a": 2, "b": 3})).is_error
+        stop.set()
+    spans = _by_id(traces.get_finished_spans())
+    remote_span = next(s for s in spans.values()
+                       if s.name == "tools/call add" and s.kind is SpanKind.SERVER
+                       and s.context.trace_id == root.get_span_context().trace_id)
+    assert _describe(_ancestry(remote_span, spans)) == [
+        ("the test client", "INTERNAL", "the user's work"),
+        ("mcp-python-sdk", "CLIENT", "MCP send tools/call add"),
+        ("vmcp-trio", "SERVER", "POST /mcp"),
+        ("mcp-python-sdk", "SERVER", "tools/call add"),
+    ]
+    assert state.traceparents and all(state.traceparents)

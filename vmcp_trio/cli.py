@@ -13,7 +13,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -251,26 +251,16 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from functools import partial
 
-    import trio
-
     from .app.gateway import run_gateway
     from .app.reload import Loaded
-    from .auth.incoming.build import AuthSettings, IncomingAuthError
+    from .auth.incoming.build import AuthSettings
     from .gateway.settings import GatewaySettings
-    from .http.serving import ListenError
     from .resources import ConfigPathError, validate_paths
     from .resources.loading import fingerprint
-    from .runtime import tracing
     from .runtime.logs import configure_logging, say
 
     configure_logging(args.log_format, debug=args.debug)
-
-    def usage_error(message: str) -> NoReturn:
-        """Exit 2 with one line (one JSON object with --log-format json)."""
-        if args.log_format == "json":
-            say(f"vmcp serve: error: {message}", level="error")
-            raise SystemExit(EXIT_USAGE)
-        parser.error(message)
+    usage_error = _usage_errors(args, parser, "vmcp serve")
 
     if bool(args.tls_cert) != bool(args.tls_key):
         usage_error("--tls-cert and --tls-key go together")
@@ -309,12 +299,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return None, list(again.problems), None
         chosen, reason = _choose(again.plans, args.name)
         return chosen, list(again.problems), reason
-    try:
-        traces = tracing.configure()
-    except tracing.TracingUnavailable as exc:
-        usage_error(str(exc))
-    if traces is not None:
-        say(f"vmcp: traces: exporting to {traces}")
+    _configure_traces(usage_error)
     _raise_open_file_limit()
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
@@ -346,64 +331,84 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "--method tools/list\n"
             "  Press Ctrl-C to stop.", stream=sys.stdout)
 
-    exit_code = EXIT_OK
-    try:
-        trio.run(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
-                         tls_key=args.tls_key, load=load,
-                         fingerprint=partial(fingerprint, args.config) if args.watch else None,
-                         on_ready=ready))
-    except* IncomingAuthError as auth_errors:
-        for error in auth_errors.exceptions:
-            say(f"vmcp: incoming auth: {error}", level="error")
-        exit_code = EXIT_INVALID
-    except* ListenError as listen_errors:
-        for refusal in listen_errors.exceptions:
-            say(f"vmcp: {refusal}", level="error")
-        exit_code = EXIT_USAGE
-    finally:
-        tracing.shutdown()
-    return exit_code
+    return _run_server(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
+                               tls_key=args.tls_key, load=load,
+                               fingerprint=partial(fingerprint, args.config) if args.watch
+                               else None, on_ready=ready), "vmcp")
 
 
 def _proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from functools import partial
 
-    import trio
-
     from .app.proxy import run_proxy
-    from .auth.incoming.build import IncomingAuthError
-    from .http.serving import ListenError
     from .proxy.options import settings_from
     from .runtime.logs import configure_logging, say
 
     configure_logging(args.log_format, debug=args.debug)
-
-    def usage_error(message: str) -> NoReturn:
-        if args.log_format == "json":
-            say(f"vmcp proxy: error: {message}", level="error")
-            raise SystemExit(EXIT_USAGE)
-        parser.error(message)
-
+    usage_error = _usage_errors(args, parser, "vmcp proxy")
     settings = settings_from(args, error=usage_error,
                              warn=lambda text: say(f"vmcp proxy: warning: {text}",
                                                    level="warning"))
+    _configure_traces(usage_error)
 
     def ready(urls: list[str]) -> None:
         say(f"vmcp proxy: {settings.server_name}: {urls[0]} -> {settings.target_uri}\n"
             "  Connect an MCP client to that URL. Press Ctrl-C to stop.", stream=sys.stdout,
             url=urls[0], target=settings.target_uri)
 
+    return _run_server(partial(run_proxy, settings, on_ready=ready), "vmcp proxy")
+
+
+def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
+                  command: str) -> Callable[[str], NoReturn]:
+    """A server command's usage error: exit 2 with one line (one JSON object with
+    ``--log-format json``)."""
+    from .runtime.logs import say
+
+    def usage_error(message: str) -> NoReturn:
+        if args.log_format == "json":
+            say(f"{command}: error: {message}", level="error")
+            raise SystemExit(EXIT_USAGE)
+        parser.error(message)
+
+    return usage_error
+
+
+def _configure_traces(usage_error: Callable[[str], NoReturn]) -> None:
+    from .runtime import tracing
+    from .runtime.logs import say
+
+    try:
+        traces = tracing.configure()
+    except tracing.TracingUnavailable as exc:
+        usage_error(str(exc))
+    if traces is not None:
+        say(f"vmcp: traces: exporting to {traces}")
+
+
+def _run_server(main: Callable[[], Awaitable[None]], command: str) -> int:
+    """Run a server until it stops; the operator errors it raised as one line each (an incoming
+    auth mode that cannot be set up: exit 1; a port or certificate: exit 2)."""
+    import trio
+
+    from .auth.incoming.build import IncomingAuthError
+    from .http.serving import ListenError
+    from .runtime import tracing
+    from .runtime.logs import say
+
     exit_code = EXIT_OK
     try:
-        trio.run(partial(run_proxy, settings, on_ready=ready))
+        trio.run(main)
     except* IncomingAuthError as auth_errors:
         for error in auth_errors.exceptions:
-            say(f"vmcp proxy: incoming auth: {error}", level="error")
+            say(f"{command}: incoming auth: {error}", level="error")
         exit_code = EXIT_INVALID
     except* ListenError as listen_errors:
         for refusal in listen_errors.exceptions:
-            say(f"vmcp proxy: {refusal}", level="error")
+            say(f"{command}: {refusal}", level="error")
         exit_code = EXIT_USAGE
+    finally:
+        tracing.shutdown()
     return exit_code
 
 

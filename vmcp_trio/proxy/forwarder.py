@@ -19,8 +19,9 @@ Rules it keeps:
   sends the request again, once. A credential that cannot be had is 401 with a challenge naming
   the cause (token exchange) or 503 with ``Retry-After`` (no remote login yet).
 * Traces (when on, :mod:`vmcp_trio.runtime.tracing`): a span per forwarded request, a child of
-  the client's ``traceparent``, which the remote then gets in its place; off, the client's trace
-  headers cross unchanged like any end-to-end header.
+  the trace context in the JSON-RPC request's ``_meta`` (SEP-414) or else its headers; the
+  remote gets the span's context in both places instead. Off, nothing is parsed: the body and
+  the trace headers cross unchanged.
 * The remote unreachable or failing before its response started is 502 with a JSON body naming
   the target; a response that breaks off midway ends the client's response there (its framing
   shows the truncation).
@@ -103,8 +104,9 @@ class Forwarder:
             await send_json(send, 413, {"error": "request_too_large", "error_description":
                                         str(exc)})
             return
-        with tracing.forward_span(request.method, request.path, request.headers, self.origin):
-            await self._forward(request, send, caller, body)
+        with tracing.forward_span(request.method, request.path, request.headers, body,
+                                  self.origin):
+            await self._forward(request, send, caller, tracing.replace_body(body))
 
     async def _forward(self, request: HttpRequest, send: Send, caller: Caller | None,
                        body: bytes) -> None:

@@ -17,7 +17,9 @@ Rules it keeps:
   ``tracestate``, ``baggage``: SEP-414) or else its HTTP headers (:func:`incoming`); a call to a
   backend is a client span whose context travels in the request's ``_meta`` and, for HTTP
   backends, in its headers (:func:`inject_meta`, :func:`inject_headers`), so the backend's own
-  span joins the client's trace.
+  span joins the client's trace. ``vmcp proxy`` does the same for what it forwards
+  (:func:`forward_span`, :func:`replace_body`, :func:`replace_headers`), reading the body only
+  when traces are on.
 * **No secrets in spans.** Attributes name methods, tools, backends, outcomes and the first
   eight characters of a session id (as the logs do); never tokens, arguments or results.
 """
@@ -30,13 +32,15 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
 __all__ = ["SpanHandle", "TracingUnavailable", "backend_span", "configure", "enabled",
-           "forward_span", "incoming", "inject_headers", "inject_meta", "replace_headers",
-           "request_span", "shutdown", "use_provider"]
+           "forward_span", "incoming", "inject_headers", "inject_meta", "replace_body",
+           "replace_headers", "request_span", "shutdown", "use_provider"]
 
 PROPAGATED = ("traceparent", "tracestate", "baggage")
 """The W3C trace-context and baggage keys, in ``_meta`` and as HTTP headers."""
@@ -188,14 +192,38 @@ def backend_span(method: str, target: str | None, backend: str
     return _span(name, "client", None, {"mcp.method.name": method, "vmcp.backend": backend})
 
 
-def forward_span(method: str, path: str, headers: Mapping[str, str], remote: str
-                 ) -> AbstractContextManager[SpanHandle]:
-    """``vmcp proxy``'s span of one forwarded HTTP request: a child of the trace context in its
-    headers (lower-case names)."""
+def forward_span(method: str, path: str, headers: Mapping[str, str], body: bytes,
+                 remote: str) -> AbstractContextManager[SpanHandle]:
+    """``vmcp proxy``'s span of one forwarded HTTP request: a child of the trace context in the
+    ``_meta`` of the JSON-RPC request it carries (SEP-414), else in its headers (lower-case
+    names)."""
     if _tracer is None:
         return _OFF
-    return _span(f"{method} {path}", "server", _parent(headers),
+    parent = _parent(_body_meta(body)) or _parent(headers)
+    return _span(f"{method} {path}", "server", parent,
                  {"http.request.method": method, "url.path": path, "vmcp.remote": remote})
+
+
+def _body_meta(body: bytes) -> object:
+    """The ``params._meta`` of a JSON-RPC request body, if it is one."""
+    if not body.startswith(b"{"):
+        return None
+    try:
+        message = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    params = message.get("params") if isinstance(message, dict) else None
+    return params.get("_meta") if isinstance(params, dict) else None
+
+
+def replace_body(body: bytes) -> bytes:
+    """A JSON-RPC request body with the current trace context in its ``_meta`` when it carried
+    one (the same bytes otherwise, and always when traces are off)."""
+    if _tracer is None or not isinstance(_body_meta(body), Mapping):
+        return body
+    message = orjson.loads(body)
+    message["params"] = inject_meta(message["params"])
+    return orjson.dumps(message)
 
 
 def replace_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
