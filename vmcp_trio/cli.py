@@ -164,6 +164,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     proxy_flags.configure_listener(proxy)
     proxy_flags.configure_parser(proxy, duration=_seconds)
     proxy.set_defaults(handler=_proxy, parser=proxy)
+    stdio = commands.add_parser(
+        "proxy-stdio", prog="vmcp proxy stdio", help=argparse.SUPPRESS,
+        description="MCP over stdin/stdout for a local client (a desktop app's stdio server "
+                    "entry), forwarded to --target-uri with the remote-auth and header flags "
+                    "of 'vmcp proxy'. Logs go to stderr.")
+    proxy_flags.configure_parser(stdio, duration=_seconds)
+    stdio.set_defaults(handler=_proxy_stdio, parser=stdio)
 
     secret = commands.add_parser(
         "secret", help="the secrets manager behind --remote-forward-headers-secret",
@@ -359,6 +366,31 @@ def _proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return _run_server(partial(run_proxy, settings, on_ready=ready), "vmcp proxy")
 
 
+def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import trio
+
+    from .app.proxy import run_stdio
+    from .proxy.options import settings_from
+    from .runtime import tracing
+    from .runtime.logs import configure_logging, say
+
+    configure_logging(args.log_format, debug=args.debug)
+    usage_error = _usage_errors(args, parser, "vmcp proxy stdio")
+    if args.oidc_issuer or args.resource_url:
+        usage_error("--oidc-issuer and --resource-url protect a listener; vmcp proxy stdio "
+                    "has none (its client is the process that started it)")
+    settings = settings_from(args, error=usage_error,
+                             warn=lambda text: say(f"vmcp proxy stdio: warning: {text}",
+                                                   level="warning"))
+    _configure_traces(usage_error)
+    say(f"vmcp proxy stdio: stdin/stdout -> {settings.target_uri}")
+    try:
+        trio.run(run_stdio, settings)
+    finally:
+        tracing.shutdown()
+    return EXIT_OK
+
+
 def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
                   command: str) -> Callable[[str], NoReturn]:
     """A server command's usage error: exit 2 with one line (one JSON object with
@@ -528,10 +560,14 @@ def _from_text(action: argparse.Action, raw: str) -> Any:
 
 
 def _parse(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.Namespace:
-    """The command line, completed from ``VMCP_<FLAG>`` variables for ``vmcp serve``."""
+    """The command line, completed from ``VMCP_<FLAG>`` variables for ``vmcp serve``. (``vmcp
+    proxy stdio`` is its own command: ``vmcp proxy`` takes a SERVER_NAME where it would be.)"""
     parser, serve = build_parser()
     from_environment = _environment(serve, environ)
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:2] == ["proxy", "stdio"]:
+        words[:2] = ["proxy-stdio"]
+    args = parser.parse_args(words)
     if args.command != "serve":
         return args
     for dest, value in from_environment.items():

@@ -37,10 +37,12 @@ from ..proxy.forwarder import Forwarder
 from ..proxy.login_store import LoginStore
 from ..proxy.remote_login import RemoteLogin
 from ..proxy.settings import ProxySettings
+from ..proxy.stdio_bridge import StdioBridge, standard_streams
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import NamedTask, RestartPolicy, Supervisor
 
-__all__ = ["ProxyProcess", "build_proxy", "run_proxy", "serve_proxy"]
+__all__ = ["ProxyProcess", "build_proxy", "outgoing_credentials", "run_proxy", "run_stdio",
+           "serve_proxy"]
 
 log = logging.getLogger("vmcp.proxy")
 
@@ -73,7 +75,24 @@ def build_proxy(settings: ProxySettings, *,
             default_host=f"{settings.host}:{settings.port}",
             configured_resource=settings.incoming.resource_url,
             scopes_supported=settings.scopes_supported)
+    credentials, login_tasks = outgoing_credentials(settings, http, open_url=open_url)
+    supervised += login_tasks
+    forwarder = Forwarder(settings.target_uri, http, credentials,
+                          injected=settings.injected_headers,
+                          forward_authorization=authenticator is None and not credentials,
+                          max_body_bytes=settings.max_body_bytes)
+    app = ProxyApp(forwarder, boundary, OriginGuard(settings.host, settings.allowed_origins),
+                   body_timeout=settings.body_timeout)
+    return ProxyProcess(settings, http, authenticator, app, supervised)
+
+
+def outgoing_credentials(settings: ProxySettings, http: HttpClient, *,
+                         open_url: Callable[[str, float], None] | None = None
+                         ) -> tuple[list[RemoteCredential], list[NamedTask]]:
+    """What the remote is sent (a bearer token, the remote login, token exchange), and the
+    long-lived tasks of the remote login."""
     credentials: list[RemoteCredential] = []
+    supervised: list[NamedTask] = []
     if settings.bearer_token is not None:
         credentials.append(StaticBearer(settings.bearer_token))
     if settings.remote_auth is not None:
@@ -87,13 +106,31 @@ def build_proxy(settings: ProxySettings, *,
         exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
         credentials.append(Exchanged(build_strategy(settings.token_exchange, client=http,
                                                     exchangers=exchangers, tokens=None)))
-    forwarder = Forwarder(settings.target_uri, http, credentials,
-                          injected=settings.injected_headers,
-                          forward_authorization=authenticator is None and not credentials,
-                          max_body_bytes=settings.max_body_bytes)
-    app = ProxyApp(forwarder, boundary, OriginGuard(settings.host, settings.allowed_origins),
-                   body_timeout=settings.body_timeout)
-    return ProxyProcess(settings, http, authenticator, app, supervised)
+    return credentials, supervised
+
+
+async def run_stdio(settings: ProxySettings) -> None:
+    """``vmcp proxy stdio``: the bridge between this process's stdin/stdout and the target,
+    until stdin ends (see :mod:`vmcp_trio.proxy.stdio_bridge`)."""
+    http = HttpClient()
+    credentials, login_tasks = outgoing_credentials(settings, http)
+    bridge = StdioBridge(settings.target_uri, http, credentials=credentials,
+                         injected=settings.injected_headers,
+                         max_line_bytes=settings.max_body_bytes,
+                         shutdown_grace=settings.shutdown_grace)
+    stdin, stdout = standard_streams()
+    try:
+        async with trio.open_nursery() as nursery:
+            supervisor = Supervisor(nursery)
+            for name, task in login_tasks:
+                await supervisor.start(name, task, policy=KEY_REFRESH)
+            await bridge.run(stdin, stdout)
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await http.aclose()
+            await stdin.aclose()
+            await stdout.aclose()
 
 
 def endpoint_url(settings: ProxySettings, bind: str) -> str:

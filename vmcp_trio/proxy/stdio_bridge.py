@@ -1,0 +1,303 @@
+"""``vmcp proxy stdio``: MCP over stdin/stdout for a local client, forwarded to a remote server
+over Streamable HTTP.
+
+Rules it keeps:
+
+* The stdio transport: one JSON-RPC message (or 2025-03-26 batch) per line, UTF-8, on stdin from
+  the client and on stdout to it; nothing else is ever written to stdout (logs go to stderr).
+  A line longer than ``max_line_bytes`` is answered with a JSON-RPC error (when it has an id)
+  and dropped, never buffered without bound.
+* Each message is POSTed to the target as it arrives, several at once (a long ``tools/call``
+  does not hold the others up), with the session's ``Mcp-Session-Id`` and the negotiated
+  ``MCP-Protocol-Version``; a 2026-07-28 message (its ``_meta`` names the revision) carries that
+  revision and its ``Mcp-Method``/``Mcp-Name`` headers instead. The answer (JSON, or each event
+  of an SSE stream, as it arrives: progress before the result) is written to stdout.
+* After ``initialize`` the remote's GET stream is opened for what the server sends unasked
+  (requests, notifications), reopened with ``Last-Event-ID`` when it ends, with backoff; a
+  server that has none (405) is not asked again.
+* The session is kept across the remote's restarts: a 404 for a request of an expired session
+  replays the client's ``initialize`` and ``notifications/initialized`` (the replayed answer is
+  not shown to the client) and sends the request again, once.
+* Outgoing credentials and injected headers are those of ``vmcp proxy`` (a 401 asks a
+  credential once for a new value). A request the remote cannot be reached for is answered
+  with a JSON-RPC error naming the target, so the client never waits for nothing.
+* At the end of stdin the requests in flight finish (up to ``shutdown_grace``), the session is
+  deleted at the remote, and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import AsyncIterator, Sequence
+
+import orjson
+import trio
+
+from ..http.client import HttpClient, HttpError, HttpResponse
+from ..protocol.sse import SSEParser
+from ..protocol.stateless import NAMED_METHODS, PROTOCOL_VERSION, encode_header_value
+from .credentials import RemoteCredential
+from .forwarder import LoginPending
+
+__all__ = ["StdioBridge"]
+
+log = logging.getLogger("vmcp.proxy")
+
+_ACCEPT = "application/json, text/event-stream"
+_REPLAY_ID = "vmcp-proxy-reinitialize"
+
+
+def _error_line(request_id: object, code: int, message: str) -> bytes:
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id,
+                         "error": {"code": code, "message": message}})
+
+
+class StdioBridge:
+    def __init__(self, target: str, client: HttpClient, *,
+                 credentials: Sequence[RemoteCredential] = (),
+                 injected: Sequence[tuple[str, str]] = (),
+                 max_line_bytes: int = 4 * 1024 * 1024, shutdown_grace: float = 30.0) -> None:
+        self.target = target
+        self.client = client
+        self.credentials = credentials
+        self.injected = injected
+        self.max_line_bytes = max_line_bytes
+        self.shutdown_grace = shutdown_grace
+        self.session_id: str | None = None
+        self.version: str | None = None
+        """The protocol revision ``initialize`` agreed on."""
+        self._initialize: bytes | None = None
+        self._initialized: bytes | None = None
+        self._out_lock = trio.Lock()
+        self._stdout: trio.abc.SendStream | None = None
+        self._stream_started = trio.Event()
+        self._reinitializing = trio.Lock()
+
+    # --- stdout --------------------------------------------------------------------------------
+
+    async def write(self, line: bytes) -> None:
+        assert self._stdout is not None
+        async with self._out_lock:
+            await self._stdout.send_all(line.rstrip(b"\n") + b"\n")
+
+    # --- the run ----------------------------------------------------------------------------
+
+    async def run(self, stdin: trio.abc.ReceiveStream, stdout: trio.abc.SendStream) -> None:
+        """Until stdin ends; then the requests in flight finish and the session is deleted."""
+        self._stdout = stdout
+        async with trio.open_nursery() as background:
+            background.start_soon(self._listen)
+            async with trio.open_nursery() as requests:
+                async for line in self._lines(stdin):
+                    requests.start_soon(self._forward, line)
+                requests.cancel_scope.deadline = trio.current_time() + self.shutdown_grace
+            background.cancel_scope.cancel()
+        await self._delete_session()
+
+    async def _lines(self, stdin: trio.abc.ReceiveStream) -> AsyncIterator[bytes]:
+        buffered = b""
+        skipping = False
+        while True:
+            chunk = await stdin.receive_some(65536)
+            if not chunk:
+                break
+            buffered += chunk
+            while True:
+                end = buffered.find(b"\n")
+                if end < 0:
+                    break
+                line, buffered = buffered[:end], buffered[end + 1:]
+                if skipping:
+                    skipping = False
+                    continue
+                if line.strip():
+                    yield line
+            if len(buffered) > self.max_line_bytes:
+                log.warning("a line from the client is longer than %d bytes: dropped",
+                            self.max_line_bytes)
+                buffered, skipping = b"", True
+                await self.write(_error_line(None, -32600, f"message larger than "
+                                                           f"{self.max_line_bytes} bytes"))
+        if buffered.strip() and not skipping:
+            yield buffered
+
+    # --- one message -------------------------------------------------------------------------
+
+    def _headers(self, message: object) -> list[tuple[str, str]]:
+        headers = [("content-type", "application/json"), ("accept", _ACCEPT)]
+        meta_version = None
+        if isinstance(message, dict):
+            params = message.get("params")
+            meta = params.get("_meta") if isinstance(params, dict) else None
+            meta_version = meta.get(PROTOCOL_VERSION) if isinstance(meta, dict) else None
+        if isinstance(meta_version, str) and isinstance(message, dict):  # 2026-07-28
+            method = str(message.get("method", ""))
+            headers += [("mcp-protocol-version", meta_version), ("mcp-method", method)]
+            named = NAMED_METHODS.get(method)
+            params = message.get("params")
+            target = params.get(named) if named and isinstance(params, dict) else None
+            if isinstance(target, str):
+                headers.append(("mcp-name", encode_header_value(target)))
+            return headers
+        if self.session_id is not None:
+            headers.append(("mcp-session-id", self.session_id))
+        if self.version is not None:
+            headers.append(("mcp-protocol-version", self.version))
+        return headers
+
+    async def _credential_headers(self) -> list[tuple[str, str]]:
+        added = list(self.injected)
+        for credential in self.credentials:
+            added += await credential.headers(None)
+        return added
+
+    async def _forward(self, line: bytes) -> None:
+        try:
+            message = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            await self.write(_error_line(None, -32700, "Parse error: the line is not JSON"))
+            return
+        request_id = message.get("id") if isinstance(message, dict) else None
+        is_request = isinstance(message, dict) and "method" in message and "id" in message
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            self._initialize = line
+        elif isinstance(message, dict) and message.get("method") == "notifications/initialized":
+            self._initialized = line
+        try:
+            await self._post(line, message, replay_on_404=True)
+        except (HttpError, LoginPending) as exc:
+            log.warning("forwarding to %s failed: %s", self.target, exc)
+            if is_request:
+                await self.write(_error_line(request_id, -32603, f"vmcp proxy: the remote "
+                                                                  f"{self.target} failed: {exc}"))
+
+    async def _post(self, line: bytes, message: object, *, replay_on_404: bool,
+                    show: bool = True) -> None:
+        for attempt in (1, 2):
+            headers = self._headers(message) + await self._credential_headers()
+            async with self.client.stream("POST", self.target, headers=headers,
+                                          body=line) as response:
+                if response.status == 401 and attempt == 1 and await self._renewed():
+                    continue
+                if (response.status == 404 and replay_on_404 and self.session_id is not None
+                        and not (isinstance(message, dict)
+                                 and message.get("method") == "initialize")):
+                    expired = self.session_id
+                    await response.read(1 << 16)
+                    await self._reinitialize(expired)
+                    await self._post(line, message, replay_on_404=False, show=show)
+                    return
+                await self._take(response, message, show=show)
+            return
+
+    async def _renewed(self) -> bool:
+        renewed = False
+        for credential in self.credentials:
+            renewed = await credential.rejected() or renewed
+        return renewed
+
+    async def _take(self, response: HttpResponse, message: object, *, show: bool) -> None:
+        """The remote's answer to one POST, to stdout (or, for a replay, read and dropped)."""
+        session = response.header("mcp-session-id")
+        if session is not None and isinstance(message, dict) and message.get(
+                "method") == "initialize":
+            self.session_id = session
+        kind = (response.header("content-type") or "").lower()
+        if kind.startswith("text/event-stream"):
+            parser = SSEParser()
+            async for chunk in response.iter_bytes():
+                for event in parser.feed(chunk):
+                    if event.data:
+                        await self._deliver(event.data.encode(), message, show=show)
+            return
+        body = await response.read(self.max_line_bytes)
+        if response.status == 202 or not body.strip():
+            return
+        if kind.startswith("application/json"):
+            await self._deliver(body, message, show=show)
+            return
+        if isinstance(message, dict) and "id" in message and "method" in message:
+            await self.write(_error_line(message.get("id"), -32603, (
+                f"vmcp proxy: the remote answered HTTP {response.status} "
+                f"({kind or 'no content type'})")))
+
+    async def _deliver(self, data: bytes, message: object, *, show: bool) -> None:
+        if isinstance(message, dict) and message.get("method") == "initialize":
+            try:
+                answer = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                answer = None
+            result = answer.get("result") if isinstance(answer, dict) else None
+            if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
+                self.version = result["protocolVersion"]
+                self._stream_started.set()
+        if show:
+            await self.write(data)
+
+    async def _reinitialize(self, expired: str) -> None:
+        """The remote forgot the session: replay the client's handshake (once per expiry)."""
+        async with self._reinitializing:
+            if self.session_id != expired or self._initialize is None:
+                return
+            log.info("the remote's session %s... expired: initializing again", expired[:8])
+            self.session_id = None
+            replay = orjson.loads(self._initialize)
+            replay["id"] = _REPLAY_ID
+            await self._post(orjson.dumps(replay), replay, replay_on_404=False, show=False)
+            if self._initialized is not None:
+                await self._post(self._initialized, orjson.loads(self._initialized),
+                                 replay_on_404=False, show=False)
+
+    # --- the GET stream ----------------------------------------------------------------------
+
+    async def _listen(self) -> None:
+        """What the server sends unasked, from ``initialize`` on; reopened with backoff."""
+        await self._stream_started.wait()
+        last_event: str | None = None
+        delay = 1.0
+        while True:
+            headers = [("accept", "text/event-stream")]
+            if self.session_id is not None:
+                headers.append(("mcp-session-id", self.session_id))
+            if self.version is not None:
+                headers.append(("mcp-protocol-version", self.version))
+            if last_event is not None:
+                headers.append(("last-event-id", last_event))
+            try:
+                headers += await self._credential_headers()
+                async with self.client.stream("GET", self.target,
+                                              headers=headers) as response:
+                    if response.status == 405:
+                        log.info("the remote has no GET stream")
+                        return
+                    if response.status == 200:
+                        delay = 1.0
+                        parser = SSEParser()
+                        async for chunk in response.iter_bytes():
+                            for event in parser.feed(chunk):
+                                last_event = event.id or last_event
+                                if event.data:
+                                    await self.write(event.data.encode())
+            except (HttpError, LoginPending) as exc:
+                log.info("the remote's GET stream: %s", exc)
+            await trio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def _delete_session(self) -> None:
+        if self.session_id is None:
+            return
+        headers = [("mcp-session-id", self.session_id)]
+        if self.version is not None:
+            headers.append(("mcp-protocol-version", self.version))
+        with trio.move_on_after(5):
+            try:
+                headers += await self._credential_headers()
+                await self.client.request("DELETE", self.target, headers=headers)
+            except (HttpError, LoginPending):
+                pass
+
+
+def standard_streams() -> tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]:
+    """The process's stdin and stdout as trio streams (duplicated descriptors)."""
+    return trio.lowlevel.FdStream(os.dup(0)), trio.lowlevel.FdStream(os.dup(1))
