@@ -26,12 +26,13 @@ and SSRF rules; https everywhere except on loopback addresses):
 
 Then, under the supervisor: the access token is refreshed ahead of expiry (a third of its
 lifetime before it, at most two minutes, jittered: the authorization server's rule for upstream
-tokens), with the same resource; a refresh the server
-refuses (``invalid_grant``) means a new login. A 401 from the remote to a request with the
-current token asks for one refresh (:meth:`RemoteLogin.rejected`), never a loop. While there is
-no token (the login waits, failed, or timed out) requests get 503 with the reason; a request
-that arrives after a failed login starts a new one (the URL is printed again), so a login is
-never attempted in a loop nobody watches.
+tokens), with the same resource; a refresh the server refuses (``invalid_grant``) means a new
+login. A 401 from the remote to a request with the current token asks for one refresh
+(:meth:`RemoteLogin.rejected`), never a loop. While a login is under way, requests wait for it
+(at most as long as it may take: a desktop client's first ``initialize`` simply takes as long as
+the user); when there is no token (the login failed or timed out) they get 503 with the reason;
+a request that arrives after a failed login starts a new one (the URL is printed again), so a
+login is never attempted in a loop nobody watches.
 """
 
 from __future__ import annotations
@@ -153,6 +154,8 @@ class RemoteLogin:
         self.problem = "the login to the remote server has not finished yet"
         self.logins = 0
         self.refreshes = 0
+        self._logging_in = False
+        self._discovery_failed = False
         self._wanted = trio.Event()
         """A request needs a token and there is none: start a login."""
         self._refresh_now = trio.Event()
@@ -176,8 +179,21 @@ class RemoteLogin:
             tokens = self.tokens
             if tokens is not None and not self._expired(tokens):
                 return [("authorization", f"Bearer {tokens.access_token}")]
-        self._wanted.set()
+        if not self._login_pending() and not self._discovery_failed:
+            self._logging_in = True  # the last login failed: this request starts the next
+            self._wanted.set()
+        if self._login_pending():  # wait for it (bounded by the login's own timeout)
+            with trio.move_on_after(self.settings.timeout + TOKEN_TIMEOUT):
+                while self._login_pending():
+                    await self._changed.wait()
+            if self.tokens is not None:
+                return await self.headers(caller)
         raise LoginPending(self.problem)
+
+    def _login_pending(self) -> bool:
+        """A login is under way (or the first one is about to start)."""
+        return self.tokens is None and (self._logging_in or (
+            self.logins == 0 and not self._discovery_failed))
 
     async def rejected(self) -> bool:
         """The remote refused the current token: one refresh (or a login) is asked for; True
@@ -213,6 +229,7 @@ class RemoteLogin:
         try:
             await self._discover()
         except (FetchError, HttpError, LoginFailed) as exc:
+            self._discovery_failed = True
             self._set(None, f"the remote server's authorization server cannot be found: {exc}")
             raise Retry(f"remote login: {self.problem}", level=logging.WARNING) from None
         if self.not_required:
@@ -228,17 +245,20 @@ class RemoteLogin:
     async def _login_when_wanted(self) -> None:
         """A login now (at start), or after a failed one when a request asks for a token."""
         if self.logins:
-            self._wanted = trio.Event()
             await self._wanted.wait()
+        self._wanted = trio.Event()  # asked for from here on: the next login
         self.logins += 1
+        self._logging_in = True
         try:
             tokens = await self._login()
         except LoginFailed as exc:
+            self._logging_in = False
             log.warning("remote login: %s", exc)
             self._set(None, f"the login to the remote server failed: {exc} (the next request "
                             "starts a new one)")
             return
         log.info("remote login: logged in to %s", self.target)
+        self._logging_in = False
         self._keep(tokens)
 
     async def _refresh_when_due(self) -> None:
