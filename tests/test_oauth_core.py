@@ -194,6 +194,25 @@ async def test_protected_resource_is_compared_as_a_url(server: Scripted,
                                           metadata_url=f"{server.url}/prm", **LOCAL)
 
 
+async def test_protected_resource_may_name_a_parent_of_the_server(server: Scripted,
+                                                                 http: HttpClient) -> None:
+    """As the MCP SDKs allow: the origin, or a base path at a segment boundary; not a sibling
+    path, another origin, or a parent with a query."""
+    port = urlsplit(server.url).port
+    base = f"http://127.0.0.1:{port}"
+    for named in (base, f"{base}/", f"{base}/api"):
+        server.answers["/prm"] = (200, {"resource": named, "authorization_servers": []})
+        found = await protected_resource_metadata(http, f"{base}/api/mcp",
+                                                  metadata_url=f"{server.url}/prm", **LOCAL)
+        assert found.resource == named
+    for named in (f"{base}/ap", f"http://localhost:{port}", f"{base}/?tenant=a",
+                  f"{base}/api/mcp/deeper"):
+        server.answers["/prm"] = (200, {"resource": named, "authorization_servers": []})
+        with pytest.raises(DiscoveryError):
+            await protected_resource_metadata(http, f"{base}/api/mcp",
+                                              metadata_url=f"{server.url}/prm", **LOCAL)
+
+
 async def test_protected_resource_urls_pass_the_ssrf_guard(server: Scripted,
                                                            http: HttpClient) -> None:
     with pytest.raises(DiscoveryError, match="plain http"):

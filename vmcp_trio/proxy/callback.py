@@ -57,7 +57,7 @@ class _CallbackApp:
             return
         query = {k: v[0] for k, v in request.query.items() if v}
         state = query.get("state", "")
-        if self.arrived.is_set() or not hmac.compare_digest(state.encode(),
+        if self.result is not None or not hmac.compare_digest(state.encode(),
                                                             self.state.encode()):
             await send_text(send, 400, _FAILED_PAGE.format("this link is not the login's"),
                             content_type="text/html")
@@ -69,10 +69,13 @@ class _CallbackApp:
         elif not query.get("code"):
             error = "the callback carries no code"
         self.result = CallbackResult(query.get("code"), query.get("iss"), error)
-        self.arrived.set()
         page = _DONE_PAGE if error is None else _FAILED_PAGE.format("the authorization server "
                                                                    "refused")
-        await send_text(send, 200 if error is None else 400, page, content_type="text/html")
+        try:  # the page first: the server stops once the wait is over
+            await send_text(send, 200 if error is None else 400, page,
+                            content_type="text/html")
+        finally:
+            self.arrived.set()
 
 
 class CallbackServer:

@@ -3,8 +3,9 @@
 Each credential is an :class:`~vmcp_trio.auth.outgoing.strategies.OutgoingStrategy` (the
 gateway's interface: headers for a caller, or :class:`CredentialError` saying why there are
 none), plus :meth:`RemoteCredential.rejected`, which the forwarder calls once when the remote
-answers 401 to a request that carried it: True when a new value may work (a refresh, a new
-login), so the request is sent again, once; False when nothing would change (a static token).
+answers 401 (or 403) to a request that carried it: True when a new value may work (a refresh,
+a new login, a step-up to more scopes), so the request is sent again, once; False when nothing
+would change (a static token).
 
 * :class:`StaticBearer`: ``--remote-auth-bearer-token`` or ``-file``.
 * :class:`Exchanged`: RFC 8693 (``--token-exchange-url``) with the gateway's strategy and its
@@ -15,17 +16,19 @@ login), so the request is sent again, once; False when nothing would change (a s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from ..auth.outgoing.caller import Caller
 from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy
 
-__all__ = ["CredentialError", "Exchanged", "RemoteCredential", "StaticBearer"]
+__all__ = ["CredentialError", "Exchanged", "RemoteCredential", "StaticBearer", "renewed"]
 
 
 class RemoteCredential(OutgoingStrategy, Protocol):
-    async def rejected(self) -> bool:
-        """The remote refused the value sent last: whether a new one may work."""
+    async def rejected(self, status: int, challenge: str | None) -> bool:
+        """The remote refused the value sent last (``status`` 401 or 403, with its
+        ``WWW-Authenticate``): whether a new one may work."""
         ...
 
 
@@ -39,7 +42,7 @@ class StaticBearer:
     async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         return [("authorization", self._authorization)]
 
-    async def rejected(self) -> bool:
+    async def rejected(self, status: int, challenge: str | None) -> bool:
         return False
 
 
@@ -50,5 +53,15 @@ class Exchanged:
     async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         return await self.strategy.headers(caller)
 
-    async def rejected(self) -> bool:
+    async def rejected(self, status: int, challenge: str | None) -> bool:
         return False
+
+
+async def renewed(credentials: Sequence[RemoteCredential], status: int,
+                  challenge: str | None) -> bool:
+    """After the remote refused a request: whether one of ``credentials`` has a new value worth
+    one more try (each is asked)."""
+    again = False
+    for credential in credentials:
+        again = await credential.rejected(status, challenge) or again
+    return again

@@ -41,7 +41,7 @@ from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_json
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..runtime import tracing
-from .credentials import RemoteCredential
+from .credentials import RemoteCredential, renewed
 from .headers import request_headers, response_headers
 
 __all__ = ["Forwarder", "LoginPending", "RemoteRefused"]
@@ -133,7 +133,8 @@ class Forwarder:
         try:
             async with self.client.stream(request.method, url, headers=headers,
                                           body=body) as response:
-                if response.status == 401 and may_retry and await self._renewed():
+                if response.status in (401, 403) and may_retry and await renewed(
+                        self.credentials, response.status, response.header("www-authenticate")):
                     try:
                         return await self._headers(request, caller)
                     except RemoteRefused as exc:
@@ -146,13 +147,6 @@ class Forwarder:
                 "error_description": f"the remote MCP server {self.origin} did not answer: "
                                      f"{exc}"})
         return None
-
-    async def _renewed(self) -> bool:
-        """After a 401: whether a credential has a new value worth one more try."""
-        renewed = False
-        for credential in self.credentials:
-            renewed = await credential.rejected() or renewed
-        return renewed
 
     async def _relay(self, response: HttpResponse, send: Send) -> None:
         await send({"type": "http.response.start", "status": response.status,

@@ -57,6 +57,7 @@ from ..auth.oauth.authorize import authorization_url
 from ..auth.oauth.discovery import (
     AuthorizationServerMetadata,
     FetchError,
+    ResourceMismatch,
     authorization_server_metadata,
     protected_resource_metadata,
 )
@@ -120,6 +121,17 @@ class _Challenge:
     realm: str | None = None
 
 
+def _bearer_params(challenge: str | None) -> dict[str, str]:
+    """The parameters of a ``WWW-Authenticate`` value's Bearer challenge (empty: none)."""
+    if not challenge:
+        return {}
+    try:
+        challenges = parse_challenges(challenge)
+    except ValueError:
+        return {}
+    return next((params for scheme, params in challenges if scheme.lower() == "bearer"), {})
+
+
 def announce(url: str, seconds_left: float, *, open_browser: bool) -> None:
     """Print the authorization URL on stderr with the time left; open it in a browser."""
     print(f"vmcp proxy: log in to the remote server within {seconds_left:.0f}s at:\n  {url}",
@@ -156,6 +168,12 @@ class RemoteLogin:
         self.refreshes = 0
         self._logging_in = False
         self._discovery_failed = False
+        self._requested: tuple[str, ...] = ()
+        """The scopes the last login asked for."""
+        self._migrating = False
+        self._challenge: _Challenge | None = None
+        """A 401 a request got when the probe had said no token was needed."""
+        self._needed = trio.Event()
         self._wanted = trio.Event()
         """A request needs a token and there is none: start a login."""
         self._refresh_now = trio.Event()
@@ -186,24 +204,83 @@ class RemoteLogin:
             with trio.move_on_after(self.settings.timeout + TOKEN_TIMEOUT):
                 while self._login_pending():
                     await self._changed.wait()
-            if self.tokens is not None:
+            if self.tokens is not None or self.not_required:
                 return await self.headers(caller)
         raise LoginPending(self.problem)
 
     def _login_pending(self) -> bool:
         """A login is under way (or the first one is about to start)."""
-        return self.tokens is None and (self._logging_in or (
+        return self.tokens is None and not self.not_required and (self._logging_in or (
             self.logins == 0 and not self._discovery_failed))
 
-    async def rejected(self) -> bool:
-        """The remote refused the current token: one refresh (or a login) is asked for; True
-        when a new token came within 10 s."""
+    async def rejected(self, status: int, challenge: str | None) -> bool:
+        """The remote refused a request (401, or 403 with its ``WWW-Authenticate``): True when
+        a new token is there to send it again with. A 401 asks for one refresh, or, when the
+        remote had not asked for a token before, a login (from this challenge); a 403
+        ``insufficient_scope`` naming scopes not asked for yet asks for a login with them added
+        (step-up). Never twice for the same scopes: no loop."""
+        params = _bearer_params(challenge)
+        if status == 403:
+            needed = tuple((params.get("scope") or "").split())
+            if params.get("error") != "insufficient_scope" or set(needed) <= set(
+                    self._requested):
+                return False
+            self.scopes = tuple(dict.fromkeys((*self._requested, *self.scopes, *needed)))
+            log.info("remote login: the remote asks for more scopes (%s): logging in again",
+                     " ".join(needed)[:200])
+            self.problem = "a step-up login to the remote server (more scopes) is under way"
+            return await self._login_again()
         before = self.tokens
+        if self.not_required:  # the remote asks for a token after all
+            self.not_required = False
+            self._challenge = _Challenge(params.get("resource_metadata"), params.get("scope"),
+                                         params.get("realm"))
+            self._needed.set()
+            await self._wait_change(self.settings.timeout + TOKEN_TIMEOUT)
+            return self.tokens is not None
         if before is None:
             return False
+        if await self._moved(params):
+            self._challenge = _Challenge(params.get("resource_metadata"), params.get("scope"),
+                                         params.get("realm"))
+            return await self._login_again()
         self._refresh_now.set()
         await self._wait_change(10.0)
         return self.tokens is not None and self.tokens is not before
+
+    async def _moved(self, params: dict[str, str]) -> bool:
+        """Whether the remote's metadata (named by a 401) now names another authorization
+        server than the one logged in to (SEP-2352): its client and login are then made
+        anew there."""
+        metadata_url = params.get("resource_metadata")
+        if (metadata_url is None or self.metadata is None or self.settings.issuer
+                or self.settings.authorize_url):
+            return False
+        local = is_loopback_url(metadata_url)
+        try:
+            resource = await protected_resource_metadata(
+                self.client, self.resource, metadata_url=metadata_url, allow_http=local,
+                allow_private=local)
+        except FetchError:
+            return False
+        if not resource.authorization_servers or (
+                resource.authorization_servers[0] == self.metadata.issuer):
+            return False
+        log.info("remote login: the remote's authorization server is now %s: registering and "
+                 "logging in there", resource.authorization_servers[0][:200])
+        self._migrating = True
+        return True
+
+    async def _login_again(self) -> bool:
+        """Drop the token and wait for a new login (bounded)."""
+        self._set(None)
+        self._logging_in = True
+        self._wanted.set()
+        self._refresh_now.set()  # the refresher wakes and yields to the login
+        with trio.move_on_after(self.settings.timeout + TOKEN_TIMEOUT):
+            while self._login_pending():
+                await self._changed.wait()
+        return self.tokens is not None
 
     @staticmethod
     def _expired(tokens: TokenResponse) -> bool:
@@ -225,6 +302,11 @@ class RemoteLogin:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
                   ) -> None:
         """Discover, take the kept login or log in, then keep the token fresh; forever."""
+        self._logging_in = self._discovery_failed = False  # a restart starts over
+        if self._migrating:
+            self._migrating = False
+            self.metadata = self.credentials = self.redirect_uri = None
+            self._logging_in = True  # the requests waiting for it go on waiting
         task_status.started()
         try:
             await self._discover()
@@ -234,7 +316,9 @@ class RemoteLogin:
             raise Retry(f"remote login: {self.problem}", level=logging.WARNING) from None
         if self.not_required:
             log.info("remote %s asks for no token: forwarding without one", self.target)
-            return
+            self._set(None)  # the requests waiting for a login go on without one
+            await self._needed.wait()
+            raise Retry("remote login: the remote asks for a token after all", after=0.0)
         self._load()
         while True:
             if self.tokens is None:
@@ -272,6 +356,10 @@ class RemoteLogin:
         else:
             await self._refresh_now.wait()
         self._refresh_now = trio.Event()
+        if self._migrating:  # to another authorization server: discovered anew
+            raise Retry("remote login: the authorization server changed", after=0.0)
+        if self.tokens is None:  # dropped for a new login (step-up)
+            return
         if tokens.refresh_token is None:  # due, or refused by the remote: nothing to refresh with
             self._set(None, "the remote server's token expired and came without a refresh "
                             "token: log in again")
@@ -315,7 +403,7 @@ class RemoteLogin:
                 self.client, settings.issuer, allow_http=local, allow_private=local)
             self.scopes = settings.scopes if settings.scopes is not None else OIDC_DEFAULT_SCOPES
         else:
-            challenge = await self._probe()
+            challenge = self._challenge or await self._probe()
             if challenge is None:
                 self.not_required = True
                 return
@@ -339,18 +427,11 @@ class RemoteLogin:
                               f"{TOKEN_TIMEOUT:g}s") from None
         if status != 401:
             return None
-        for name, value in raw_headers:
-            if name.lower() != b"www-authenticate":
-                continue
-            try:
-                challenges = parse_challenges(value.decode("latin-1"))
-            except ValueError:
-                continue
-            for scheme, params in challenges:
-                if scheme.lower() == "bearer":
-                    return _Challenge(params.get("resource_metadata"), params.get("scope"),
-                                      params.get("realm"))
-        return _Challenge()
+        value = next((v.decode("latin-1") for k, v in raw_headers
+                      if k.lower() == b"www-authenticate"), None)
+        params = _bearer_params(value)
+        return _Challenge(params.get("resource_metadata"), params.get("scope"),
+                          params.get("realm"))
 
     async def _from_challenge(self, challenge: _Challenge) -> AuthorizationServerMetadata:
         settings = self.settings
@@ -366,23 +447,49 @@ class RemoteLogin:
                                   "no authorization server")
             issuer = resource.authorization_servers[0]
             scopes = resource.scopes_supported
+            if settings.resource is None:  # the resource the server names (it covers ours)
+                self.resource = resource.resource
+        except ResourceMismatch as exc:
+            raise LoginFailed(str(exc)) from None
         except FetchError as exc:
             realm = challenge.realm
-            if not realm or urlsplit(realm).scheme not in ("http", "https"):
-                raise LoginFailed(f"no protected resource metadata for {self.resource} "
-                                  f"({exc}), and no realm naming an issuer") from None
-            log.info("remote login: no protected resource metadata (%s); the realm %s is "
-                     "taken as the issuer", exc, realm)
-            issuer = realm
-        if settings.scopes is not None:
-            self.scopes = settings.scopes
-        elif challenge.scope:
-            self.scopes = tuple(challenge.scope.split())
-        else:
-            self.scopes = scopes
+            if realm and urlsplit(realm).scheme in ("http", "https"):
+                log.info("remote login: no protected resource metadata (%s); the realm %s is "
+                         "taken as the issuer", exc, realm)
+                issuer = realm
+            else:  # a 2025-03-26 server: its own origin is the authorization server
+                log.info("remote login: no protected resource metadata (%s); the server's "
+                         "origin is taken as the authorization server (2025-03-26)", exc)
+                return await self._origin_as_issuer(challenge)
+        self._choose_scopes(challenge, scopes)
         local = is_loopback_url(issuer)
         return await authorization_server_metadata(self.client, issuer, allow_http=local,
                                                    allow_private=local)
+
+    def _choose_scopes(self, challenge: _Challenge, advertised: tuple[str, ...]) -> None:
+        if self.settings.scopes is not None:
+            self.scopes = self.settings.scopes
+        elif challenge.scope:
+            self.scopes = tuple(challenge.scope.split())
+        else:
+            self.scopes = advertised
+
+    async def _origin_as_issuer(self, challenge: _Challenge) -> AuthorizationServerMetadata:
+        """Protocol revision 2025-03-26's discovery: the metadata at the server's origin, else
+        its default endpoints ``/authorize``, ``/token`` and ``/register`` there."""
+        parts = urlsplit(self.target)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        self._choose_scopes(challenge, ())
+        local = is_loopback_url(origin)
+        try:
+            return await authorization_server_metadata(self.client, origin, allow_http=local,
+                                                       allow_private=local)
+        except FetchError as exc:
+            log.info("remote login: no metadata at %s (%s): its default endpoints", origin, exc)
+        return AuthorizationServerMetadata(
+            issuer=origin, authorization_endpoint=f"{origin}/authorize",
+            token_endpoint=f"{origin}/token", registration_endpoint=f"{origin}/register",
+            code_challenge_methods_supported=("S256",), scopes_supported=(), document={})
 
     # --- the client and the stored login -----------------------------------------------------
 
@@ -453,11 +560,12 @@ class RemoteLogin:
             raise LoginFailed(f"dynamic client registration failed: {exc}") from None
         log.info("remote login: registered client %s at %s", registered.client_id, endpoint)
         self.redirect_uri = redirect_uri
+        # With a secret, the registered method (RFC 7591's default: client_secret_basic).
         method = registered.token_endpoint_auth_method
         self.credentials = ClientCredentials(
             registered.client_id, registered.client_secret,
-            method if registered.client_secret and method in (
-                "client_secret_basic", "client_secret_post") else "none")  # type: ignore[arg-type]
+            "none" if registered.client_secret is None else
+            "client_secret_post" if method == "client_secret_post" else "client_secret_basic")
         return self.credentials
 
     # --- the login and the token requests ------------------------------------------------------
@@ -492,6 +600,7 @@ class RemoteLogin:
                         redirect_uri=redirect_uri, state=state, code_challenge=challenge,
                         scopes=self.scopes, resource=self.resource,
                         scope_param_name=settings.scope_param_name)
+                    self._requested = self.scopes
                     self.problem = ("the login to the remote server waits for the user: open "
                                     "the URL vmcp proxy printed")
                     await trio.to_thread.run_sync(self.open_url, url, settings.timeout,

@@ -37,7 +37,7 @@ import trio
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..protocol.sse import SSEParser
 from ..protocol.stateless import NAMED_METHODS, PROTOCOL_VERSION, encode_header_value
-from .credentials import RemoteCredential
+from .credentials import RemoteCredential, renewed
 from .forwarder import LoginPending
 
 __all__ = ["StdioBridge"]
@@ -178,7 +178,8 @@ class StdioBridge:
             headers = self._headers(message) + await self._credential_headers()
             async with self.client.stream("POST", self.target, headers=headers,
                                           body=line) as response:
-                if response.status == 401 and attempt == 1 and await self._renewed():
+                if response.status in (401, 403) and attempt == 1 and await renewed(
+                        self.credentials, response.status, response.header("www-authenticate")):
                     continue
                 if (response.status == 404 and replay_on_404 and self.session_id is not None
                         and not (isinstance(message, dict)
@@ -190,12 +191,6 @@ class StdioBridge:
                     return
                 await self._take(response, message, show=show)
             return
-
-    async def _renewed(self) -> bool:
-        renewed = False
-        for credential in self.credentials:
-            renewed = await credential.rejected() or renewed
-        return renewed
 
     async def _take(self, response: HttpResponse, message: object, *, show: bool) -> None:
         """The remote's answer to one POST, to stdout (or, for a replay, read and dropped)."""

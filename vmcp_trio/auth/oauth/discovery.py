@@ -51,6 +51,7 @@ __all__ = [
     "DiscoveryError",
     "FetchError",
     "ProtectedResource",
+    "ResourceMismatch",
     "authorization_server_metadata",
     "authorization_server_metadata_urls",
     "discover",
@@ -74,6 +75,11 @@ class FetchError(Exception):
 
 class DiscoveryError(FetchError):
     """No usable metadata: the message says where vmcp looked and what was wrong."""
+
+
+class ResourceMismatch(DiscoveryError):
+    """A protected resource metadata document that is another resource's: never a reason to
+    look elsewhere (it may be an attacker's)."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,21 @@ def _canonical(url: str) -> tuple[object, ...] | None:
             parts.path.rstrip("/"), parts.query, parts.fragment)
 
 
+def _covers(named: str, resource: str) -> bool:
+    """Whether a metadata document's ``resource`` stands for ``resource``: the same URL, or
+    one of its parents (same origin, its path a whole-segment prefix and no query), as the MCP
+    SDKs allow a server's metadata to name its origin or a base path."""
+    given, wanted = _canonical(named), _canonical(resource)
+    if given is None or wanted is None:
+        return False
+    if given == wanted:
+        return True
+    if given[:5] != wanted[:5] or given[6] or given[7]:
+        return False
+    base, path = str(given[5]), str(wanted[5])
+    return path.startswith(base + "/") or not base
+
+
 # --- fetching ----------------------------------------------------------------------------------
 
 async def _first_document(client: HttpClient, urls: list[str], *, refused: str, missing: str,
@@ -277,16 +298,16 @@ async def protected_resource_metadata(client: HttpClient, resource: str, *,
     """The metadata of the protected resource ``resource`` (RFC 9728): from ``metadata_url``
     (the ``resource_metadata`` of a 401's challenge) when given, else from the well-known URL
     derived from the resource (path-insert, then the root form). Its ``resource`` must be
-    ``resource`` (compared as URLs). Raises :class:`DiscoveryError`."""
+    ``resource`` or a parent of it (compared as URLs, :func:`_covers`). Raises
+    :class:`DiscoveryError`."""
     url, document = await _first_document(
         client, [metadata_url] if metadata_url is not None else _protected_resource_urls(resource),
         refused="the protected resource metadata URL is refused",
         missing=f"no protected resource metadata for {resource}", allow_http=allow_http,
         allow_private=allow_private)
     named = document.get("resource")
-    expected = _canonical(resource)
-    if not isinstance(named, str) or expected is None or _canonical(named) != expected:
-        raise DiscoveryError(f"{url} is the metadata of the resource {str(named)[:200]!r}, "
+    if not isinstance(named, str) or not _covers(named, resource):
+        raise ResourceMismatch(f"{url} is the metadata of the resource {str(named)[:200]!r}, "
                              f"not of {resource!r}")
     return ProtectedResource(named, _strings(document, "authorization_servers"),
                              _strings(document, "scopes_supported"))

@@ -1,0 +1,90 @@
+"""The official suite's client authorization scenarios with ``vmcp proxy stdio`` as the client under
+test, and mcp-remote 0.15.1 as the yardstick.
+
+``@modelcontextprotocol/conformance`` 0.2's ``client`` mode runs a command against its own MCP
+server and authorization server per scenario and checks the OAuth the client does (metadata
+discovery, dynamic or pre-registered clients, PKCE, ``resource``, scopes, step-up, ``iss``, ...).
+The command is ``tests/fixtures/proxy_stdio_client.py``: a small stdio MCP client that starts
+``vmcp proxy stdio --remote-auth`` (or, with ``--mcp-remote``, mcp-remote) and plays the user's
+browser. A scenario passes when none of its checks is a FAILURE or a WARNING.
+
+What runs: the suite's ``auth`` set for both clients, and for vmcp also the scenarios of the
+2026-07-28 authorization rules and of 2025-03-26's discovery that the set leaves out. vmcp must
+pass every scenario mcp-remote passes, and every one but those listed in :data:`NOT_PASSED` with
+the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_conformance import PEERS, SUITE_SCRIPTS, Scenario, _node
+
+CLIENT = Path(__file__).resolve().parent / "fixtures" / "proxy_stdio_client.py"
+AUTH_SET = frozenset(f"auth/{name}" for name in (
+    "metadata-default", "metadata-var1", "metadata-var2", "metadata-var3", "basic-cimd",
+    "scope-from-www-authenticate", "scope-from-scopes-supported",
+    "scope-omitted-when-undefined", "scope-step-up", "scope-retry-limit",
+    "token-endpoint-auth-basic", "token-endpoint-auth-post", "token-endpoint-auth-none",
+    "pre-registration"))
+"""The ``--suite auth`` set of 0.2.0-alpha.12, pinned."""
+MORE = tuple(f"auth/{name}" for name in (
+    "resource-mismatch", "offline-access-scope", "offline-access-not-supported",
+    "authorization-server-migration", "iss-supported", "iss-not-advertised",
+    "iss-supported-missing", "iss-wrong-issuer", "iss-unexpected", "iss-normalized",
+    "metadata-issuer-mismatch", "2025-03-26-oauth-metadata-backcompat",
+    "2025-03-26-oauth-endpoint-fallback"))
+NOT_PASSED = {
+    "auth/basic-cimd": "a WARNING: the client should use a Client ID Metadata Document (an "
+                       "https URL as client_id); a proxy on a laptop has no public https URL "
+                       "to serve one from, so it registers dynamically instead",
+}
+
+
+def _results(output_dir: Path) -> dict[str, Scenario]:
+    """The scenarios of a client-mode ``-o`` directory (``auth/<name>-<timestamp>/``)."""
+    found: dict[str, Scenario] = {}
+    for checks_file in sorted(output_dir.glob("auth/*/checks.json")):
+        match = re.match(r"^(?P<name>.+)-\d{4}-\d\d-\d\dT", checks_file.parent.name)
+        if match is not None:
+            checks = json.loads(checks_file.read_text(encoding="utf-8"))
+            name = f"auth/{match['name']}"
+            found[name] = Scenario(name, [c for c in checks if isinstance(c, dict)])
+    return found
+
+
+def _run(node: str, output_dir: Path, selection: list[str], *client_flags: str) -> None:
+    command = " ".join([sys.executable, str(CLIENT), *client_flags])
+    done = subprocess.run([node, str(SUITE_SCRIPTS["0.2"]), "client", "--command", command,
+                           *selection, "-o", str(output_dir)], cwd=PEERS,
+                          capture_output=True, timeout=400, stdin=subprocess.DEVNULL)
+    assert done.returncode in (0, 1), done.stderr.decode(errors="replace")[-2000:]
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    return _node()
+
+
+def test_vmcp_proxy_stdio_passes_the_client_auth_scenarios_mcp_remote_passes(
+        node: str, tmp_path: Path) -> None:
+    _run(node, tmp_path / "vmcp", ["--suite", "auth"])
+    for scenario in MORE:
+        _run(node, tmp_path / "vmcp", ["--scenario", scenario])
+    _run(node, tmp_path / "mcp-remote", ["--suite", "auth"], "--mcp-remote", node)
+    ours, theirs = _results(tmp_path / "vmcp"), _results(tmp_path / "mcp-remote")
+    assert set(ours) == AUTH_SET | set(MORE) and set(theirs) == AUTH_SET
+    passed = {name for name, scenario in ours.items() if scenario.passed}
+    failing = set(ours) - passed
+    lines = [f"{name}\n{ours[name].describe()}" for name in sorted(failing - set(NOT_PASSED))]
+    assert not lines, "client auth scenarios vmcp proxy stdio fails:\n" + "\n".join(lines)
+    stale = passed & set(NOT_PASSED)
+    assert not stale, f"listed in NOT_PASSED but passing (update the list): {sorted(stale)}"
+    behind = {name for name, scenario in theirs.items() if scenario.passed} - passed
+    assert not behind, f"scenarios mcp-remote passes and vmcp does not: {sorted(behind)}"
