@@ -358,8 +358,7 @@ def gateway_phase(args: argparse.Namespace, *, server_cpu: int,
     """``measure_phase`` through ``vmcp serve`` (alone on ``server_cpu``) in front of a floor
     backend (on ``load_cpu``, with the load generator)."""
     python = sys.executable
-    floor = [python, "bench/floor_backend.py", "--port", "0"]
-    with started(floor, cpu=load_cpu, ready_line="listening") as (backend, line):
+    with started(floor_command(), cpu=load_cpu, ready_line="listening") as (backend, line):
         port = free_port()
         config = gateway_config(line.split()[-1])
         with started([python, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
@@ -369,3 +368,16 @@ def gateway_phase(args: argparse.Namespace, *, server_cpu: int,
                                 {"vmcp": gateway.pid, "floor": backend.pid}, args)
         config.unlink()
     return via
+
+
+def server_and_load_cpus() -> tuple[int, int]:
+    """The CPU the process under test gets alone (the first), and the load generator's (the
+    last), to which this process is pinned."""
+    available = cpus()
+    pin_self(available[-1])
+    return available[0], available[-1]
+
+
+def floor_command() -> list[str]:
+    """The raw trio + h11 backend (``bench/floor_backend.py``) on a free port."""
+    return [sys.executable, "bench/floor_backend.py", "--port", "0"]

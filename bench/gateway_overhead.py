@@ -18,23 +18,20 @@ from __future__ import annotations
 import sys
 
 from common import (  # type: ignore[import-not-found]
-    cpus,
     emit,
+    floor_command,
     gateway_phase,
     load_arguments,
     measure_phase,
-    pin_self,
+    server_and_load_cpus,
     started,
 )
 
 
 def main() -> None:
     args = load_arguments()
-    available = cpus()
-    server_cpu, load_cpu = available[0], available[-1]
-    pin_self(load_cpu)
-    python = sys.executable
-    floor = [python, "bench/floor_backend.py", "--port", "0"]
+    server_cpu, load_cpu = server_and_load_cpus()
+    floor = floor_command()
     with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
         direct = measure_phase(line.split()[-1], {"floor": backend.pid}, args)
     via = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu)

@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from common import (  # type: ignore[import-not-found]
-    cpus,
     emit,
+    floor_command,
     free_port,
     gateway_phase,
     load_arguments,
     measure_phase,
-    pin_self,
+    server_and_load_cpus,
     started,
 )
 
@@ -119,11 +119,9 @@ def tail(path: Path, lines: int = 40) -> str:
 
 def main() -> None:
     args = load_arguments()
-    available = cpus()
-    server_cpu, load_cpu = available[0], available[-1]
-    pin_self(load_cpu)
+    server_cpu, load_cpu = server_and_load_cpus()
     python = sys.executable
-    floor = [python, "bench/floor_backend.py", "--port", "0"]
+    floor = floor_command()
     scratch = Path(tempfile.mkdtemp(prefix="proxy_overhead-"))
     metrics: dict[str, Any] = {"sessions": args.sessions,
                                "cpus": {"servers": server_cpu, "load": load_cpu}}

@@ -33,14 +33,13 @@ from urllib.parse import parse_qs
 import jwt as pyjwt
 import trio
 from common import (  # type: ignore[import-not-found]
-    cpus,
     emit,
     fixed_calls,
     free_port,
     gateway_config,
     jwks_server,
-    pin_self,
     rsa_jwk,
+    server_and_load_cpus,
     started,
 )
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -137,9 +136,7 @@ def main() -> None:
     parser.add_argument("--users", type=int, default=5)
     parser.add_argument("--clients", type=int, default=50)
     args = parser.parse_args()
-    available = cpus()
-    server_cpu, load_cpu = available[0], available[-1]
-    pin_self(load_cpu)
+    server_cpu, load_cpu = server_and_load_cpus()
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     now = int(time.time())
     tokens = [pyjwt.encode({"iss": ISSUER, "aud": AUDIENCE, "sub": f"user-{i}", "iat": now,

@@ -30,14 +30,14 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from common import (  # type: ignore[import-not-found]
-    cpus,
     emit,
+    floor_command,
     free_port,
     gateway_config,
     load_arguments,
     measure_phase,
-    pin_self,
     serve_in_thread,
+    server_and_load_cpus,
     started,
 )
 
@@ -86,11 +86,9 @@ def off_path_ns(rounds: int = 200_000) -> float:
 
 def main() -> None:
     args = load_arguments()
-    available = cpus()
-    server_cpu, load_cpu = available[0], available[-1]
-    pin_self(load_cpu)
+    server_cpu, load_cpu = server_and_load_cpus()
     python = sys.executable
-    floor = [python, "bench/floor_backend.py", "--port", "0"]
+    floor = floor_command()
     phases: dict[str, dict[str, float]] = {}
     batches = 0
     with started(floor, cpu=load_cpu, ready_line="listening") as (_, line), \

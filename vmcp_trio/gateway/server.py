@@ -38,7 +38,7 @@ from ..http.asgi import (
     Receive,
     Scope,
     Send,
-    lifespan,
+    http_request,
     send_json,
 )
 from ..http.origin import OriginGuard
@@ -140,12 +140,10 @@ class GatewayApp:
         return self.boundary.authenticator
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
+        request = await http_request(scope, receive, send,
+                                     body_timeout=self.settings.body_timeout_seconds)
+        if request is None:
             return
-        if scope["type"] != "http":
-            return
-        request = HttpRequest(scope, receive, body_timeout=self.settings.body_timeout_seconds)
         guarded = _GuardedSend(send, request, scope.get("http_version", "1.1"))
         record = AccessRecord()
         ACCESS.set(record)

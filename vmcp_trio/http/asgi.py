@@ -30,6 +30,7 @@ __all__ = [
     "ClientGone",
     "HttpRequest",
     "StreamWriter",
+    "http_request",
     "lifespan",
     "open_stream",
     "send_empty",
@@ -224,6 +225,19 @@ async def open_stream(request: HttpRequest, send: Send,
         with trio.move_on_after(1) as scope:
             scope.shield = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def http_request(scope: Scope, receive: Receive, send: Send, *,
+                       body_timeout: float = 30.0) -> HttpRequest | None:
+    """What an app's ``__call__`` starts with: the HTTP request of ``scope``; None when there
+    is none to serve (the lifespan protocol, answered here for as long as the server runs, or
+    another scope type)."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return None
+    if scope["type"] != "http":
+        return None
+    return HttpRequest(scope, receive, body_timeout=body_timeout)
 
 
 async def lifespan(receive: Receive, send: Send) -> None:

@@ -31,7 +31,7 @@ from ..http.asgi import (
     Receive,
     Scope,
     Send,
-    lifespan,
+    http_request,
     send_json,
 )
 from ..http.origin import OriginGuard
@@ -74,12 +74,9 @@ class ProxyApp:
         self.idle.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
+        request = await http_request(scope, receive, send, body_timeout=self.body_timeout)
+        if request is None:
             return
-        if scope["type"] != "http":
-            return
-        request = HttpRequest(scope, receive, body_timeout=self.body_timeout)
         started = _Started(send)
         adopt_request_id(request.header("x-request-id"))
         record = AccessRecord()

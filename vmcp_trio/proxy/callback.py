@@ -19,7 +19,7 @@ from functools import partial
 
 import trio
 
-from ..http.asgi import HttpRequest, Receive, Scope, Send, lifespan, send_text
+from ..http.asgi import Receive, Scope, Send, http_request, send_text
 from ..http.serving import hypercorn_config, listen, serve
 
 __all__ = ["CALLBACK_PATH", "CallbackResult", "CallbackServer"]
@@ -46,12 +46,9 @@ class _CallbackApp:
         self.arrived = trio.Event()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            await lifespan(receive, send)
+        request = await http_request(scope, receive, send)
+        if request is None:
             return
-        if scope["type"] != "http":
-            return
-        request = HttpRequest(scope, receive)
         if request.path != CALLBACK_PATH or request.method != "GET":
             await send_text(send, 404, "not found")
             return
