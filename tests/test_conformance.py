@@ -55,6 +55,8 @@ from typing import Any
 import pytest
 import yaml
 
+from vmcp_trio.proxy.tunnel_tokens import new_token_line
+
 from .helpers import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,6 +224,26 @@ def _wait_for_http(url: str, process: subprocess.Popen[bytes], what: str) -> Non
     pytest.fail(f"{what} did not answer {url} within {START_TIMEOUT:g}s")
 
 
+def _wait_for_tunnel(url: str, processes: list[subprocess.Popen[bytes]]) -> None:
+    """Until the relay forwards ``url`` (any status but its 503 for a tunnel with no agent)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        for process in processes:
+            if process.poll() is not None:
+                pytest.fail(f"the tunnel exited with {process.returncode} before it was ready")
+        try:
+            with opener.open(url, timeout=2):
+                return
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"the tunnel did not forward {url} within {START_TIMEOUT:g}s")
+
+
 def _gateway_config(backend_url: str) -> str:
     documents = [
         {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPGroup",
@@ -311,9 +333,28 @@ def targets() -> Iterator[Targets]:
                     stderr=subprocess.STDOUT))
             proxied = f"http://127.0.0.1:{proxy_port}/mcp"
             _wait_for_http(proxied, processes[-1], "vmcp proxy")
+
+            token, line = new_token_line("fixture")
+            (workdir / "tokens").write_text(line + "\n", encoding="utf-8")
+            (workdir / "token").write_text(token, encoding="utf-8")
+            relay_port = free_port()
+            with (workdir / "tunnel.log").open("wb") as log:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "vmcp_trio", "tunnel", "relay", "--port",
+                     str(relay_port), "--tokens", str(workdir / "tokens")],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT))
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "vmcp_trio", "proxy", "tunnel", "--relay-url",
+                     f"ws://127.0.0.1:{relay_port}", "--tunnel-token-file",
+                     str(workdir / "token"), "--target-uri", direct, "fixture"],
+                    cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT))
+            tunneled = f"http://127.0.0.1:{relay_port}/t/fixture/mcp"
+            _wait_for_tunnel(tunneled, processes[-2:])
             yield Targets(node, {"direct": direct,
                                  "vmcp": f"http://127.0.0.1:{gateway_port}/mcp",
-                                 "proxy": proxied}, workdir)
+                                 "proxy": proxied, "tunnel": tunneled}, workdir)
         finally:
             for process in reversed(processes):
                 stop_process(process)
@@ -426,4 +467,22 @@ def test_vmcp_proxy_passes_every_scenario_the_fixture_passes(targets: Targets,
         pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
                             "fail through vmcp proxy:", through, regressed)
                     + "\n  proxy log (tail):\n" + "\n".join(f"    {line}" for line in tail),
+                    pytrace=False)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_tunnel_passes_every_scenario_the_fixture_passes(targets: Targets,
+                                                           version: str) -> None:
+    """``vmcp tunnel relay`` and ``vmcp proxy tunnel`` in front of the fixture: each scenario
+    that passes against the fixture passes through the relay's public URL."""
+    direct = targets.results(version, "direct")
+    through = targets.results(version, "tunnel")
+    regressed = direct.passing - through.passing
+    assert direct.passing, "nothing passed directly: see the direct test"
+    if regressed:
+        log = targets.workdir / "tunnel.log"
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
+        pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
+                            "fail through the tunnel:", through, regressed)
+                    + "\n  tunnel log (tail):\n" + "\n".join(f"    {line}" for line in tail),
                     pytrace=False)

@@ -172,6 +172,50 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     proxy_flags.configure_parser(stdio, duration=_seconds)
     stdio.set_defaults(handler=_proxy_stdio, parser=stdio)
 
+    tunnel_agent = commands.add_parser(
+        "proxy-tunnel", prog="vmcp proxy tunnel", help=argparse.SUPPRESS,
+        description="Expose --target-uri through a relay (vmcp tunnel relay): connect out to "
+                    "--relay-url and serve the relay's requests against the target, with the "
+                    "remote-auth and header flags of 'vmcp proxy'.")
+    tunnel_agent.add_argument("--relay-url", required=True, metavar="URL",
+                              help="the relay's WebSocket URL (wss://relay.example.com)")
+    tunnel_agent.add_argument("--tunnel-token-file", required=True, metavar="PATH",
+                              help="file holding this tunnel's token (vmcp tunnel token)")
+    tunnel_agent.add_argument("server_name", metavar="SERVER_NAME",
+                              help="the tunnel's name (clients use {relay}/t/SERVER_NAME/...)")
+    proxy_flags.configure_parser(tunnel_agent, duration=_seconds)
+    tunnel_agent.set_defaults(handler=_proxy_tunnel, parser=tunnel_agent)
+
+    tunnel = commands.add_parser("tunnel", help="the public relay of vmcp proxy tunnel, and "
+                                                "its tokens")
+    tunnel_commands = tunnel.add_subparsers(dest="tunnel_command", required=True,
+                                            metavar="COMMAND")
+    relay = tunnel_commands.add_parser(
+        "relay", help="run the public relay",
+        description="Serve tunnels: agents (vmcp proxy tunnel) connect a WebSocket to "
+                    "/tunnel/NAME with their token; MCP clients reach each at /t/NAME/... "
+                    "until SIGINT or SIGTERM.")
+    relay.add_argument("--host", default="127.0.0.1", help="listen address (default: "
+                                                           "%(default)s)")
+    relay.add_argument("--port", type=int, default=0,
+                       help="listen port; 0 picks a free one (default: %(default)s)")
+    relay.add_argument("--tokens", required=True, metavar="FILE",
+                       help="NAME:TOKEN or NAME:sha256:HEX lines, one per tunnel")
+    relay.add_argument("--public-url", metavar="URL",
+                       help="the relay's public URL, for the printed client URLs")
+    relay.add_argument("--tls-cert", metavar="PEM", help="certificate chain for HTTPS/WSS")
+    relay.add_argument("--tls-key", metavar="PEM", help="private key for HTTPS/WSS")
+    relay.add_argument("--log-format", choices=("text", "json"), default="text",
+                       help="log format (default: %(default)s)")
+    relay.add_argument("--debug", action="store_true", help="debug logging")
+    relay.set_defaults(handler=_tunnel_relay, parser=relay)
+    token = tunnel_commands.add_parser(
+        "token", help="print a new tunnel token and the relay's line for it",
+        description="Print a new token for tunnel NAME: the line for the relay's --tokens "
+                    "file (its hash only) and the token for the agent's --tunnel-token-file.")
+    token.add_argument("name", metavar="NAME", help="the tunnel's name (a DNS label)")
+    token.set_defaults(handler=_tunnel_token, parser=token)
+
     secret = commands.add_parser(
         "secret", help="the secrets manager behind --remote-forward-headers-secret",
         description="Store, read, list and delete secrets (an encrypted file, overridden by "
@@ -391,6 +435,80 @@ def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     return EXIT_OK
 
 
+def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    import trio
+
+    from .app.tunnel import run_agent
+    from .proxy.options import settings_from
+    from .runtime.logs import configure_logging, say
+
+    configure_logging(args.log_format, debug=args.debug)
+    usage_error = _usage_errors(args, parser, "vmcp proxy tunnel")
+    if not args.relay_url.startswith(("ws://", "wss://")):
+        usage_error("--relay-url must be a ws:// or wss:// URL")
+    if args.oidc_issuer or args.resource_url:
+        usage_error("--oidc-issuer and --resource-url protect a listener; the agent has none "
+                    "(protect the relay instead)")
+    try:
+        token = Path(args.tunnel_token_file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        usage_error(f"--tunnel-token-file {args.tunnel_token_file}: cannot read it: "
+                    f"{getattr(exc, 'strerror', None) or exc}")
+    if not token:
+        usage_error(f"--tunnel-token-file {args.tunnel_token_file} is empty")
+    settings = settings_from(args, error=usage_error,
+                             warn=lambda text: say(f"vmcp proxy tunnel: warning: {text}",
+                                                   level="warning"))
+    say(f"vmcp proxy tunnel: {args.server_name}: {args.relay_url} -> {settings.target_uri}")
+    trio.run(run_agent, settings, args.relay_url, token)
+    return EXIT_OK
+
+
+def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from functools import partial
+
+    from .app.tunnel import run_relay
+    from .proxy.tunnel_relay import TunnelRelay
+    from .proxy.tunnel_tokens import TokenFileError, TunnelTokens
+    from .runtime.logs import configure_logging, say
+
+    configure_logging(args.log_format, debug=args.debug)
+    usage_error = _usage_errors(args, parser, "vmcp tunnel relay")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        usage_error("--tls-cert and --tls-key go together")
+    if not 0 <= args.port <= 65535:
+        usage_error("--port must be between 0 and 65535")
+    try:
+        tokens = TunnelTokens.load(args.tokens)
+    except TokenFileError as exc:
+        usage_error(str(exc))
+    if not tokens.names:
+        usage_error(f"--tokens {args.tokens} lists no tunnel")
+
+    def ready(urls: list[str]) -> None:
+        public = (args.public_url or urls[0]).rstrip("/")
+        agents = public.replace("https://", "wss://").replace("http://", "ws://")
+        say(f"vmcp tunnel relay: {urls[0]} ({len(tokens.names)} tunnel(s))\n"
+            f"  agents: vmcp proxy tunnel --relay-url {agents} ... NAME\n"
+            f"  clients: {public}/t/NAME/mcp", stream=sys.stdout, url=urls[0])
+
+    return _run_server(partial(run_relay, TunnelRelay(tokens), args.host, args.port,
+                               tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready),
+                       "vmcp tunnel relay")
+
+
+def _tunnel_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .proxy.tunnel_tokens import new_token_line
+
+    try:
+        token, line = new_token_line(args.name)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(f"# for the relay's --tokens file:\n{line}\n"
+          f"# for the agent's --tunnel-token-file (keep it secret):\n{token}")
+    return EXIT_OK
+
+
 def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
                   command: str) -> Callable[[str], NoReturn]:
     """A server command's usage error: exit 2 with one line (one JSON object with
@@ -565,8 +683,8 @@ def _parse(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.N
     parser, serve = build_parser()
     from_environment = _environment(serve, environ)
     words = list(sys.argv[1:] if argv is None else argv)
-    if words[:2] == ["proxy", "stdio"]:
-        words[:2] = ["proxy-stdio"]
+    if words[:2] in (["proxy", "stdio"], ["proxy", "tunnel"]):
+        words[:2] = [f"proxy-{words[1]}"]
     args = parser.parse_args(words)
     if args.command != "serve":
         return args

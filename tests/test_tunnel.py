@@ -1,0 +1,203 @@
+"""The tunnel: ``vmcp tunnel relay`` (an ASGI app under hypercorn) and the agent of ``vmcp proxy
+tunnel`` (trio-websocket), in this process, in front of an MCP Python SDK 2.x server; the
+official SDK client reaches that server through the relay's public URL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+import httpx2
+import pytest
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.http.serving import hypercorn_config, listen, serve
+from vmcp_trio.proxy.tunnel_agent import TunnelAgent
+from vmcp_trio.proxy.tunnel_relay import TunnelRelay
+from vmcp_trio.proxy.tunnel_tokens import TunnelTokens, new_token_line
+
+from .fixtures.sdk_servers import make_server, serving
+from .gateway_helpers import StatelessClient
+from .helpers import free_port
+
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+TOKEN, LINE = new_token_line("demo")
+
+
+@asynccontextmanager
+async def relay_running(relay: TunnelRelay) -> AsyncIterator[str]:
+    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=64 * 1024)
+    sockets = listen(config)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, relay, config, sockets,
+                                            shutdown_trigger=trio.sleep_forever))
+        yield binds[0]
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def agent_running(relay_url: str, target: str, token: str = TOKEN
+                        ) -> AsyncIterator[TunnelAgent]:
+    client = HttpClient()
+    agent = TunnelAgent(relay_url.replace("http://", "ws://"), "demo", token, target, client)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(agent.run)
+        yield agent
+        nursery.cancel_scope.cancel()
+    await client.aclose()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_client_reaches_the_internal_server_through_the_relay(mode: str) -> None:
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE))
+    async with serving(server, state) as target, relay_running(relay) as relay_url, \
+            agent_running(relay_url, target) as agent:
+        with trio.fail_after(10):
+            await agent.connected.wait()
+        public = f"{relay_url}/t/demo/mcp"
+        async with httpx2.AsyncClient() as http, Client(
+                streamable_http_client(public, http_client=http), mode=mode) as client:
+            seen: list[float] = []
+
+            async def progress(done: float, total: float | None, message: str | None) -> None:
+                seen.append(done)
+
+            result = await client.call_tool("slow", {"steps": 3}, progress_callback=progress)
+            assert not result.is_error and seen == [1, 2, 3]
+            calls = [client.call_tool("add", {"a": i, "b": 1}) for i in range(200)]
+            results: list[object] = []
+            async with trio.open_nursery() as nursery:
+                for call in calls:
+                    async def one(call: object = call) -> None:
+                        results.append((await call).structured_content)  # type: ignore[attr-defined]
+                    nursery.start_soon(one)
+            assert sorted(r["total"] for r in results) == list(range(1, 201))  # type: ignore[index]
+
+
+async def test_no_agent_is_503_and_a_wrong_token_connects_nothing() -> None:
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE))
+    async with serving(server, state) as target, relay_running(relay) as relay_url:
+        client = HttpClient()
+        status, headers, body = await client.request("POST", f"{relay_url}/t/demo/mcp",
+                                                     body=b"{}")
+        assert status == 503 and (b"retry-after", b"5") in headers and b"demo" in body
+        async with agent_running(relay_url, target, token="x" * 43) as agent:
+            await trio.sleep(0.5)
+            assert agent.connections == 0 and not relay.agents
+        await client.aclose()
+
+
+async def test_a_second_agent_with_the_token_replaces_the_first() -> None:
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE))
+    async with serving(server, state) as target, relay_running(relay) as relay_url, \
+            agent_running(relay_url, target) as first:
+        with trio.fail_after(10):
+            await first.connected.wait()
+        async with agent_running(relay_url, target) as second:
+            with trio.fail_after(10):
+                await second.connected.wait()
+                while first.connected.is_set():  # the relay closed the first one's connection
+                    await trio.sleep(0.01)
+            client = HttpClient()
+            status, _, _ = await client.request(
+                "POST", f"{relay_url}/t/demo/mcp", body=b'{"jsonrpc":"2.0","id":1,"method":'
+                b'"ping"}', headers=[("content-type", "application/json"),
+                                     ("accept", "application/json, text/event-stream"),
+                                     ("mcp-protocol-version", "2025-11-25")])
+            await client.aclose()
+            assert status in (200, 400)  # the server answered through the tunnel
+            assert first.connections == 1 and second.connections == 1
+
+
+def test_the_tokens_file_keeps_only_hashes_and_refuses_bad_lines() -> None:
+    token, line = new_token_line("team-a")
+    assert token not in line and line.startswith("team-a:sha256:")
+    tokens = TunnelTokens.parse(f"# tunnels\n{line}\nplain:{'p' * 20}\n")
+    assert tokens.allows("team-a", token) and not tokens.allows("team-a", token + "x")
+    assert tokens.allows("plain", "p" * 20) and not tokens.allows("nobody", token)
+    for bad in ("Upper:" + "x" * 20, "short:abc", "x:sha256:zz", "nocolon",
+                f"{line}\n{line}"):
+        with pytest.raises(Exception, match="line"):
+            TunnelTokens.parse(bad)
+
+
+async def test_a_stuck_stream_slows_no_other_and_a_client_leaving_cancels_its_call() -> None:
+    """A call that sleeps holds its stream; fifty others through the same tunnel finish
+    meanwhile. The client of the sleeping call leaves: the agent stops the call at the target."""
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE))
+    async with serving(server, state) as target, relay_running(relay) as relay_url, \
+            agent_running(relay_url, target) as agent:
+        with trio.fail_after(10):
+            await agent.connected.wait()
+        public = f"{relay_url}/t/demo/mcp"
+        stuck = StatelessClient(public)
+        leaving = trio.CancelScope()
+
+        async def stuck_call() -> None:
+            with leaving:
+                await stuck.call("sleepy", {"seconds": 60})
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stuck_call)
+            with trio.fail_after(10):
+                await state.sleepy_started.wait()
+            quick = StatelessClient(public)
+            with trio.fail_after(15):
+                for i in range(50):
+                    reply = await quick.call("add", {"a": i, "b": 1})
+                    assert reply.messages[-1]["result"]["structuredContent"]["total"] == i + 1
+            await quick.http.aclose()
+            leaving.cancel()  # the client leaves mid-call: its connection closes
+            with trio.fail_after(10):
+                await state.sleepy_cancelled.wait()
+            nursery.cancel_scope.cancel()
+
+
+async def test_the_agent_comes_back_after_a_relay_restart() -> None:
+    """The relay goes away and comes back on its port: calls fail with a clear status while it is
+    gone (the client's connection is refused, or 503 until the agent is back), and the agent's
+    backoff brings it back; calls work again."""
+    server, state = make_server("internal")
+    port = free_port()
+    async with serving(server, state) as target, trio.open_nursery() as nursery:
+
+        async def relay_on_port(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            with trio.CancelScope() as scope:
+                config = hypercorn_config("127.0.0.1", port, max_header_bytes=64 * 1024)
+                relay = TunnelRelay(TunnelTokens.parse(LINE))
+                async with trio.open_nursery() as inner:
+                    await inner.start(partial(serve, relay, config, listen(config),
+                                              shutdown_trigger=trio.sleep_forever))
+                    task_status.started(scope)
+                    await trio.sleep_forever()
+
+        first = await nursery.start(relay_on_port)
+        relay_url = f"http://127.0.0.1:{port}"
+        async with agent_running(relay_url, target) as agent:
+            with trio.fail_after(10):
+                await agent.connected.wait()
+            client = StatelessClient(f"{relay_url}/t/demo/mcp")
+            assert (await client.call("add", {"a": 1, "b": 1})).messages
+            first.cancel()
+            with trio.fail_after(10):
+                while agent.connected.is_set():
+                    await trio.sleep(0.05)
+            second = await nursery.start(relay_on_port)
+            with trio.fail_after(20):
+                await agent.connected.wait()
+            await client.http.aclose()
+            client = StatelessClient(f"{relay_url}/t/demo/mcp")
+            reply = await client.call("add", {"a": 2, "b": 3})
+            assert reply.messages[-1]["result"]["structuredContent"]["total"] == 5
+            assert agent.connections == 2
+            await client.http.aclose()
+            second.cancel()

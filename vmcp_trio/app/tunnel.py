@@ -1,0 +1,71 @@
+"""Running the two sides of a tunnel: ``vmcp tunnel relay`` and ``vmcp proxy tunnel``.
+
+:func:`run_relay` serves the relay's ASGI app (:mod:`vmcp_trio.proxy.tunnel_relay`) with the
+same hypercorn configuration as the other servers, until SIGINT or SIGTERM. :func:`run_agent`
+keeps the agent (:mod:`vmcp_trio.proxy.tunnel_agent`) connected, with the outgoing credentials
+of ``vmcp proxy`` for the target, until a signal.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from functools import partial
+
+import trio
+
+from ..http import hypercorn_guard, hypercorn_tuning
+from ..http.client import HttpClient
+from ..http.serving import hypercorn_config, listen, serve
+from ..proxy.settings import ProxySettings
+from ..proxy.tunnel_agent import TunnelAgent
+from ..proxy.tunnel_relay import TunnelRelay
+from ..runtime.logs import say
+from ..runtime.supervisor import Supervisor
+from .proxy import KEY_REFRESH, outgoing_credentials
+
+__all__ = ["run_agent", "run_relay"]
+
+
+async def _until_signal() -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            say(f"vmcp tunnel: {signal.Signals(signum).name}, stopping")
+            return
+
+
+async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str | None = None,
+                    tls_key: str | None = None,
+                    on_ready: Callable[[list[str]], None] | None = None) -> None:
+    """Serve the relay until SIGINT or SIGTERM (raises ListenError for a port or a
+    certificate that cannot be had)."""
+    hypercorn_tuning.install()
+    hypercorn_guard.install()
+    config = hypercorn_config(host, port, max_header_bytes=64 * 1024, tls_cert=tls_cert,
+                              tls_key=tls_key)
+    sockets = listen(config)
+    async with trio.open_nursery() as nursery:
+        urls: list[str] = await nursery.start(partial(serve, relay, config, sockets,
+                                                      shutdown_trigger=_until_signal))
+        if on_ready is not None:
+            on_ready(urls)
+
+
+async def run_agent(settings: ProxySettings, relay_url: str, token: str) -> None:
+    """Keep the agent connected until SIGINT or SIGTERM."""
+    http = HttpClient()
+    credentials, login_tasks = outgoing_credentials(settings, http)
+    agent = TunnelAgent(relay_url, settings.server_name, token, settings.target_uri, http,
+                        credentials=credentials, injected=settings.injected_headers,
+                        max_body_bytes=settings.max_body_bytes)
+    try:
+        async with trio.open_nursery() as nursery:
+            supervisor = Supervisor(nursery)
+            for name, task in login_tasks:
+                await supervisor.start(name, task, policy=KEY_REFRESH)
+            nursery.start_soon(agent.run)
+            await _until_signal()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await http.aclose()

@@ -1,0 +1,197 @@
+"""``vmcp proxy tunnel``: the agent next to an internal MCP server, connected out to a relay.
+
+* It connects a WebSocket (trio-websocket) to ``{relay-url}/tunnel/{name}`` with its token
+  (``Authorization: Bearer``), so the internal side needs no inbound port, and serves each
+  stream the relay opens: the request (its head, then its body, to the end) goes to the target
+  (``--target-uri``'s origin, the stream's path and query) with the outgoing credentials and
+  injected headers of ``vmcp proxy``; the response head and body go back as they arrive, as
+  fast as the relay's window allows. A stream the relay resets (its client left) cancels the
+  request to the target. Many streams at once, each in its own task.
+* It answers the relay's pings, and reconnects after a relay restart or a network break with
+  exponential backoff (1 s doubling to 30 s, with jitter); a refused token is logged and retried
+  the same way (the relay's tokens may change).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+from collections.abc import Sequence
+
+import orjson
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    HandshakeError,
+    WebSocketConnection,
+    open_websocket_url,
+)
+
+from ..auth.outgoing.strategies import CredentialError
+from ..http.client import HttpClient, HttpError
+from ..protocol.tunnel import (
+    DataReceived,
+    ProtocolError,
+    StreamEnded,
+    StreamOpened,
+    StreamReset,
+    TunnelProtocol,
+)
+from .credentials import RemoteCredential
+from .headers import request_headers, response_headers
+from .tunnel_link import StreamEvent, TunnelClosed, TunnelLink
+
+__all__ = ["TunnelAgent"]
+
+log = logging.getLogger("vmcp.tunnel")
+
+MAX_BACKOFF = 30.0
+
+
+class TunnelAgent:
+    def __init__(self, relay_url: str, name: str, token: str, target: str, client: HttpClient,
+                 *, credentials: Sequence[RemoteCredential] = (),
+                 injected: Sequence[tuple[str, str]] = (),
+                 max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100) -> None:
+        self.url = relay_url.rstrip("/") + "/tunnel/" + name
+        self.name = name
+        self._token = token
+        self.origin = "/".join(target.split("/", 3)[:3])
+        self.client = client
+        self.credentials = credentials
+        self.injected = injected
+        self.max_body_bytes = max_body_bytes
+        self.max_streams = max_streams
+        self.connected = trio.Event()
+        self.connections = 0
+
+    async def run(self) -> None:
+        """Connected to the relay, again and again, until cancelled."""
+        delay = 1.0
+        while True:
+            try:
+                await self._connection()
+                delay = 1.0
+            except* ConnectionRejected:
+                log.warning("tunnel %s: the relay refused the token", self.name)
+            except* (OSError, HandshakeError, ConnectionClosed, ProtocolError) as failures:
+                log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
+                            repr(failures.exceptions[0])[:300])
+            self.connected = trio.Event()
+            await trio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
+            delay = min(delay * 2, MAX_BACKOFF)
+
+    async def _connection(self) -> None:
+        headers = [(b"authorization", f"Bearer {self._token}".encode())]
+        async with open_websocket_url(self.url, extra_headers=headers,
+                                      message_queue_size=16) as socket:
+            self.connections += 1
+            log.info("tunnel %s: connected to %s", self.name, self.url)
+            self.connected.set()
+            link = TunnelLink(TunnelProtocol("agent", max_streams=self.max_streams),
+                              socket.send_message)
+            try:
+                async with trio.open_nursery() as streams:
+                    try:
+                        await self._read(socket, link, streams)
+                    except ConnectionClosed as exc:
+                        log.info("tunnel %s: the relay closed the connection (%s)", self.name,
+                                 exc.reason)
+                    except ProtocolError as exc:
+                        log.warning("tunnel %s: the relay broke the protocol: %s", self.name,
+                                    exc)
+                        await socket.aclose(1002)
+                    streams.cancel_scope.cancel()
+            finally:
+                link.close()
+
+    async def _read(self, socket: WebSocketConnection, link: TunnelLink,
+                    streams: trio.Nursery) -> None:
+        while True:
+            message = await socket.get_message()
+            if isinstance(message, str):
+                raise ProtocolError("a text message on the tunnel")
+            opened = await link.take(message)
+            if opened is not None:
+                streams.start_soon(self._serve, link, opened, link.track(opened.stream_id))
+
+    async def _serve(self, link: TunnelLink, opened: StreamOpened,
+                     events: trio.MemoryReceiveChannel[StreamEvent]) -> None:
+        """One exchange: the request body to its end, the target's answer back."""
+        stream_id = opened.stream_id
+        try:
+            body = bytearray()
+            async for event in events:
+                if isinstance(event, DataReceived):
+                    body += event.data
+                    if len(body) > self.max_body_bytes:
+                        await link.reset(stream_id, "the request body is too large")
+                        return
+                    await link.consumed(stream_id, len(event.data))
+                elif isinstance(event, StreamEnded):
+                    break
+                else:  # reset
+                    return
+            else:
+                return
+            with trio.CancelScope() as scope:
+
+                async def watch_reset() -> None:
+                    async for event in events:
+                        if isinstance(event, StreamReset):
+                            break
+                    scope.cancel()  # reset by the relay (its client left), or the tunnel went
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch_reset)
+                    # Reset by the relay, or the tunnel went: nobody to answer.
+                    with contextlib.suppress(TunnelClosed):
+                        await self._forward(link, opened, bytes(body))
+                    nursery.cancel_scope.cancel()
+        except TunnelClosed:
+            pass
+        except Exception as exc:  # this stream's fault: it ends here, the tunnel goes on
+            log.error("tunnel %s: stream %d failed", self.name, stream_id, exc_info=exc)
+            with trio.CancelScope(shield=True), trio.move_on_after(1):
+                await link.reset(stream_id, "the agent failed")
+        finally:
+            link.forget(stream_id)
+
+    async def _forward(self, link: TunnelLink, opened: StreamOpened, body: bytes) -> None:
+        stream_id = opened.stream_id
+        added = list(self.injected)
+        try:
+            for credential in self.credentials:
+                added += await credential.headers(None)
+        except CredentialError as exc:
+            await self._answer(link, stream_id, 502, f"no credential for the target: {exc}")
+            return
+        wire = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in opened.headers]
+        headers = request_headers(wire, forward_authorization=not self.credentials,
+                                  injected=added)
+        url = self.origin + opened.path + (f"?{opened.query}" if opened.query else "")
+        try:
+            async with self.client.stream(opened.method, url, headers=headers,
+                                          body=body) as response:
+                kept = [(k.decode("latin-1"), v.decode("latin-1"))
+                        for k, v in response_headers(response.headers)]
+                await link.send(link.protocol.send_head(stream_id, response.status, kept))
+                try:
+                    async for chunk in response.iter_bytes():
+                        await link.send_body(stream_id, chunk)
+                except HttpError as exc:
+                    log.info("tunnel %s: the target's response broke off: %s", self.name, exc)
+        except HttpError as exc:
+            await self._answer(link, stream_id, 502, f"the target did not answer: {exc}")
+            return
+        await link.send(link.protocol.send_end(stream_id))
+
+    @staticmethod
+    async def _answer(link: TunnelLink, stream_id: int, status: int, reason: str) -> None:
+        body = orjson.dumps({"error": "bad_gateway", "error_description": reason[:500]})
+        await link.send(link.protocol.send_head(stream_id, status,
+                                                [("content-type", "application/json")]))
+        await link.send_body(stream_id, body)
+        await link.send(link.protocol.send_end(stream_id))

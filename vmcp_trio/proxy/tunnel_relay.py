@@ -1,0 +1,233 @@
+"""``vmcp tunnel relay``: the public side of a tunnel, an ASGI app for hypercorn.
+
+* Agents connect a WebSocket to ``/tunnel/{name}`` with ``Authorization: Bearer <token>``; the
+  token must be the name's (:mod:`.tunnel_tokens`, constant time), else the handshake is refused
+  (403) and nothing is said about which part was wrong. A name is held by one agent at a time: a
+  second agent with the name's token *replaces* the first (the first's connection is closed and
+  its exchanges in flight get 502), so an agent restarted while its old connection is half-dead
+  is back at once.
+* Clients reach a tunnel at ``/t/{name}/...``: the prefix is stripped and the rest (path, query,
+  end-to-end headers, body) is a stream to the agent; the response streams back as the agent
+  sends it (SSE events as they are produced), read only as fast as the client takes it (the
+  window). A tunnel with no agent connected is 503 with ``Retry-After``; an exchange in flight
+  when the agent goes is 502 (or, once the response started, the response ends there); a client
+  that leaves resets its stream, so the agent stops the request at the target.
+* The relay pings each agent every ``ping_interval`` seconds and closes a connection that has not
+  answered within two intervals: a dead agent is noticed in bounded time.
+* Bounded: request bodies (``max_body_bytes``, 413), exchanges in flight per tunnel (the
+  protocol's stream limit: one more waits up to ``slot_wait`` seconds for a stream to finish,
+  then gets 503), frames (the protocol's payload limit), heads.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import trio
+
+from ..auth.headers import HeaderError, bearer_token
+from ..http.asgi import BodyTooLarge, HttpRequest, Receive, Scope, Send, lifespan, send_json
+from ..protocol.tunnel import (
+    DataReceived,
+    HeadReceived,
+    ProtocolError,
+    StreamEnded,
+    StreamReset,
+    TunnelProtocol,
+)
+from .headers import request_headers
+from .tunnel_link import TunnelClosed, TunnelLink
+from .tunnel_tokens import TunnelTokens
+
+__all__ = ["TunnelRelay"]
+
+log = logging.getLogger("vmcp.tunnel")
+
+CONNECT_PREFIX = "/tunnel/"
+PUBLIC_PREFIX = "/t/"
+_PING = b"vmcp-rly"
+
+
+@dataclass
+class _Agent:
+    name: str
+    link: TunnelLink
+    slots: trio.Semaphore
+    """One per stream the protocol allows: an exchange past them waits for one."""
+    gone: trio.Event = field(default_factory=trio.Event)
+
+
+class TunnelRelay:
+    def __init__(self, tokens: TunnelTokens, *, ping_interval: float = 20.0,
+                 max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100,
+                 slot_wait: float = 10.0) -> None:
+        self.tokens = tokens
+        self.slot_wait = slot_wait
+        self.ping_interval = ping_interval
+        self.max_body_bytes = max_body_bytes
+        self.max_streams = max_streams
+        self.agents: dict[str, _Agent] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+        elif scope["type"] == "websocket":
+            await self._agent(scope, receive, send)
+        elif scope["type"] == "http":
+            await self._client(HttpRequest(scope, receive), send)
+
+    # --- agents --------------------------------------------------------------------------------
+
+    async def _agent(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        name = path[len(CONNECT_PREFIX):] if path.startswith(CONNECT_PREFIX) else ""
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope["headers"]}
+        try:
+            token = bearer_token(headers.get("authorization"))
+        except HeaderError:
+            token = None
+        if (await receive())["type"] != "websocket.connect":
+            return
+        if not name or token is None or not self.tokens.allows(name, token):
+            log.info("tunnel agent refused for %r", name[:63])
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await send({"type": "websocket.accept"})
+
+        async def send_frame(frame: bytes) -> None:
+            await send({"type": "websocket.send", "bytes": frame})
+
+        agent = _Agent(name, TunnelLink(TunnelProtocol("relay", max_streams=self.max_streams),
+                                        send_frame), trio.Semaphore(self.max_streams))
+        previous = self.agents.get(name)
+        self.agents[name] = agent
+        if previous is not None:
+            log.info("tunnel %s: a new agent replaces the connected one", name)
+            previous.link.close()
+            previous.gone.set()
+        log.info("tunnel %s: agent connected", name)
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ping, agent, nursery.cancel_scope)
+
+                async def stop_when_replaced() -> None:
+                    await agent.gone.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stop_when_replaced)
+                while True:
+                    message = await receive()
+                    if message["type"] == "websocket.disconnect":
+                        break
+                    frame = message.get("bytes")
+                    if frame is None:
+                        raise ProtocolError("a text message on the tunnel")
+                    await agent.link.take(frame)
+                nursery.cancel_scope.cancel()
+        except ProtocolError as exc:
+            log.warning("tunnel %s: the agent broke the protocol: %s", name, exc)
+            with trio.move_on_after(1):
+                await send({"type": "websocket.close", "code": 1002})
+        finally:
+            agent.link.close()
+            agent.gone.set()
+            if self.agents.get(name) is agent:
+                del self.agents[name]
+            log.info("tunnel %s: agent disconnected", name)
+
+    async def _ping(self, agent: _Agent, scope: trio.CancelScope) -> None:
+        while True:
+            await trio.sleep(self.ping_interval)
+            if trio.current_time() - agent.link.last_pong > 2 * self.ping_interval:
+                log.warning("tunnel %s: the agent stopped answering pings", agent.name)
+                scope.cancel()
+                return
+            await agent.link.send(TunnelProtocol.ping(_PING))
+
+    # --- clients -------------------------------------------------------------------------------
+
+    async def _client(self, request: HttpRequest, send: Send) -> None:
+        if not request.path.startswith(PUBLIC_PREFIX):
+            await send_json(send, 404, {"error": "not_found", "error_description":
+                                        "tunnels are at /t/{name}/..."})
+            return
+        name = request.path[len(PUBLIC_PREFIX):].partition("/")[0]
+        agent = self.agents.get(name)
+        if agent is None:
+            await send_json(send, 503, {"error": "tunnel_not_connected", "error_description":
+                                        f"no agent is connected for tunnel {name[:63]!r}"},
+                            [("retry-after", "5")])
+            return
+        try:
+            body = await request.body(self.max_body_bytes)
+        except BodyTooLarge as exc:
+            await send_json(send, 413, {"error": "request_too_large",
+                                        "error_description": str(exc)})
+            return
+        link = agent.link
+        headers = request_headers(request.scope["headers"], forward_authorization=True)
+        with trio.move_on_after(self.slot_wait) as waited:
+            await agent.slots.acquire()
+        if waited.cancelled_caught:
+            await send_json(send, 503, {"error": "tunnel_busy", "error_description":
+                                        f"tunnel {name!r} has {self.max_streams} exchanges in "
+                                        f"flight"}, [("retry-after", "1")])
+            return
+        try:
+            await self._exchange(request, send, name, link, headers, body)
+        finally:
+            agent.slots.release()
+
+    async def _exchange(self, request: HttpRequest, send: Send, name: str, link: TunnelLink,
+                        headers: list[tuple[str, str]], body: bytes) -> None:
+        rest = request.path[len(PUBLIC_PREFIX) + len(name):] or "/"
+        try:
+            stream_id, opening = link.protocol.open_stream(
+                request.method, rest, request.query_string.decode("latin-1"), headers)
+        except ValueError as exc:  # the agent went between the lookup and now
+            await send_json(send, 503, {"error": "tunnel_busy", "error_description": str(exc)},
+                            [("retry-after", "1")])
+            return
+        events = link.track(stream_id)
+        started = False
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                await request.wait_disconnect()
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch)
+            try:
+                await link.send(opening)
+                if body:
+                    await link.send_body(stream_id, body)
+                await link.send(link.protocol.send_end(stream_id))
+                async for event in events:
+                    if isinstance(event, HeadReceived):
+                        await send({"type": "http.response.start", "status": event.status,
+                                    "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                                                for k, v in event.headers]})
+                        started = True
+                    elif isinstance(event, DataReceived):
+                        await send({"type": "http.response.body", "body": event.data,
+                                    "more_body": True})
+                        await link.consumed(stream_id, len(event.data))
+                    elif isinstance(event, StreamEnded | StreamReset):
+                        break
+            except TunnelClosed:
+                pass
+            nursery.cancel_scope.cancel()
+        link.forget(stream_id)
+        with trio.CancelScope(shield=True):
+            if stream_id in link.protocol.streams and not link.closed:
+                with trio.move_on_after(1):  # the client left: the agent stops the request
+                    await link.reset(stream_id, "the client left")
+            if started:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            else:
+                await send_json(send, 502, {
+                    "error": "bad_gateway", "error_description":
+                        f"tunnel {name!r}: the agent did not answer (it went away or the "
+                        "target failed)"})
