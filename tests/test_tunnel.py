@@ -201,3 +201,24 @@ async def test_the_agent_comes_back_after_a_relay_restart() -> None:
             assert agent.connections == 2
             await client.http.aclose()
             second.cancel()
+
+
+async def test_host_names_route_to_tunnels_and_the_relay_counts_them() -> None:
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE), domain="tunnels.test")
+    async with serving(server, state) as target, relay_running(relay) as relay_url, \
+            agent_running(relay_url, target) as agent:
+        with trio.fail_after(10):
+            await agent.connected.wait()
+        client = StatelessClient(f"{relay_url}/mcp")
+        reply = await client.post("tools/call", {"name": "add", "arguments": {"a": 2, "b": 2}},
+                                  name="add", headers={"host": "demo.tunnels.test:443"})
+        assert reply.messages[-1]["result"]["structuredContent"]["total"] == 4
+        await client.http.aclose()
+        http = HttpClient()
+        status, _, body = await http.request("GET", f"{relay_url}/metrics")
+        await http.aclose()
+        text = body.decode()
+        assert status == 200 and "vmcp_tunnel_agents_connected 1.0" in text
+        assert 'vmcp_tunnel_connections_total{outcome="accepted"} 1.0' in text
+        assert 'vmcp_tunnel_bytes_total{direction="to_client"}' in text

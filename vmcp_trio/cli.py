@@ -203,6 +203,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        help="NAME:TOKEN or NAME:sha256:HEX lines, one per tunnel")
     relay.add_argument("--public-url", metavar="URL",
                        help="the relay's public URL, for the printed client URLs")
+    relay.add_argument("--domain", metavar="DOMAIN",
+                       help="also route the host NAME.DOMAIN to tunnel NAME (whole path)")
     relay.add_argument("--tls-cert", metavar="PEM", help="certificate chain for HTTPS/WSS")
     relay.add_argument("--tls-key", metavar="PEM", help="private key for HTTPS/WSS")
     relay.add_argument("--log-format", choices=("text", "json"), default="text",
@@ -492,7 +494,8 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             f"  agents: vmcp proxy tunnel --relay-url {agents} ... NAME\n"
             f"  clients: {public}/t/NAME/mcp", stream=sys.stdout, url=urls[0])
 
-    return _run_server(partial(run_relay, TunnelRelay(tokens), args.host, args.port,
+    relay = TunnelRelay(tokens, domain=args.domain)
+    return _run_server(partial(run_relay, relay, args.host, args.port,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready),
                        "vmcp tunnel relay")
 

@@ -6,14 +6,17 @@
   second agent with the name's token *replaces* the first (the first's connection is closed and
   its exchanges in flight get 502), so an agent restarted while its old connection is half-dead
   is back at once.
-* Clients reach a tunnel at ``/t/{name}/...``: the prefix is stripped and the rest (path, query,
-  end-to-end headers, body) is a stream to the agent; the response streams back as the agent
+* Clients reach a tunnel at ``/t/{name}/...`` (the prefix is stripped), or with ``domain`` at
+  the host ``{name}.{domain}`` (the whole path): the path, query, end-to-end headers and body
+  are a stream to the agent; the response streams back as the agent
   sends it (SSE events as they are produced), read only as fast as the client takes it (the
   window). A tunnel with no agent connected is 503 with ``Retry-After``; an exchange in flight
   when the agent goes is 502 (or, once the response started, the response ends there); a client
   that leaves resets its stream, so the agent stops the request at the target.
 * The relay pings each agent every ``ping_interval`` seconds and closes a connection that has not
   answered within two intervals: a dead agent is noticed in bounded time.
+* ``/health`` and ``/metrics`` (agents connected, exchanges in flight, body bytes each way, agent
+  connections by outcome) are the relay's own, not forwarded.
 * Bounded: request bodies (``max_body_bytes``, 413), exchanges in flight per tunnel (the
   protocol's stream limit: one more waits up to ``slot_wait`` seconds for a stream to finish,
   then gets 503), frames (the protocol's payload limit), heads.
@@ -36,6 +39,7 @@ from ..protocol.tunnel import (
     StreamReset,
     TunnelProtocol,
 )
+from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
 from .headers import request_headers
 from .tunnel_link import TunnelClosed, TunnelLink
 from .tunnel_tokens import TunnelTokens
@@ -61,8 +65,11 @@ class _Agent:
 class TunnelRelay:
     def __init__(self, tokens: TunnelTokens, *, ping_interval: float = 20.0,
                  max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100,
-                 slot_wait: float = 10.0) -> None:
+                 slot_wait: float = 10.0, domain: str | None = None) -> None:
         self.tokens = tokens
+        self.domain = domain.lower().strip(".") if domain else None
+        self.metrics = TunnelMetrics()
+        self.metrics.agents.set_function(lambda: len(self.agents))
         self.slot_wait = slot_wait
         self.ping_interval = ping_interval
         self.max_body_bytes = max_body_bytes
@@ -92,8 +99,10 @@ class TunnelRelay:
             return
         if not name or token is None or not self.tokens.allows(name, token):
             log.info("tunnel agent refused for %r", name[:63])
+            self.metrics.connections.labels("refused").inc()
             await send({"type": "websocket.close", "code": 1008})
             return
+        self.metrics.connections.labels("accepted").inc()
         await send({"type": "websocket.accept"})
 
         async def send_frame(frame: bytes) -> None:
@@ -105,6 +114,7 @@ class TunnelRelay:
         self.agents[name] = agent
         if previous is not None:
             log.info("tunnel %s: a new agent replaces the connected one", name)
+            self.metrics.connections.labels("replaced").inc()
             previous.link.close()
             previous.gone.set()
         log.info("tunnel %s: agent connected", name)
@@ -148,12 +158,38 @@ class TunnelRelay:
 
     # --- clients -------------------------------------------------------------------------------
 
+    def _tunnel_of(self, request: HttpRequest) -> tuple[str, str] | None:
+        """The tunnel a client request is for and the path to forward: ``{name}.{domain}``
+        hosts keep the whole path, ``/t/{name}/...`` loses the prefix."""
+        if self.domain is not None:
+            host = (request.header("host") or "").rsplit(":", 1)[0].lower().strip(".")
+            if host.endswith("." + self.domain):
+                name = host[: -len(self.domain) - 1]
+                if name and "." not in name:
+                    return name, request.path
+        if request.path.startswith(PUBLIC_PREFIX):
+            name, _, rest = request.path[len(PUBLIC_PREFIX):].partition("/")
+            return name, "/" + rest
+        return None
+
     async def _client(self, request: HttpRequest, send: Send) -> None:
-        if not request.path.startswith(PUBLIC_PREFIX):
+        if request.path in ("/health", "/metrics") and not (
+                self.domain and (request.header("host") or "").endswith(self.domain)):
+            if request.path == "/health":
+                await send_json(send, 200, {"status": "ok", "tunnels": sorted(self.agents)})
+            else:
+                body = self.metrics.render()
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": [(b"content-type", CONTENT_TYPE.encode()),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+            return
+        found = self._tunnel_of(request)
+        if found is None:
             await send_json(send, 404, {"error": "not_found", "error_description":
                                         "tunnels are at /t/{name}/..."})
             return
-        name = request.path[len(PUBLIC_PREFIX):].partition("/")[0]
+        name, rest = found
         agent = self.agents.get(name)
         if agent is None:
             await send_json(send, 503, {"error": "tunnel_not_connected", "error_description":
@@ -176,13 +212,15 @@ class TunnelRelay:
                                         f"flight"}, [("retry-after", "1")])
             return
         try:
-            await self._exchange(request, send, name, link, headers, body)
+            self.metrics.streams.inc()
+            self.metrics.bytes.labels("to_target").inc(len(body))
+            await self._exchange(request, send, name, rest, link, headers, body)
         finally:
+            self.metrics.streams.dec()
             agent.slots.release()
 
-    async def _exchange(self, request: HttpRequest, send: Send, name: str, link: TunnelLink,
-                        headers: list[tuple[str, str]], body: bytes) -> None:
-        rest = request.path[len(PUBLIC_PREFIX) + len(name):] or "/"
+    async def _exchange(self, request: HttpRequest, send: Send, name: str, rest: str,
+                        link: TunnelLink, headers: list[tuple[str, str]], body: bytes) -> None:
         try:
             stream_id, opening = link.protocol.open_stream(
                 request.method, rest, request.query_string.decode("latin-1"), headers)
@@ -213,6 +251,7 @@ class TunnelRelay:
                     elif isinstance(event, DataReceived):
                         await send({"type": "http.response.body", "body": event.data,
                                     "more_body": True})
+                        self.metrics.bytes.labels("to_client").inc(len(event.data))
                         await link.consumed(stream_id, len(event.data))
                     elif isinstance(event, StreamEnded | StreamReset):
                         break

@@ -27,7 +27,7 @@ from .. import __version__
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: _created doubles it
 
-__all__ = ["CONTENT_TYPE", "Metrics"]
+__all__ = ["CONTENT_TYPE", "Metrics", "TunnelMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -91,6 +91,29 @@ class Metrics:
 
     def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:
         (gauge.labels(*labels) if labels else gauge).set_function(read)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class TunnelMetrics:
+    """The metrics of one side of a tunnel (the relay's ``/metrics``; the agent's, counted the
+    same way, for its logs and a later endpoint)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.agents = Gauge("vmcp_tunnel_agents_connected", "Tunnels with an agent connected",
+                            registry=self.registry)
+        self.streams = Gauge("vmcp_tunnel_streams_open", "Exchanges in flight through tunnels",
+                             registry=self.registry)
+        self.bytes = Counter("vmcp_tunnel_bytes", "Body bytes through tunnels, by direction "
+                             "(to_target, to_client)", ["direction"], registry=self.registry)
+        self.connections = Counter("vmcp_tunnel_connections", "Agent connections, by outcome "
+                                   "(accepted, refused, replaced)", ["outcome"],
+                                   registry=self.registry)
+        self.build_info = Gauge("vmcp_build_info", "1, labelled with the running version",
+                                ["version"], registry=self.registry)
+        self.build_info.labels(__version__).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
