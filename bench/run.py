@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("auth_hot_path", "gateway_overhead", "proxy_overhead", "tracing", "streams",
-              "token_exchange", "startup", "capacity")
+BENCHMARKS = ("auth_hot_path", "gateway_overhead", "proxy_overhead", "tunnel_overhead", "tracing",
+              "streams", "token_exchange", "startup", "capacity")
 
 
 def main() -> int:

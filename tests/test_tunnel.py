@@ -9,17 +9,21 @@ from contextlib import asynccontextmanager
 from functools import partial
 
 import httpx2
+import orjson
 import pytest
 import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.http.serving import hypercorn_config, listen, serve
 from vmcp_trio.proxy.tunnel_agent import TunnelAgent
 from vmcp_trio.proxy.tunnel_relay import TunnelRelay
 from vmcp_trio.proxy.tunnel_tokens import TunnelTokens, new_token_line
+from vmcp_trio.resources.plan import OIDCIncoming
 
+from .fixtures.idp import running_idp
 from .fixtures.sdk_servers import make_server, serving
 from .gateway_helpers import StatelessClient
 from .helpers import free_port
@@ -222,3 +226,45 @@ async def test_host_names_route_to_tunnels_and_the_relay_counts_them() -> None:
         assert status == 200 and "vmcp_tunnel_agents_connected 1.0" in text
         assert 'vmcp_tunnel_connections_total{outcome="accepted"} 1.0' in text
         assert 'vmcp_tunnel_bytes_total{direction="to_client"}' in text
+
+
+async def test_the_relay_protects_the_public_side_with_oidc() -> None:
+    """With incoming auth the relay asks for a token (401 pointing to the RFC 9728 document of
+    the tunnel's public URL), takes a valid one, and keeps it from the agent and the target."""
+    audience = "https://relay.test/t/demo/mcp"
+    with running_idp(resources={audience: {}}) as idp:
+        token = str((await trio.to_thread.run_sync(
+            lambda: idp.client_credentials_token("confidential", resource=audience)))[
+                "access_token"])
+        http = HttpClient()
+        authenticator = build_authenticator(OIDCIncoming(
+            issuer=idp.issuer, audience=audience, jwks_allow_private_ip=True,
+            insecure_allow_http=True), AuthSettings(), http)
+        await authenticator.prepare()
+        server, state = make_server("internal")
+        relay = TunnelRelay(TunnelTokens.parse(LINE), authenticator=authenticator,
+                            public_url="https://relay.test", scopes=("mcp:tools",))
+        async with serving(server, state) as target, relay_running(relay) as relay_url, \
+                agent_running(relay_url, target) as agent, trio.open_nursery() as nursery:
+            for _name, task in authenticator.supervised():
+                nursery.start_soon(task)
+            with trio.fail_after(10):
+                await agent.connected.wait()
+            public = f"{relay_url}/t/demo/mcp"
+            status, headers, _ = await http.request("POST", public, body=b"{}")
+            challenge = dict(headers)[b"www-authenticate"].decode()
+            assert status == 401
+            assert ('resource_metadata="https://relay.test/.well-known/oauth-protected-resource'
+                    '/t/demo/mcp"') in challenge
+            status, _, body = await http.request(
+                "GET", f"{relay_url}/.well-known/oauth-protected-resource/t/demo/mcp")
+            assert status == 200 and orjson.loads(body)["resource"] == audience
+            client = StatelessClient(public)
+            reply = await client.post("tools/call", {"name": "add", "arguments": {"a": 1,
+                                                                                   "b": 2}},
+                                      name="add", headers={"authorization": f"Bearer {token}"})
+            assert reply.messages[-1]["result"]["structuredContent"]["total"] == 3
+            assert state.authorizations and token not in "".join(state.authorizations)
+            await client.http.aclose()
+            nursery.cancel_scope.cancel()
+        await http.aclose()

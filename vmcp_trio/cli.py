@@ -210,6 +210,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     relay.add_argument("--log-format", choices=("text", "json"), default="text",
                        help="log format (default: %(default)s)")
     relay.add_argument("--debug", action="store_true", help="debug logging")
+    proxy_flags.configure_incoming(relay)
     relay.set_defaults(handler=_tunnel_relay, parser=relay)
     token = tunnel_commands.add_parser(
         "token", help="print a new tunnel token and the relay's line for it",
@@ -470,6 +471,9 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     from functools import partial
 
     from .app.tunnel import run_relay
+    from .auth.incoming.build import AuthSettings, build_authenticator
+    from .http.client import HttpClient
+    from .proxy.options import incoming_from
     from .proxy.tunnel_relay import TunnelRelay
     from .proxy.tunnel_tokens import TokenFileError, TunnelTokens
     from .runtime.logs import configure_logging, say
@@ -494,7 +498,13 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
             f"  agents: vmcp proxy tunnel --relay-url {agents} ... NAME\n"
             f"  clients: {public}/t/NAME/mcp", stream=sys.stdout, url=urls[0])
 
-    relay = TunnelRelay(tokens, domain=args.domain)
+    incoming = incoming_from(args, error=usage_error,
+                             warn=lambda text: say(f"vmcp tunnel relay: warning: {text}",
+                                                   level="warning"))
+    relay = TunnelRelay(tokens, domain=args.domain, public_url=args.public_url,
+                        authenticator=build_authenticator(incoming, AuthSettings(),
+                                                          HttpClient()) if incoming else None,
+                        scopes=incoming.scopes if incoming else ("openid",))
     return _run_server(partial(run_relay, relay, args.host, args.port,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready),
                        "vmcp tunnel relay")

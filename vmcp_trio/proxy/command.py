@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-__all__ = ["CLIENT_SECRET_VARIABLE", "SUBJECT_TOKEN_TYPES", "configure_listener",
-           "configure_parser"]
+__all__ = ["CLIENT_SECRET_VARIABLE", "SUBJECT_TOKEN_TYPES", "configure_incoming",
+           "configure_listener", "configure_parser"]
 
 CLIENT_SECRET_VARIABLE = "SERVICE_REMOTE_OAUTH_CLIENT_SECRET"
 SUBJECT_TOKEN_TYPES = {"access_token": "urn:ietf:params:oauth:token-type:access_token",
@@ -29,21 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser, *,
     add("--debug", action="store_true", help="debug logging")
     add("--log-format", choices=("text", "json"), default="text",
         help="log format (default: %(default)s)")
-    incoming = parser.add_argument_group("incoming auth (protecting the proxy's endpoint)")
-    incoming.add_argument("--oidc-issuer", metavar="URL",
-                          help="issuer URL for validating incoming requests")
-    incoming.add_argument("--oidc-audience", help="expected audience of incoming tokens")
-    incoming.add_argument("--oidc-client-id", help="OIDC client identifier")
-    incoming.add_argument("--oidc-client-secret",
-                          help="optional; for introspection of opaque tokens")
-    incoming.add_argument("--oidc-introspection-url", metavar="URL",
-                          help="token introspection endpoint")
-    incoming.add_argument("--oidc-jwks-url", metavar="URL", help="JWKS location")
-    incoming.add_argument("--oidc-scopes", action="append", metavar="SCOPES",
-                          help="scopes advertised in the well-known endpoint (RFC 9728) "
-                               "(default: openid)")
-    incoming.add_argument("--resource-url", metavar="URL",
-                          help="explicit resource URL for OAuth discovery (RFC 9728)")
+    configure_incoming(parser)
     remote = parser.add_argument_group("outgoing auth (to the remote server)")
     remote.add_argument("--remote-auth", action="store_true",
                         help="enable OAuth/OIDC to the remote server")
@@ -113,6 +99,25 @@ def configure_parser(parser: argparse.ArgumentParser, *,
                               "finish (default: 30s)")
     process.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                          help="largest request body (default: %(default)s)")
+
+
+def configure_incoming(parser: argparse.ArgumentParser) -> None:
+    """The incoming-auth flags (``vmcp proxy``; ``vmcp tunnel relay`` for its public side)."""
+    incoming = parser.add_argument_group("incoming auth (protecting the public endpoint)")
+    incoming.add_argument("--oidc-issuer", metavar="URL",
+                          help="issuer URL for validating incoming requests")
+    incoming.add_argument("--oidc-audience", help="expected audience of incoming tokens")
+    incoming.add_argument("--oidc-client-id", help="OIDC client identifier")
+    incoming.add_argument("--oidc-client-secret",
+                          help="optional; for introspection of opaque tokens")
+    incoming.add_argument("--oidc-introspection-url", metavar="URL",
+                          help="token introspection endpoint")
+    incoming.add_argument("--oidc-jwks-url", metavar="URL", help="JWKS location")
+    incoming.add_argument("--oidc-scopes", action="append", metavar="SCOPES",
+                          help="scopes advertised in the well-known endpoint (RFC 9728) "
+                               "(default: openid)")
+    incoming.add_argument("--resource-url", metavar="URL",
+                          help="explicit resource URL for OAuth discovery (RFC 9728)")
 
 
 def configure_listener(parser: argparse.ArgumentParser) -> None:

@@ -34,7 +34,7 @@ from .command import CLIENT_SECRET_VARIABLE, SUBJECT_TOKEN_TYPES
 from .headers import check_injected, parse_injected
 from .settings import ProxySettings, RemoteAuthSettings
 
-__all__ = ["settings_from", "state_dir"]
+__all__ = ["incoming_from", "settings_from", "state_dir"]
 
 
 def _scopes(values: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -139,6 +139,12 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
         injected_headers=injected, state_dir=state_dir(environ),
         max_body_bytes=args.max_body_bytes, drain_delay=args.drain_delay,
         shutdown_grace=args.shutdown_grace, debug=args.debug)
+
+
+def incoming_from(args: argparse.Namespace, *, error: Callable[[str], NoReturn],
+                  warn: Callable[[str], None]) -> OIDCIncoming | None:
+    """The incoming auth the ``--oidc-*`` flags say (``vmcp tunnel relay`` has only those)."""
+    return _incoming(args, _Checker(error, warn, os.environ))
 
 
 def _incoming(args: argparse.Namespace, check: _Checker) -> OIDCIncoming | None:

@@ -15,6 +15,11 @@
   that leaves resets its stream, so the agent stops the request at the target.
 * The relay pings each agent every ``ping_interval`` seconds and closes a connection that has not
   answered within two intervals: a dead agent is noticed in bounded time.
+* With an authenticator (the ``--oidc-*`` flags of ``vmcp proxy``), every client request must
+  carry a valid token (:mod:`vmcp_trio.auth.boundary`: 401 with a challenge otherwise); the
+  protected resource is the public URL of the tunnel path asked for, its RFC 9728 document at
+  ``/.well-known/oauth-protected-resource/t/{name}/...``; the token is the relay's and never
+  reaches the agent.
 * ``/health`` and ``/metrics`` (agents connected, exchanges in flight, body bytes each way, agent
   connections by outcome) are the relay's own, not forwarded.
 * Bounded: request bodies (``max_body_bytes``, 413), exchanges in flight per tunnel (the
@@ -29,7 +34,10 @@ from dataclasses import dataclass, field
 
 import trio
 
+from ..auth.boundary import IncomingBoundary
 from ..auth.headers import HeaderError, bearer_token
+from ..auth.incoming.authenticator import Authenticator
+from ..auth.metadata import METADATA_PATH
 from ..http.asgi import BodyTooLarge, HttpRequest, Receive, Scope, Send, lifespan, send_json
 from ..protocol.tunnel import (
     DataReceived,
@@ -65,8 +73,13 @@ class _Agent:
 class TunnelRelay:
     def __init__(self, tokens: TunnelTokens, *, ping_interval: float = 20.0,
                  max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100,
-                 slot_wait: float = 10.0, domain: str | None = None) -> None:
+                 slot_wait: float = 10.0, domain: str | None = None,
+                 authenticator: Authenticator | None = None, public_url: str | None = None,
+                 scopes: tuple[str, ...] = ("openid",)) -> None:
         self.tokens = tokens
+        self.authenticator = authenticator
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self.scopes = scopes
         self.domain = domain.lower().strip(".") if domain else None
         self.metrics = TunnelMetrics()
         self.metrics.agents.set_function(lambda: len(self.agents))
@@ -158,6 +171,20 @@ class TunnelRelay:
 
     # --- clients -------------------------------------------------------------------------------
 
+    def _boundary(self, request: HttpRequest) -> IncomingBoundary | None:
+        """Incoming auth for this request, when the relay has it: the protected resource is the
+        public URL of the request's path (its RFC 9728 document at the path-suffixed
+        well-known URL); the client's token is for the relay and never forwarded."""
+        if self.authenticator is None:
+            return None
+        path = request.path
+        if path.startswith(METADATA_PATH + "/"):
+            path = path[len(METADATA_PATH):]
+        return IncomingBoundary(
+            self.authenticator, path=path, default_host=request.header("host") or "",
+            configured_resource=f"{self.public_url}{path}" if self.public_url else None,
+            scopes_supported=self.scopes)
+
     def _tunnel_of(self, request: HttpRequest) -> tuple[str, str] | None:
         """The tunnel a client request is for and the path to forward: ``{name}.{domain}``
         hosts keep the whole path, ``/t/{name}/...`` loses the prefix."""
@@ -184,6 +211,13 @@ class TunnelRelay:
                                         (b"content-length", str(len(body)).encode())]})
                 await send({"type": "http.response.body", "body": body})
             return
+        boundary = self._boundary(request)
+        if boundary is not None:
+            if request.path.startswith(METADATA_PATH + "/"):
+                await boundary.serve_metadata(request, send)
+                return
+            if await boundary.authenticate(request, send) is None:
+                return
         found = self._tunnel_of(request)
         if found is None:
             await send_json(send, 404, {"error": "not_found", "error_description":
@@ -203,7 +237,8 @@ class TunnelRelay:
                                         "error_description": str(exc)})
             return
         link = agent.link
-        headers = request_headers(request.scope["headers"], forward_authorization=True)
+        headers = request_headers(request.scope["headers"],
+                                  forward_authorization=self.authenticator is None)
         with trio.move_on_after(self.slot_wait) as waited:
             await agent.slots.acquire()
         if waited.cancelled_caught:
