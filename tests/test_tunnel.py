@@ -45,10 +45,11 @@ async def relay_running(relay: TunnelRelay) -> AsyncIterator[str]:
 
 
 @asynccontextmanager
-async def agent_running(relay_url: str, target: str, token: str = TOKEN
-                        ) -> AsyncIterator[TunnelAgent]:
+async def agent_running(relay_url: str, target: str, token: str = TOKEN,
+                        silence_limit: float = 60.0) -> AsyncIterator[TunnelAgent]:
     client = HttpClient()
-    agent = TunnelAgent(relay_url.replace("http://", "ws://"), "demo", token, target, client)
+    agent = TunnelAgent(relay_url.replace("http://", "ws://"), "demo", token, target, client,
+                        silence_limit=silence_limit)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(agent.run)
         yield agent
@@ -268,3 +269,22 @@ async def test_the_relay_protects_the_public_side_with_oidc() -> None:
             await client.http.aclose()
             nursery.cancel_scope.cancel()
         await http.aclose()
+
+
+async def test_each_side_drops_a_silent_connection_in_bounded_time() -> None:
+    """The relay pings; an agent that hears nothing for its silence limit reconnects. (Here the
+    relay's pings are slower than the agent's limit, so the agent keeps reconnecting.)"""
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE), ping_interval=30.0)
+    async with serving(server, state) as target, relay_running(relay) as relay_url, \
+            agent_running(relay_url, target, silence_limit=0.3) as agent:
+        with trio.fail_after(10):
+            while agent.connections < 2:
+                await trio.sleep(0.05)
+    quiet = TunnelRelay(TunnelTokens.parse(LINE), ping_interval=0.2)
+    async with serving(server, state) as target, relay_running(quiet) as relay_url, \
+            agent_running(relay_url, target, silence_limit=5.0) as agent:
+        with trio.fail_after(10):
+            await agent.connected.wait()
+        await trio.sleep(1.0)  # five pings, all answered: still the first connection
+        assert agent.connections == 1 and "demo" in quiet.agents

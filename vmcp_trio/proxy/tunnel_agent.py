@@ -7,7 +7,9 @@
   injected headers of ``vmcp proxy``; the response head and body go back as they arrive, as
   fast as the relay's window allows. A stream the relay resets (its client left) cancels the
   request to the target. Many streams at once, each in its own task.
-* It answers the relay's pings, and reconnects after a relay restart or a network break with
+* It answers the relay's pings, takes a connection that stays silent for ``silence_limit``
+  seconds (three of the relay's ping intervals) for dead, and reconnects after that, a relay
+  restart or a network break with
   exponential backoff (1 s doubling to 30 s, with jitter); a refused token is logged and retried
   the same way (the relay's tokens may change).
 """
@@ -54,8 +56,12 @@ class TunnelAgent:
     def __init__(self, relay_url: str, name: str, token: str, target: str, client: HttpClient,
                  *, credentials: Sequence[RemoteCredential] = (),
                  injected: Sequence[tuple[str, str]] = (),
-                 max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100) -> None:
+                 max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100,
+                 silence_limit: float = 60.0) -> None:
         self.url = relay_url.rstrip("/") + "/tunnel/" + name
+        self.silence_limit = silence_limit
+        """Seconds without a message (the relay pings every 20 s) after which the connection
+        is taken for dead and made again."""
         self.name = name
         self._token = token
         self.origin = "/".join(target.split("/", 3)[:3])
@@ -110,7 +116,12 @@ class TunnelAgent:
     async def _read(self, socket: WebSocketConnection, link: TunnelLink,
                     streams: trio.Nursery) -> None:
         while True:
-            message = await socket.get_message()
+            with trio.move_on_after(self.silence_limit) as waited:
+                message = await socket.get_message()
+            if waited.cancelled_caught:  # the relay pings: this long without a word, it is gone
+                log.warning("tunnel %s: nothing from the relay for %gs: reconnecting",
+                            self.name, self.silence_limit)
+                return
             if isinstance(message, str):
                 raise ProtocolError("a text message on the tunnel")
             opened = await link.take(message)
