@@ -381,3 +381,26 @@ def server_and_load_cpus() -> tuple[int, int]:
 def floor_command() -> list[str]:
     """The raw trio + h11 backend (``bench/floor_backend.py``) on a free port."""
     return [sys.executable, "bench/floor_backend.py", "--port", "0"]
+
+
+@contextmanager
+def logged(cmd: Sequence[str], *, cpu: int, ready_line: str | None,
+           log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """:func:`started` with the process's stderr in ``log``, so a failure can be reported."""
+    with log.open("w") as errors, started(cmd, cpu=cpu, ready_line=ready_line,
+                                           stderr=errors) as running:
+        yield running
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    """The last lines of a log (empty when it cannot be read)."""
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def direct_phase(args: argparse.Namespace, server_cpu: int) -> dict[str, float]:
+    """``measure_phase`` straight to a floor backend alone on ``server_cpu``: the yardstick."""
+    with started(floor_command(), cpu=server_cpu, ready_line="listening") as (backend, line):
+        return measure_phase(line.split()[-1], {"floor": backend.pid}, args)

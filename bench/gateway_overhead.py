@@ -18,22 +18,18 @@ from __future__ import annotations
 import sys
 
 from common import (  # type: ignore[import-not-found]
+    direct_phase,
     emit,
-    floor_command,
     gateway_phase,
     load_arguments,
-    measure_phase,
     server_and_load_cpus,
-    started,
 )
 
 
 def main() -> None:
     args = load_arguments()
     server_cpu, load_cpu = server_and_load_cpus()
-    floor = floor_command()
-    with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
-        direct = measure_phase(line.split()[-1], {"floor": backend.pid}, args)
+    direct = direct_phase(args, server_cpu)
     via = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu)
     floor_cpu = direct["floor_cpu_us_per_call"]
     metrics = {"sessions": args.sessions, "direct": direct, "via_vmcp": via,

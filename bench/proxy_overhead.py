@@ -26,31 +26,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from common import (  # type: ignore[import-not-found]
+    direct_phase,
     emit,
     floor_command,
     free_port,
     gateway_phase,
     load_arguments,
+    logged,
     measure_phase,
     server_and_load_cpus,
     started,
+    tail,
 )
-
-
-@contextmanager
-def logged(cmd: Sequence[str], *, cpu: int, ready_line: str | None,
-           log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``common.started`` with the process's stderr in ``log``, so a failure can be
-    reported."""
-    with log.open("w") as errors, started(cmd, cpu=cpu, ready_line=ready_line,
-                                           stderr=errors) as running:
-        yield running
 
 
 def wait_for_port(port: int, process: subprocess.Popen[Any], timeout: float = 30.0) -> None:
@@ -110,13 +101,6 @@ http {{
     return path
 
 
-def tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
-
-
 def main() -> None:
     args = load_arguments()
     server_cpu, load_cpu = server_and_load_cpus()
@@ -127,8 +111,7 @@ def main() -> None:
                                "cpus": {"servers": server_cpu, "load": load_cpu}}
     ratios: dict[str, float] = {}
 
-    with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
-        direct = measure_phase(line.split()[-1], {"floor": backend.pid}, args)
+    direct = direct_phase(args, server_cpu)
     metrics["direct"] = direct
     floor_cpu = direct["floor_cpu_us_per_call"]
 

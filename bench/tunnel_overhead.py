@@ -27,42 +27,26 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from common import (  # type: ignore[import-not-found]
     ACCEPT,
+    direct_phase,
     emit,
     floor_command,
     free_port,
     load_arguments,
+    logged,
     measure_phase,
     server_and_load_cpus,
     started,
+    tail,
 )
 
 from vmcp_trio.proxy.tunnel_tokens import new_token_line
 
 TUNNEL = "bench"
-
-
-@contextmanager
-def logged(cmd: Sequence[str], *, cpu: int, ready_line: str | None,
-           log: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """``common.started`` with the process's stderr in ``log``, so a failure can be
-    reported."""
-    with log.open("w") as errors, started(cmd, cpu=cpu, ready_line=ready_line,
-                                           stderr=errors) as running:
-        yield running
-
-
-def tail(path: Path, lines: int = 40) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 def wait_for_agent(url: str, processes: dict[str, subprocess.Popen[Any]],
@@ -100,8 +84,7 @@ def main() -> None:
                                "cpus": {"servers": server_cpu, "load": load_cpu}}
     ratios: dict[str, float] = {}
 
-    with started(floor, cpu=server_cpu, ready_line="listening") as (backend, line):
-        direct = measure_phase(line.split()[-1], {"floor": backend.pid}, args)
+    direct = direct_phase(args, server_cpu)
     metrics["direct"] = direct
     floor_cpu = direct["floor_cpu_us_per_call"]
 

@@ -2,7 +2,7 @@
 
 ``@modelcontextprotocol/conformance`` 0.1.16 and 0.2.0-alpha.12 (``tests/peers``, installed by
 ``scripts/peers.py``) each test an MCP server at a URL, one scenario per fresh client session. Each
-suite runs here twice:
+suite runs here against the fixture and through each form of vmcp:
 
 * **directly** against ``tests/fixtures/conformance_server.py`` (the MCP Python SDK 2.x with every
   fixture the scenarios expect), which proves the fixture is right: every scenario passes, except
@@ -10,8 +10,9 @@ suite runs here twice:
   directly; a listed scenario that passes is a stale entry and fails the test, as in the suite's
   own ``--expected-failures``);
 * **through vmcp** (``vmcp serve`` with that fixture as its only backend and
-  ``conflictResolution: manual``, so names are not prefixed), which proves the gateway is
-  transparent: every scenario that passes directly must pass through the gateway too.
+  ``conflictResolution: manual``, so names are not prefixed), **through ``vmcp proxy``**, and
+  **through a tunnel** (``vmcp tunnel relay`` and ``vmcp proxy tunnel``), which proves each is
+  transparent: every scenario that passes directly must pass through each of them too.
 
 What runs: the ``active`` suite of each version (the handshake-era scenarios, all on the
 2025-11-25 wire), 0.2's ``draft`` suite (protocol revision 2026-07-28: stateless requests,
@@ -267,13 +268,6 @@ class Targets:
     workdir: Path
     runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
 
-    def gateway_log_tail(self, lines: int = 40) -> str:
-        """The end of vmcp's log, without the line each new session writes."""
-        path = self.workdir / "gateway.log"
-        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-        kept = [line for line in text.splitlines() if " initialized (protocol " not in line]
-        return "  vmcp log (tail):\n" + "\n".join(f"    {line}" for line in kept[-lines:])
-
     def results(self, version: str, target: str) -> SuiteRun:
         """The suite ``version`` against ``target``, run once per module."""
         key = (version, target)
@@ -436,53 +430,34 @@ def test_fixture_passes_the_conformance_suite_directly(targets: Targets, version
         pytest.fail("\n".join(message), pytrace=False)
 
 
+THROUGH = {
+    "vmcp": ("vmcp serve with the fixture as its only backend (manual conflict resolution, so "
+             "nothing is renamed)", "gateway.log"),
+    "proxy": ("vmcp proxy in front of the fixture", "proxy.log"),
+    "tunnel": ("vmcp tunnel relay and vmcp proxy tunnel in front of the fixture", "tunnel.log"),
+}
+"""Each way to the fixture, said in words, and its log."""
+
+
+@pytest.mark.parametrize("through", list(THROUGH))
 @pytest.mark.parametrize("version", VERSIONS)
-def test_vmcp_passes_every_scenario_the_fixture_passes(targets: Targets, version: str) -> None:
-    """With the fixture as its only backend (manual conflict resolution, so nothing is renamed),
-    vmcp is transparent to the conformance suite: each scenario that passes against the fixture
-    itself also passes through the gateway. A difference is a gateway bug; the failure lists each
-    such scenario with the ids and messages of its failing checks."""
+def test_every_scenario_the_fixture_passes_passes_through(targets: Targets, version: str,
+                                                          through: str) -> None:
+    """vmcp is transparent to the conformance suite in each of its forms (``THROUGH``): each
+    scenario that passes against the fixture itself also passes through it. A difference is a
+    bug of that form; the failure lists each such scenario with the ids and messages of its
+    failing checks, and the end of its log."""
     direct = targets.results(version, "direct")
-    through = targets.results(version, "vmcp")
-    regressed = direct.passing - through.passing
+    result = targets.results(version, through)
+    regressed = direct.passing - result.passing
     assert direct.passing, "nothing passed directly: see the direct test"
     if regressed:
+        what, log_name = THROUGH[through]
+        path = targets.workdir / log_name
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        kept = [line for line in text.splitlines() if " initialized (protocol " not in line]
         pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
-                            "fail through vmcp (gateway bugs):", through, regressed)
-                    + "\n" + targets.gateway_log_tail(), pytrace=False)
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_vmcp_proxy_passes_every_scenario_the_fixture_passes(targets: Targets,
-                                                             version: str) -> None:
-    """``vmcp proxy`` in front of the fixture is transparent to the suite, both wire eras: each
-    scenario that passes against the fixture passes through the proxy."""
-    direct = targets.results(version, "direct")
-    through = targets.results(version, "proxy")
-    regressed = direct.passing - through.passing
-    assert direct.passing, "nothing passed directly: see the direct test"
-    if regressed:
-        log = targets.workdir / "proxy.log"
-        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
-        pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
-                            "fail through vmcp proxy:", through, regressed)
-                    + "\n  proxy log (tail):\n" + "\n".join(f"    {line}" for line in tail),
-                    pytrace=False)
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_a_tunnel_passes_every_scenario_the_fixture_passes(targets: Targets,
-                                                           version: str) -> None:
-    """``vmcp tunnel relay`` and ``vmcp proxy tunnel`` in front of the fixture: each scenario
-    that passes against the fixture passes through the relay's public URL."""
-    direct = targets.results(version, "direct")
-    through = targets.results(version, "tunnel")
-    regressed = direct.passing - through.passing
-    assert direct.passing, "nothing passed directly: see the direct test"
-    if regressed:
-        log = targets.workdir / "tunnel.log"
-        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:]
-        pytest.fail(_report(f"conformance {version}: scenarios that pass against the fixture but "
-                            "fail through the tunnel:", through, regressed)
-                    + "\n  tunnel log (tail):\n" + "\n".join(f"    {line}" for line in tail),
+                            f"fail through {what}:", result, regressed)
+                    + f"\n  {log_name} (tail):\n" + "\n".join(f"    {line}"
+                                                              for line in kept[-40:]),
                     pytrace=False)

@@ -316,10 +316,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     configure_logging(args.log_format, debug=args.debug)
     usage_error = _usage_errors(args, parser, "vmcp serve")
 
-    if bool(args.tls_cert) != bool(args.tls_key):
-        usage_error("--tls-cert and --tls-key go together")
-    if not 0 <= args.port <= 65535:
-        usage_error("--port must be between 0 and 65535")
+    _check_listener(args, usage_error)
     for flag in ("max_sessions", "max_sessions_per_client", "max_requests_per_session",
                  "max_stdio_calls_per_session", "max_body_bytes", "max_batch"):
         if getattr(args, flag) < 1:
@@ -480,10 +477,7 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
     configure_logging(args.log_format, debug=args.debug)
     usage_error = _usage_errors(args, parser, "vmcp tunnel relay")
-    if bool(args.tls_cert) != bool(args.tls_key):
-        usage_error("--tls-cert and --tls-key go together")
-    if not 0 <= args.port <= 65535:
-        usage_error("--port must be between 0 and 65535")
+    _check_listener(args, usage_error)
     try:
         tokens = TunnelTokens.load(args.tokens)
     except TokenFileError as exc:
@@ -520,6 +514,14 @@ def _tunnel_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     print(f"# for the relay's --tokens file:\n{line}\n"
           f"# for the agent's --tunnel-token-file (keep it secret):\n{token}")
     return EXIT_OK
+
+
+def _check_listener(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> None:
+    """A server's ``--port`` and ``--tls-cert``/``--tls-key``."""
+    if bool(args.tls_cert) != bool(args.tls_key):
+        usage_error("--tls-cert and --tls-key go together")
+    if not 0 <= args.port <= 65535:
+        usage_error("--port must be between 0 and 65535")
 
 
 def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
