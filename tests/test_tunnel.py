@@ -25,7 +25,7 @@ from vmcp_trio.resources.plan import OIDCIncoming
 
 from .fixtures.idp import running_idp
 from .fixtures.sdk_servers import make_server, serving
-from .gateway_helpers import StatelessClient
+from .gateway_helpers import Reply, StatelessClient
 from .helpers import free_port
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -288,3 +288,35 @@ async def test_each_side_drops_a_silent_connection_in_bounded_time() -> None:
             await agent.connected.wait()
         await trio.sleep(1.0)  # five pings, all answered: still the first connection
         assert agent.connections == 1 and "demo" in quiet.agents
+
+
+async def test_an_exchange_in_flight_when_the_agent_goes_ends_at_once() -> None:
+    """The agent's connection breaks mid-call: the relay ends that exchange (502, or the
+    response stops there if it had started) instead of leaving the client waiting; the next
+    request is 503 until an agent is back."""
+    server, state = make_server("internal")
+    relay = TunnelRelay(TunnelTokens.parse(LINE))
+    public_replies: list[Reply] = []
+    async with serving(server, state) as target, relay_running(relay) as relay_url, \
+            trio.open_nursery() as nursery:
+        public = f"{relay_url}/t/demo/mcp"
+
+        async def call() -> None:
+            public_replies.append(await StatelessClient(public).call("sleepy", {"seconds": 60}))
+
+        async with agent_running(relay_url, target) as agent:
+            with trio.fail_after(10):
+                await agent.connected.wait()
+            nursery.start_soon(call)
+            with trio.fail_after(10):
+                await state.sleepy_started.wait()
+        # The agent is gone (its connection closed): the call ends, its client told so.
+        with trio.fail_after(5):
+            while not public_replies:
+                await trio.sleep(0.05)
+        [reply] = public_replies
+        assert reply.status == 502 or not any("result" in m for m in reply.messages)
+        client = HttpClient()
+        status, _, _ = await client.request("POST", public, body=b"{}")
+        await client.aclose()
+        assert status == 503
