@@ -169,7 +169,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description="MCP over stdin/stdout for a local client (a desktop app's stdio server "
                     "entry), forwarded to --target-uri with the remote-auth and header flags "
                     "of 'vmcp proxy'. Logs go to stderr.")
-    proxy_flags.configure_parser(stdio, duration=_seconds)
+    proxy_flags.configure_parser(stdio, duration=_seconds, incoming=False)
     stdio.set_defaults(handler=_proxy_stdio, parser=stdio)
 
     tunnel_agent = commands.add_parser(
@@ -183,7 +183,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                               help="file holding this tunnel's token (vmcp tunnel token)")
     tunnel_agent.add_argument("server_name", metavar="SERVER_NAME",
                               help="the tunnel's name (clients use {relay}/t/SERVER_NAME/...)")
-    proxy_flags.configure_parser(tunnel_agent, duration=_seconds)
+    proxy_flags.configure_parser(tunnel_agent, duration=_seconds, incoming=False)
     tunnel_agent.set_defaults(handler=_proxy_tunnel, parser=tunnel_agent)
 
     tunnel = commands.add_parser("tunnel", help="the public relay of vmcp proxy tunnel, and "
@@ -420,9 +420,6 @@ def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
     configure_logging(args.log_format, debug=args.debug)
     usage_error = _usage_errors(args, parser, "vmcp proxy stdio")
-    if args.oidc_issuer or args.resource_url:
-        usage_error("--oidc-issuer and --resource-url protect a listener; vmcp proxy stdio "
-                    "has none (its client is the process that started it)")
     settings = settings_from(args, error=usage_error,
                              warn=lambda text: say(f"vmcp proxy stdio: warning: {text}",
                                                    level="warning"))
@@ -446,9 +443,6 @@ def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     usage_error = _usage_errors(args, parser, "vmcp proxy tunnel")
     if not args.relay_url.startswith(("ws://", "wss://")):
         usage_error("--relay-url must be a ws:// or wss:// URL")
-    if args.oidc_issuer or args.resource_url:
-        usage_error("--oidc-issuer and --resource-url protect a listener; the agent has none "
-                    "(protect the relay instead)")
     try:
         token = Path(args.tunnel_token_file).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:

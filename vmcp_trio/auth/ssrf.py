@@ -18,11 +18,27 @@ from urllib.parse import urlsplit
 
 import trio
 
-__all__ = ["UnsafeUrl", "check_fetch_url"]
+__all__ = ["UnsafeUrl", "check_fetch_url", "is_loopback_host", "is_loopback_url"]
 
 
 class UnsafeUrl(Exception):
     """A URL the guard refuses; the message says why (the URL is configuration, not secret)."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1): where plain http and private
+    addresses are a developer's own machine."""
+    host = host.strip("[]").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_loopback_url(url: str) -> bool:
+    return is_loopback_host(urlsplit(url).hostname or "")
 
 
 def _public(address: str) -> bool:

@@ -20,16 +20,18 @@ SUBJECT_TOKEN_TYPES = {"access_token": "urn:ietf:params:oauth:token-type:access_
                        "id_token": "urn:ietf:params:oauth:token-type:id_token"}
 
 
-def configure_parser(parser: argparse.ArgumentParser, *,
-                     duration: Callable[[str], float]) -> None:
-    """Add the flags of ``vmcp proxy`` (and ``vmcp proxy stdio``, which has no listener) to
-    ``parser``; ``duration`` reads a Go duration (``30s``, ``2m30s``) as seconds."""
+def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str], float],
+                     incoming: bool = True) -> None:
+    """Add the flags of ``vmcp proxy`` to ``parser``, without the incoming-auth ones when
+    ``incoming`` is false (``proxy stdio`` and ``proxy tunnel`` have no listener to protect);
+    ``duration`` reads a Go duration (``30s``, ``2m30s``) as seconds."""
     add = parser.add_argument
     add("--target-uri", required=True, metavar="URL", help="URI of the target MCP server")
     add("--debug", action="store_true", help="debug logging")
     add("--log-format", choices=("text", "json"), default="text",
         help="log format (default: %(default)s)")
-    configure_incoming(parser)
+    if incoming:
+        configure_incoming(parser)
     remote = parser.add_argument_group("outgoing auth (to the remote server)")
     remote.add_argument("--remote-auth", action="store_true",
                         help="enable OAuth/OIDC to the remote server")

@@ -22,7 +22,12 @@ from typing import Protocol
 from ..auth.outgoing.caller import Caller
 from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy
 
-__all__ = ["CredentialError", "Exchanged", "RemoteCredential", "StaticBearer", "renewed"]
+__all__ = ["CredentialError", "Exchanged", "LoginPending", "RemoteCredential", "StaticBearer",
+           "credential_headers", "renewed"]
+
+
+class LoginPending(CredentialError):
+    """No remote token can be had now (the login has not finished, or failed): 503."""
 
 
 class RemoteCredential(OutgoingStrategy, Protocol):
@@ -55,6 +60,16 @@ class Exchanged:
 
     async def rejected(self, status: int, challenge: str | None) -> bool:
         return False
+
+
+async def credential_headers(credentials: Sequence[RemoteCredential], caller: Caller | None,
+                             injected: Sequence[tuple[str, str]] = ()) -> list[tuple[str, str]]:
+    """``injected`` and the headers of each credential for ``caller`` (raises
+    CredentialError, :class:`LoginPending` among them)."""
+    added = list(injected)
+    for credential in credentials:
+        added += await credential.headers(caller)
+    return added
 
 
 async def renewed(credentials: Sequence[RemoteCredential], status: int,

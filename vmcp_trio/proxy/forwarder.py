@@ -41,16 +41,12 @@ from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_json
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..runtime import tracing
-from .credentials import RemoteCredential, renewed
+from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 from .headers import request_headers, response_headers
 
-__all__ = ["Forwarder", "LoginPending", "RemoteRefused"]
+__all__ = ["Forwarder", "RemoteRefused"]
 
 log = logging.getLogger("vmcp.proxy")
-
-
-class LoginPending(CredentialError):
-    """No remote token can be had now (the login has not finished, or failed): 503."""
 
 
 class RemoteRefused(Exception):
@@ -83,14 +79,12 @@ class Forwarder:
 
     async def _headers(self, request: HttpRequest, caller: Caller | None
                        ) -> list[tuple[str, str]]:
-        added = list(self.injected)
-        for credential in self.credentials:
-            try:
-                added += await credential.headers(caller)
-            except LoginPending as exc:
-                raise RemoteRefused(503, str(exc)) from None
-            except CredentialError as exc:
-                raise RemoteRefused(401, str(exc)) from None
+        try:
+            added = await credential_headers(self.credentials, caller, self.injected)
+        except LoginPending as exc:
+            raise RemoteRefused(503, str(exc)) from None
+        except CredentialError as exc:
+            raise RemoteRefused(401, str(exc)) from None
         return tracing.replace_headers(request_headers(
             request.scope["headers"], forward_authorization=self.forward_authorization,
             injected=added))

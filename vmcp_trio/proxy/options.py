@@ -20,13 +20,13 @@ Rules it keeps:
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
 
+from ..auth.ssrf import is_loopback_host, is_loopback_url
 from ..resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
 from ..secrets.errors import SecretsError
 from ..secrets.manager import SecretsManager
@@ -41,15 +41,6 @@ def _scopes(values: Sequence[str] | None) -> tuple[str, ...] | None:
     if values is None:
         return None
     return tuple(dict.fromkeys(s.strip() for v in values for s in v.split(",") if s.strip()))
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def state_dir(environ: Mapping[str, str]) -> str:
@@ -75,7 +66,7 @@ class _Checker:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             self.error(f"{flag} must be an absolute http(s) URL, not {value[:200]!r}")
         if parts.scheme == "http":
-            if not _loopback(parts.hostname):
+            if not is_loopback_host(parts.hostname):
                 self.error(f"{flag} must use https (plain http is allowed only on loopback "
                            "addresses)")
             self.warn(f"{flag} uses plain http on loopback: for local development only")
@@ -117,7 +108,7 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
         error("--port must be between 0 and 65535")
     if args.max_body_bytes < 1:
         error("--max-body-bytes must be at least 1")
-    incoming = _incoming(args, check)
+    incoming = _incoming(args, check) if hasattr(args, "oidc_issuer") else None
     bearer = check.secret("--remote-auth-bearer-token", args.remote_auth_bearer_token,
                           args.remote_auth_bearer_token_file)
     remote = _remote_auth(args, check)
@@ -134,7 +125,7 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
         server_name=getattr(args, "server_name", "stdio"), target_uri=args.target_uri,
         host=host, port=port, allowed_origins=tuple(getattr(args, "allowed_origin", ())),
         incoming=incoming,
-        scopes_supported=_scopes(args.oidc_scopes) or ("openid",),
+        scopes_supported=_scopes(getattr(args, "oidc_scopes", None)) or ("openid",),
         bearer_token=bearer, remote_auth=remote, token_exchange=exchange,
         injected_headers=injected, state_dir=state_dir(environ),
         max_body_bytes=args.max_body_bytes, drain_delay=args.drain_delay,
@@ -163,7 +154,7 @@ def _incoming(args: argparse.Namespace, check: _Checker) -> OIDCIncoming | None:
     if args.oidc_client_secret and not args.oidc_client_id:
         check.error("--oidc-client-secret needs --oidc-client-id (introspection "
                     "authenticates as that client)")
-    on_loopback = _loopback(urlsplit(issuer).hostname or "")
+    on_loopback = is_loopback_url(issuer)
     return OIDCIncoming(
         issuer=issuer, audience=audience, client_id=args.oidc_client_id,
         client_secret=SecretValue("--oidc-client-secret", args.oidc_client_secret.encode())

@@ -59,6 +59,7 @@ from ..auth.oauth.discovery import (
     FetchError,
     ResourceMismatch,
     authorization_server_metadata,
+    canonical_uri,
     protected_resource_metadata,
 )
 from ..auth.oauth.pkce import pkce_pair, supports_s256
@@ -71,15 +72,16 @@ from ..auth.oauth.tokens import (
     token_request,
 )
 from ..auth.outgoing.caller import Caller
+from ..auth.ssrf import is_loopback_url
 from ..http.client import HttpClient, HttpError
 from ..http.serving import ListenError
 from ..runtime.supervisor import NamedTask, Retry
 from .callback import CallbackResult, CallbackServer
-from .forwarder import LoginPending
+from .credentials import LoginPending
 from .login_store import LoginStore
 from .settings import RemoteAuthSettings
 
-__all__ = ["OIDC_DEFAULT_SCOPES", "RemoteLogin", "canonical_uri", "is_loopback_url"]
+__all__ = ["OIDC_DEFAULT_SCOPES", "RemoteLogin"]
 
 log = logging.getLogger("vmcp.proxy")
 
@@ -89,25 +91,6 @@ TOKEN_TIMEOUT = 15.0
 _PROBE = orjson.dumps({"jsonrpc": "2.0", "id": "vmcp-proxy-probe", "method": "initialize",
                        "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                                   "clientInfo": {"name": "vmcp-proxy", "version": "1"}}})
-
-
-def canonical_uri(url: str) -> str:
-    """The canonical URI of an MCP server (RFC 8707 / the MCP spec): lower-case scheme and
-    host, no default port, no fragment, no trailing slash."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    if ":" in host:
-        host = f"[{host}]"
-    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
-    port = f":{parts.port}" if parts.port and parts.port != default else ""
-    path = parts.path.rstrip("/")
-    query = f"?{parts.query}" if parts.query else ""
-    return f"{parts.scheme.lower()}://{host}{port}{path}{query}"
-
-
-def is_loopback_url(url: str) -> bool:
-    host = (urlsplit(url).hostname or "").lower()
-    return host in ("localhost", "127.0.0.1", "::1") or host.startswith("127.")
 
 
 class LoginFailed(Exception):

@@ -37,8 +37,7 @@ import trio
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..protocol.sse import SSEParser
 from ..protocol.stateless import NAMED_METHODS, PROTOCOL_VERSION, encode_header_value
-from .credentials import RemoteCredential, renewed
-from .forwarder import LoginPending
+from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 
 __all__ = ["StdioBridge"]
 
@@ -146,12 +145,6 @@ class StdioBridge:
             headers.append(("mcp-protocol-version", self.version))
         return headers
 
-    async def _credential_headers(self) -> list[tuple[str, str]]:
-        added = list(self.injected)
-        for credential in self.credentials:
-            added += await credential.headers(None)
-        return added
-
     async def _forward(self, line: bytes) -> None:
         try:
             message = orjson.loads(line)
@@ -175,7 +168,8 @@ class StdioBridge:
     async def _post(self, line: bytes, message: object, *, replay_on_404: bool,
                     show: bool = True) -> None:
         for attempt in (1, 2):
-            headers = self._headers(message) + await self._credential_headers()
+            headers = self._headers(message) + await credential_headers(
+                self.credentials, None, self.injected)
             async with self.client.stream("POST", self.target, headers=headers,
                                           body=line) as response:
                 if response.status in (401, 403) and attempt == 1 and await renewed(
@@ -260,7 +254,7 @@ class StdioBridge:
             if last_event is not None:
                 headers.append(("last-event-id", last_event))
             try:
-                headers += await self._credential_headers()
+                headers += await credential_headers(self.credentials, None, self.injected)
                 async with self.client.stream("GET", self.target,
                                               headers=headers) as response:
                     if response.status == 405:
@@ -287,7 +281,7 @@ class StdioBridge:
             headers.append(("mcp-protocol-version", self.version))
         with trio.move_on_after(5):
             try:
-                headers += await self._credential_headers()
+                headers += await credential_headers(self.credentials, None, self.injected)
                 await self.client.request("DELETE", self.target, headers=headers)
             except (HttpError, LoginPending):
                 pass

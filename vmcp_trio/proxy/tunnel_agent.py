@@ -41,7 +41,7 @@ from ..protocol.tunnel import (
     StreamReset,
     TunnelProtocol,
 )
-from .credentials import RemoteCredential
+from .credentials import RemoteCredential, credential_headers
 from .headers import request_headers, response_headers
 from .tunnel_link import StreamEvent, TunnelClosed, TunnelLink
 
@@ -172,10 +172,8 @@ class TunnelAgent:
 
     async def _forward(self, link: TunnelLink, opened: StreamOpened, body: bytes) -> None:
         stream_id = opened.stream_id
-        added = list(self.injected)
         try:
-            for credential in self.credentials:
-                added += await credential.headers(None)
+            added = await credential_headers(self.credentials, None, self.injected)
         except CredentialError as exc:
             await self._answer(link, stream_id, 502, f"no credential for the target: {exc}")
             return

@@ -54,6 +54,7 @@ __all__ = [
     "ResourceMismatch",
     "authorization_server_metadata",
     "authorization_server_metadata_urls",
+    "canonical_uri",
     "discover",
     "fetch_json",
     "protected_resource_metadata",
@@ -181,6 +182,20 @@ def _canonical(url: str) -> tuple[object, ...] | None:
         port = None
     return (scheme, parts.username, parts.password, parts.hostname, port,
             parts.path.rstrip("/"), parts.query, parts.fragment)
+
+
+def canonical_uri(url: str) -> str:
+    """The canonical URI of an MCP server (RFC 8707 / the MCP spec): lower-case scheme and
+    host, no default port, no fragment, no trailing slash."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    port = f":{parts.port}" if parts.port and parts.port != default else ""
+    path = parts.path.rstrip("/")
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme.lower()}://{host}{port}{path}{query}"
 
 
 def _covers(named: str, resource: str) -> bool:
