@@ -39,6 +39,7 @@ from ..http.asgi import (
     Scope,
     Send,
     http_request,
+    send_bytes,
     send_json,
 )
 from ..http.origin import OriginGuard
@@ -193,11 +194,7 @@ class GatewayApp:
         elif path == "/api/backends/health":
             await send_json(send, 200, self.gateway.health.report())
         elif path == "/metrics":
-            body = self.metrics.render()
-            await send({"type": "http.response.start", "status": 200,
-                        "headers": [(b"content-type", CONTENT_TYPE.encode()),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
         elif self.extra_endpoints is None or not await self.extra_endpoints(request, send):
             await send_json(send, 404, {"error": f"no such endpoint: {path[:200]}"})
 

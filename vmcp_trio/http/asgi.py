@@ -29,10 +29,12 @@ __all__ = [
     "BodyTooLarge",
     "ClientGone",
     "HttpRequest",
+    "StatusSend",
     "StreamWriter",
     "http_request",
     "lifespan",
     "open_stream",
+    "send_bytes",
     "send_empty",
     "send_json",
     "send_text",
@@ -163,27 +165,47 @@ def _wire(headers: Headers) -> list[tuple[bytes, bytes]]:
     return [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers]
 
 
-async def send_json(send: Send, status: int, body: Any, headers: Headers = ()) -> None:
-    data = body if isinstance(body, bytes) else orjson.dumps(body)
+async def send_bytes(send: Send, status: int, data: bytes, content_type: str,
+                     headers: Headers = ()) -> None:
+    """A whole response of ``data`` (with its length)."""
     await send({"type": "http.response.start", "status": status,
-                "headers": _wire([("content-type", "application/json"),
+                "headers": _wire([("content-type", content_type),
                                   ("content-length", str(len(data))), *headers])})
     await send({"type": "http.response.body", "body": data})
+
+
+async def send_json(send: Send, status: int, body: Any, headers: Headers = ()) -> None:
+    data = body if isinstance(body, bytes) else orjson.dumps(body)
+    await send_bytes(send, status, data, "application/json", headers)
 
 
 async def send_text(send: Send, status: int, text: str, *, content_type: str = "text/plain",
                     headers: Headers = ()) -> None:
-    data = text.encode("utf-8")
-    await send({"type": "http.response.start", "status": status,
-                "headers": _wire([("content-type", f"{content_type}; charset=utf-8"),
-                                  ("content-length", str(len(data))), *headers])})
-    await send({"type": "http.response.body", "body": data})
+    await send_bytes(send, status, text.encode("utf-8"), f"{content_type}; charset=utf-8",
+                     headers)
 
 
 async def send_empty(send: Send, status: int, headers: Headers = ()) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": _wire([("content-length", "0"), *headers])})
     await send({"type": "http.response.body", "body": b""})
+
+
+class StatusSend:
+    """The ASGI ``send`` of one request, remembering the status of the response (0 before it
+    started), for the access record and for knowing whether an error can still be answered."""
+
+    __slots__ = ("_send", "status")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.status = 0
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if not self.status:
+            status = message.get("status", 200)
+            self.status = status if isinstance(status, int) else 200
+        await self._send(message)
 
 
 class StreamWriter:

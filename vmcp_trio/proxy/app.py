@@ -12,8 +12,7 @@
 * Draining (SIGTERM): requests still arrive for ``drain_delay`` (a load balancer notices the
   listener going away), then new ones get 503 with ``Retry-After``; those in flight run to
   their end within the grace period (:mod:`vmcp_trio.app.proxy`).
-* A fault while serving one request ends that request only: 500 with a JSON body when nothing
-  was sent yet, logged with its request id; a client that leaves is a debug line.
+* A fault while serving one request ends that request only (:mod:`.served`).
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ import trio
 from ..auth.boundary import IncomingBoundary
 from ..auth.incoming.authenticator import AuthFailure
 from ..http.asgi import (
-    BodyTimeout,
-    ClientGone,
     HttpRequest,
     Receive,
     Scope,
@@ -35,28 +32,12 @@ from ..http.asgi import (
     send_json,
 )
 from ..http.origin import OriginGuard
-from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
 from .forwarder import Forwarder, RemoteRefused
+from .served import serve_contained
 
 __all__ = ["ProxyApp"]
 
 log = logging.getLogger("vmcp.proxy")
-
-
-class _Started:
-    """The ASGI ``send`` of one request, remembering whether the response started."""
-
-    __slots__ = ("_send", "status")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.status = 0
-
-    async def __call__(self, message: dict[str, object]) -> None:
-        if not self.status:
-            status = message.get("status", 200)
-            self.status = status if isinstance(status, int) else 200
-        await self._send(message)
 
 
 class ProxyApp:
@@ -77,34 +58,14 @@ class ProxyApp:
         request = await http_request(scope, receive, send, body_timeout=self.body_timeout)
         if request is None:
             return
-        started = _Started(send)
-        adopt_request_id(request.header("x-request-id"))
-        record = AccessRecord()
-        ACCESS.set(record)
-        began = trio.current_time()
         self.active += 1
         self.idle = trio.Event() if self.active == 1 else self.idle
         try:
-            await self.route(request, started)
-        except ClientGone as exc:
-            log.debug("%s %s: %s", request.method, request.path[:200], exc)
-        except BodyTimeout as exc:
-            if not started.status:
-                await send_json(started, 408, {"error": "request_timeout",
-                                               "error_description": str(exc)})
-        except Exception as exc:
-            log.error("%s %s failed", request.method, request.path[:200], exc_info=exc)
-            if not started.status:
-                await send_json(started, 500, {
-                    "error": "internal_error", "error_description":
-                        f"the proxy failed to serve this request (logged as request "
-                        f"{REQUEST_ID.get()})"})
+            await serve_contained(request, send, self.route, what="proxy", log=log)
         finally:
             self.active -= 1
             if not self.active:
                 self.idle.set()
-            log_access(request.method, request.path[:200], started.status,
-                       trio.current_time() - began, record)
 
     async def route(self, request: HttpRequest, send: Send) -> None:
         if self.refusing:
