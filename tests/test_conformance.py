@@ -264,7 +264,8 @@ def _gateway_config(backend_url: str) -> str:
 class Targets:
     node: str
     urls: dict[str, str]
-    """``direct`` (the fixture) and ``vmcp`` (the gateway in front of it)."""
+    """``direct`` (the fixture), each form of vmcp in front of it (``THROUGH``), and the
+    tunnel agent's own ``/health`` and ``/metrics`` (``tunnel agent``)."""
     workdir: Path
     runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
 
@@ -331,24 +332,27 @@ def targets() -> Iterator[Targets]:
             token, line = new_token_line("fixture")
             (workdir / "tokens").write_text(line + "\n", encoding="utf-8")
             (workdir / "token").write_text(token, encoding="utf-8")
-            relay_port = free_port()
+            relay_port, agent_port = free_port(), free_port()
             with (workdir / "tunnel.log").open("wb") as log:
                 processes.append(subprocess.Popen(
                     [sys.executable, "-m", "vmcp_trio", "tunnel", "relay", "--port",
-                     str(relay_port), "--tokens", str(workdir / "tokens")],
+                     str(relay_port), "--tokens", str(workdir / "tokens"),
+                     "--log-format", "json"],
                     cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT))
                 processes.append(subprocess.Popen(
                     [sys.executable, "-m", "vmcp_trio", "proxy", "tunnel", "--relay-url",
                      f"ws://127.0.0.1:{relay_port}", "--tunnel-token-file",
-                     str(workdir / "token"), "--target-uri", direct, "fixture"],
+                     str(workdir / "token"), "--target-uri", direct, "--log-format", "json",
+                     "--metrics-port", str(agent_port), "fixture"],
                     cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log,
                     stderr=subprocess.STDOUT))
             tunneled = f"http://127.0.0.1:{relay_port}/t/fixture/mcp"
             _wait_for_tunnel(tunneled, processes[-2:])
             yield Targets(node, {"direct": direct,
                                  "vmcp": f"http://127.0.0.1:{gateway_port}/mcp",
-                                 "proxy": proxied, "tunnel": tunneled}, workdir)
+                                 "proxy": proxied, "tunnel": tunneled,
+                                 "tunnel agent": f"http://127.0.0.1:{agent_port}"}, workdir)
         finally:
             for process in reversed(processes):
                 stop_process(process)
@@ -461,3 +465,40 @@ def test_every_scenario_the_fixture_passes_passes_through(targets: Targets, vers
                     + f"\n  {log_name} (tail):\n" + "\n".join(f"    {line}"
                                                               for line in kept[-40:]),
                     pytrace=False)
+
+
+def test_both_sides_of_the_tunnel_log_json_and_count_what_they_carry(targets: Targets) -> None:
+    """``--log-format json`` on the relay and the agent: every line either writes is one JSON
+    object; the relay's access record of a request names its tunnel and carries the caller's
+    ``X-Request-Id``; the agent's ``/metrics`` counted the exchange, its ``/health`` is 200."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    request = urllib.request.Request(
+        targets.urls["tunnel"], method="POST", data=json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "ping"}).encode(),
+        headers={"content-type": "application/json", "x-request-id": "tunnel-json-1",
+                 "accept": "application/json, text/event-stream",
+                 "mcp-protocol-version": "2025-11-25"})
+    try:
+        opener.open(request, timeout=10).read()
+    except urllib.error.HTTPError as exc:  # no session: the fixture's 400, through the tunnel
+        assert exc.code == 400
+    log = targets.workdir / "tunnel.log"
+    deadline = time.monotonic() + 5
+    while True:
+        lines = log.read_text(encoding="utf-8").splitlines()
+        entries = [json.loads(line) for line in lines]  # every line is JSON
+        access = [e for e in entries if e.get("request_id") == "tunnel-json-1"
+                  and e.get("logger") == "vmcp.access"]
+        if access or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert access and access[0]["backend"] == "fixture" and access[0]["path"] == "/t/fixture/mcp"
+    assert any("tunnel fixture: connected" in e.get("msg", "") for e in entries)
+    agent = targets.urls["tunnel agent"]
+    with opener.open(f"{agent}/health", timeout=5) as response:
+        assert json.loads(response.read())["connected"] is True
+    with opener.open(f"{agent}/metrics", timeout=5) as response:
+        metrics = response.read().decode()
+    assert "vmcp_tunnel_agents_connected 1.0" in metrics
+    to_target = re.search(r'vmcp_tunnel_bytes_total\{direction="to_target"\} (\S+)', metrics)
+    assert to_target and float(to_target.group(1)) > 0

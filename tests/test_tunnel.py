@@ -15,10 +15,11 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from vmcp_trio.app.tunnel import run_relay
 from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
-from vmcp_trio.http.client import HttpClient
+from vmcp_trio.http.client import HttpClient, HttpError
 from vmcp_trio.http.serving import hypercorn_config, listen, serve
-from vmcp_trio.proxy.tunnel_agent import TunnelAgent
+from vmcp_trio.proxy.tunnel_agent import TunnelAgent, status_app
 from vmcp_trio.proxy.tunnel_relay import TunnelRelay
 from vmcp_trio.proxy.tunnel_tokens import TunnelTokens, new_token_line
 from vmcp_trio.resources.plan import OIDCIncoming
@@ -34,14 +35,36 @@ TOKEN, LINE = new_token_line("demo")
 
 
 @asynccontextmanager
-async def relay_running(relay: TunnelRelay) -> AsyncIterator[str]:
-    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=64 * 1024)
-    sockets = listen(config)
+async def relay_running(relay: TunnelRelay, port: int = 0) -> AsyncIterator[str]:
+    """The relay as ``vmcp tunnel relay`` runs it (with its incoming auth's tasks)."""
+    urls: list[str] = []
+    ready = trio.Event()
+
+    def on_ready(bound: list[str]) -> None:
+        urls.extend(bound)
+        ready.set()
+
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, relay, config, sockets,
+        nursery.start_soon(partial(run_relay, relay, "127.0.0.1", port, on_ready=on_ready))
+        await ready.wait()
+        yield urls[0]
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def status_running(agent: TunnelAgent) -> AsyncIterator[str]:
+    """The agent's ``--metrics-port`` server."""
+    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, status_app(agent), config, listen(config),
                                             shutdown_trigger=trio.sleep_forever))
         yield binds[0]
         nursery.cancel_scope.cancel()
+
+
+def connections(agent: TunnelAgent, outcome: str = "connected") -> float:
+    return agent.metrics.registry.get_sample_value("vmcp_tunnel_connections_total",
+                                                   {"outcome": outcome}) or 0.0
 
 
 @asynccontextmanager
@@ -95,7 +118,8 @@ async def test_no_agent_is_503_and_a_wrong_token_connects_nothing() -> None:
         assert status == 503 and (b"retry-after", b"5") in headers and b"demo" in body
         async with agent_running(relay_url, target, token="x" * 43) as agent:
             await trio.sleep(0.5)
-            assert agent.connections == 0 and not relay.agents
+            assert connections(agent) == 0 and not relay.agents
+            assert connections(agent, "refused") >= 1
         await client.aclose()
 
 
@@ -119,7 +143,7 @@ async def test_a_second_agent_with_the_token_replaces_the_first() -> None:
                                      ("mcp-protocol-version", "2025-11-25")])
             await client.aclose()
             assert status in (200, 400)  # the server answered through the tunnel
-            assert first.connections == 1 and second.connections == 1
+            assert connections(first) == 1 and connections(second) == 1
 
 
 def test_the_tokens_file_keeps_only_hashes_and_refuses_bad_lines() -> None:
@@ -167,44 +191,74 @@ async def test_a_stuck_stream_slows_no_other_and_a_client_leaving_cancels_its_ca
             nursery.cancel_scope.cancel()
 
 
-async def test_the_agent_comes_back_after_a_relay_restart() -> None:
-    """The relay goes away and comes back on its port: calls fail with a clear status while it is
-    gone (the client's connection is refused, or 503 until the agent is back), and the agent's
-    backoff brings it back; calls work again."""
+async def test_the_agent_comes_back_after_a_relay_restart_under_traffic() -> None:
+    """The relay goes away and comes back on its port while four clients keep calling: every
+    call ends promptly, either answered or with a clear failure (the relay's port refusing,
+    503 until the agent is back, 502 for an exchange the break cut), and the agent's backoff
+    brings it back, so calls are answered again. The agent's own ``/health`` follows it (503
+    while it is away) and its ``/metrics`` count both connections."""
     server, state = make_server("internal")
     port = free_port()
     async with serving(server, state) as target, trio.open_nursery() as nursery:
 
         async def relay_on_port(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
             with trio.CancelScope() as scope:
-                config = hypercorn_config("127.0.0.1", port, max_header_bytes=64 * 1024)
-                relay = TunnelRelay(TunnelTokens.parse(LINE))
-                async with trio.open_nursery() as inner:
-                    await inner.start(partial(serve, relay, config, listen(config),
-                                              shutdown_trigger=trio.sleep_forever))
+                async with relay_running(TunnelRelay(TunnelTokens.parse(LINE)), port):
                     task_status.started(scope)
                     await trio.sleep_forever()
 
         first = await nursery.start(relay_on_port)
         relay_url = f"http://127.0.0.1:{port}"
-        async with agent_running(relay_url, target) as agent:
+        outcomes: list[tuple[float, str]] = []
+        async with agent_running(relay_url, target) as agent, \
+                status_running(agent) as status_url:
             with trio.fail_after(10):
                 await agent.connected.wait()
-            client = StatelessClient(f"{relay_url}/t/demo/mcp")
-            assert (await client.call("add", {"a": 1, "b": 1})).messages
-            first.cancel()
-            with trio.fail_after(10):
-                while agent.connected.is_set():
-                    await trio.sleep(0.05)
-            second = await nursery.start(relay_on_port)
-            with trio.fail_after(20):
-                await agent.connected.wait()
-            await client.http.aclose()
-            client = StatelessClient(f"{relay_url}/t/demo/mcp")
-            reply = await client.call("add", {"a": 2, "b": 3})
-            assert reply.messages[-1]["result"]["structuredContent"]["total"] == 5
-            assert agent.connections == 2
-            await client.http.aclose()
+            http = HttpClient()
+            assert (await http.request("GET", f"{status_url}/health"))[0] == 200
+
+            async def caller(worker: int) -> None:
+                client = StatelessClient(f"{relay_url}/t/demo/mcp")
+                for call in range(10_000):
+                    try:
+                        reply = await client.call("add", {"a": worker, "b": call})
+                    except HttpError:
+                        outcome = "refused"
+                    else:
+                        total = (reply.messages[-1]["result"]["structuredContent"]["total"]
+                                 if reply.status == 200 else None)
+                        outcome = ("answered" if total == worker + call
+                                   else f"status {reply.status}")
+                    outcomes.append((trio.current_time(), outcome))
+                    if outcome != "answered":
+                        await trio.sleep(0.05)
+                await client.http.aclose()
+
+            async with trio.open_nursery() as callers:
+                for worker in range(4):
+                    callers.start_soon(caller, worker)
+                await trio.sleep(0.5)
+                first.cancel()
+                with trio.fail_after(10):
+                    while agent.connected.is_set():
+                        await trio.sleep(0.05)
+                assert (await http.request("GET", f"{status_url}/health"))[0] == 503
+                await trio.sleep(0.5)
+                second = await nursery.start(relay_on_port)
+                with trio.fail_after(20):
+                    await agent.connected.wait()
+                back = trio.current_time()
+                await trio.sleep(1.0)
+                callers.cancel_scope.cancel()
+            kinds = {outcome for _, outcome in outcomes}
+            assert kinds <= {"answered", "refused", "status 502", "status 503"}, kinds
+            assert {"answered", "refused"} <= kinds
+            assert sum(1 for at, outcome in outcomes if at > back and outcome == "answered") > 4
+            status, _, body = await http.request("GET", f"{status_url}/metrics")
+            assert status == 200
+            assert 'vmcp_tunnel_connections_total{outcome="connected"} 2.0' in body.decode()
+            assert "vmcp_tunnel_agents_connected 1.0" in body.decode()
+            await http.aclose()
             second.cancel()
 
 
@@ -241,16 +295,15 @@ async def test_the_relay_protects_the_public_side_with_oidc() -> None:
         authenticator = build_authenticator(OIDCIncoming(
             issuer=idp.issuer, audience=audience, jwks_allow_private_ip=True,
             insecure_allow_http=True), AuthSettings(), http)
-        await authenticator.prepare()
         server, state = make_server("internal")
         relay = TunnelRelay(TunnelTokens.parse(LINE), authenticator=authenticator,
                             public_url="https://relay.test", scopes=("mcp:tools",))
         async with serving(server, state) as target, relay_running(relay) as relay_url, \
-                agent_running(relay_url, target) as agent, trio.open_nursery() as nursery:
-            for _name, task in authenticator.supervised():
-                nursery.start_soon(task)
+                agent_running(relay_url, target) as agent:
             with trio.fail_after(10):
                 await agent.connected.wait()
+            # the relay fetched the issuer's keys before any token came (its refresher runs)
+            assert authenticator.health()["keys"] == "healthy"
             public = f"{relay_url}/t/demo/mcp"
             status, headers, _ = await http.request("POST", public, body=b"{}")
             challenge = dict(headers)[b"www-authenticate"].decode()
@@ -267,7 +320,6 @@ async def test_the_relay_protects_the_public_side_with_oidc() -> None:
             assert reply.messages[-1]["result"]["structuredContent"]["total"] == 3
             assert state.authorizations and token not in "".join(state.authorizations)
             await client.http.aclose()
-            nursery.cancel_scope.cancel()
         await http.aclose()
 
 
@@ -279,7 +331,7 @@ async def test_each_side_drops_a_silent_connection_in_bounded_time() -> None:
     async with serving(server, state) as target, relay_running(relay) as relay_url, \
             agent_running(relay_url, target, silence_limit=0.3) as agent:
         with trio.fail_after(10):
-            while agent.connections < 2:
+            while connections(agent) < 2:
                 await trio.sleep(0.05)
     quiet = TunnelRelay(TunnelTokens.parse(LINE), ping_interval=0.2)
     async with serving(server, state) as target, relay_running(quiet) as relay_url, \
@@ -287,7 +339,7 @@ async def test_each_side_drops_a_silent_connection_in_bounded_time() -> None:
         with trio.fail_after(10):
             await agent.connected.wait()
         await trio.sleep(1.0)  # five pings, all answered: still the first connection
-        assert agent.connections == 1 and "demo" in quiet.agents
+        assert connections(agent) == 1 and "demo" in quiet.agents
 
 
 async def test_an_exchange_in_flight_when_the_agent_goes_ends_at_once() -> None:

@@ -181,6 +181,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                               help="the relay's WebSocket URL (wss://relay.example.com)")
     tunnel_agent.add_argument("--tunnel-token-file", required=True, metavar="PATH",
                               help="file holding this tunnel's token (vmcp tunnel token)")
+    tunnel_agent.add_argument("--metrics-host", default="127.0.0.1",
+                              help="address of the agent's /health and /metrics (default: "
+                                   "%(default)s)")
+    tunnel_agent.add_argument("--metrics-port", type=int, metavar="PORT",
+                              help="serve the agent's /health (503 while not connected) and "
+                                   "/metrics on this port (default: none)")
     tunnel_agent.add_argument("server_name", metavar="SERVER_NAME",
                               help="the tunnel's name (clients use {relay}/t/SERVER_NAME/...)")
     proxy_flags.configure_parser(tunnel_agent, duration=_seconds, incoming=False)
@@ -433,7 +439,7 @@ def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 
 
 def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    import trio
+    from functools import partial
 
     from .app.tunnel import run_agent
     from .proxy.options import settings_from
@@ -453,9 +459,17 @@ def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     settings = settings_from(args, error=usage_error,
                              warn=lambda text: say(f"vmcp proxy tunnel: warning: {text}",
                                                    level="warning"))
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        usage_error("--metrics-port must be between 0 and 65535")
     say(f"vmcp proxy tunnel: {args.server_name}: {args.relay_url} -> {settings.target_uri}")
-    trio.run(run_agent, settings, args.relay_url, token)
-    return EXIT_OK
+    status = (None if args.metrics_port is None
+              else (args.metrics_host, args.metrics_port))
+    return _run_server(partial(run_agent, settings, args.relay_url, token,
+                               status_listener=status,
+                               on_status_ready=lambda urls: say(
+                                   f"vmcp proxy tunnel: /health and /metrics at {urls[0]}",
+                                   url=urls[0])),
+                       "vmcp proxy tunnel")
 
 
 def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -18,9 +18,9 @@ from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
 from ..http.serving import hypercorn_config, listen, serve
 from ..proxy.settings import ProxySettings
-from ..proxy.tunnel_agent import TunnelAgent
+from ..proxy.tunnel_agent import TunnelAgent, status_app
 from ..proxy.tunnel_relay import TunnelRelay
-from ..runtime.logs import say
+from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import Supervisor
 from .proxy import KEY_REFRESH, outgoing_credentials
 
@@ -37,22 +37,37 @@ async def _until_signal() -> None:
 async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str | None = None,
                     tls_key: str | None = None,
                     on_ready: Callable[[list[str]], None] | None = None) -> None:
-    """Serve the relay until SIGINT or SIGTERM (raises ListenError for a port or a
-    certificate that cannot be had)."""
+    """Serve the relay until SIGINT or SIGTERM, with its incoming auth's key refreshers and the
+    access log supervised (raises ListenError for a port or a certificate that cannot be had,
+    IncomingAuthError for an issuer that cannot be set up)."""
     hypercorn_tuning.install()
     hypercorn_guard.install()
     config = hypercorn_config(host, port, max_header_bytes=64 * 1024, tls_cert=tls_cert,
                               tls_key=tls_key)
     sockets = listen(config)
     async with trio.open_nursery() as nursery:
-        urls: list[str] = await nursery.start(partial(serve, relay, config, sockets,
-                                                      shutdown_trigger=_until_signal))
+        supervisor = Supervisor(nursery)
+        if relay.authenticator is not None:
+            await relay.authenticator.prepare()
+            for name, task in relay.authenticator.supervised():
+                await supervisor.start(name, task, policy=KEY_REFRESH)
+        supervisor.start_soon("access log", write_access_log)
+
+        async def serving(*, task_status: trio.TaskStatus[list[str]]) -> None:
+            await serve(relay, config, sockets, shutdown_trigger=_until_signal,
+                        task_status=task_status)
+            nursery.cancel_scope.cancel()
+
+        urls: list[str] = await nursery.start(serving)
         if on_ready is not None:
             on_ready(urls)
 
 
-async def run_agent(settings: ProxySettings, relay_url: str, token: str) -> None:
-    """Keep the agent connected until SIGINT or SIGTERM."""
+async def run_agent(settings: ProxySettings, relay_url: str, token: str, *,
+                    status_listener: tuple[str, int] | None = None,
+                    on_status_ready: Callable[[list[str]], None] | None = None) -> None:
+    """Keep the agent connected until SIGINT or SIGTERM; with ``status_listener`` (host, port),
+    serve its ``/health`` and ``/metrics`` there (raises ListenError when it cannot be had)."""
     http = HttpClient()
     credentials, login_tasks = outgoing_credentials(settings, http)
     agent = TunnelAgent(relay_url, settings.server_name, token, settings.target_uri, http,
@@ -61,6 +76,13 @@ async def run_agent(settings: ProxySettings, relay_url: str, token: str) -> None
     try:
         async with trio.open_nursery() as nursery:
             supervisor = Supervisor(nursery)
+            if status_listener is not None:
+                config = hypercorn_config(*status_listener, max_header_bytes=16 * 1024)
+                urls: list[str] = await nursery.start(partial(
+                    serve, status_app(agent), config, listen(config),
+                    shutdown_trigger=trio.sleep_forever))
+                if on_status_ready is not None:
+                    on_status_ready(urls)
             for name, task in login_tasks:
                 await supervisor.start(name, task, policy=KEY_REFRESH)
             nursery.start_soon(agent.run)

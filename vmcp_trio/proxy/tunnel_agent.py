@@ -12,6 +12,10 @@
   restart or a network break with
   exponential backoff (1 s doubling to 30 s, with jitter); a refused token is logged and retried
   the same way (the relay's tokens may change).
+* It counts what it does in :class:`~vmcp_trio.runtime.metrics.TunnelMetrics` (connected or
+  not, exchanges in flight, body bytes each way, connections by outcome); :func:`status_app`
+  serves them with a ``/health`` that is 503 while the agent is not connected (a readiness
+  probe), for ``--metrics-port``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 import trio
@@ -32,6 +36,7 @@ from trio_websocket import (
 )
 
 from ..auth.outgoing.strategies import CredentialError
+from ..http.asgi import Receive, Scope, Send, http_request, send_bytes, send_json
 from ..http.client import HttpClient, HttpError
 from ..protocol.tunnel import (
     DataReceived,
@@ -41,11 +46,12 @@ from ..protocol.tunnel import (
     StreamReset,
     TunnelProtocol,
 )
+from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
 from .credentials import RemoteCredential, credential_headers
 from .headers import request_headers, response_headers
 from .tunnel_link import StreamEvent, TunnelClosed, TunnelLink
 
-__all__ = ["TunnelAgent"]
+__all__ = ["TunnelAgent", "status_app"]
 
 log = logging.getLogger("vmcp.tunnel")
 
@@ -71,7 +77,8 @@ class TunnelAgent:
         self.max_body_bytes = max_body_bytes
         self.max_streams = max_streams
         self.connected = trio.Event()
-        self.connections = 0
+        self.metrics = TunnelMetrics()
+        self.metrics.agents.set_function(lambda: int(self.connected.is_set()))
 
     async def run(self) -> None:
         """Connected to the relay, again and again, until cancelled."""
@@ -81,8 +88,10 @@ class TunnelAgent:
                 await self._connection()
                 delay = 1.0
             except* ConnectionRejected:
+                self.metrics.connections.labels("refused").inc()
                 log.warning("tunnel %s: the relay refused the token", self.name)
             except* (OSError, HandshakeError, ConnectionClosed, ProtocolError) as failures:
+                self.metrics.connections.labels("failed").inc()
                 log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
                             repr(failures.exceptions[0])[:300])
             self.connected = trio.Event()
@@ -93,7 +102,7 @@ class TunnelAgent:
         headers = [(b"authorization", f"Bearer {self._token}".encode())]
         async with open_websocket_url(self.url, extra_headers=headers,
                                       message_queue_size=16) as socket:
-            self.connections += 1
+            self.metrics.connections.labels("connected").inc()
             log.info("tunnel %s: connected to %s", self.name, self.url)
             self.connected.set()
             link = TunnelLink(TunnelProtocol("agent", max_streams=self.max_streams),
@@ -147,6 +156,7 @@ class TunnelAgent:
                     return
             else:
                 return
+            self.metrics.bytes.labels("to_target").inc(len(body))
             with trio.CancelScope() as scope:
 
                 async def watch_reset() -> None:
@@ -155,12 +165,16 @@ class TunnelAgent:
                             break
                     scope.cancel()  # reset by the relay (its client left), or the tunnel went
 
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(watch_reset)
-                    # Reset by the relay, or the tunnel went: nobody to answer.
-                    with contextlib.suppress(TunnelClosed):
-                        await self._forward(link, opened, bytes(body))
-                    nursery.cancel_scope.cancel()
+                self.metrics.streams.inc()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(watch_reset)
+                        # Reset by the relay, or the tunnel went: nobody to answer.
+                        with contextlib.suppress(TunnelClosed):
+                            await self._forward(link, opened, bytes(body))
+                        nursery.cancel_scope.cancel()
+                finally:
+                    self.metrics.streams.dec()
         except TunnelClosed:
             pass
         except Exception as exc:  # this stream's fault: it ends here, the tunnel goes on
@@ -190,6 +204,7 @@ class TunnelAgent:
                 try:
                     async for chunk in response.iter_bytes():
                         await link.send_body(stream_id, chunk)
+                        self.metrics.bytes.labels("to_client").inc(len(chunk))
                 except HttpError as exc:
                     log.info("tunnel %s: the target's response broke off: %s", self.name, exc)
         except HttpError as exc:
@@ -204,3 +219,24 @@ class TunnelAgent:
                                                 [("content-type", "application/json")]))
         await link.send_body(stream_id, body)
         await link.send(link.protocol.send_end(stream_id))
+
+
+def status_app(agent: TunnelAgent) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
+    """The agent's own small HTTP server: ``/health`` (200 connected, 503 not yet or no
+    longer) and ``/metrics``."""
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        request = await http_request(scope, receive, send)
+        if request is None:
+            return
+        if request.path == "/metrics":
+            await send_bytes(send, 200, agent.metrics.render(), CONTENT_TYPE)
+        elif request.path == "/health":
+            connected = agent.connected.is_set()
+            await send_json(send, 200 if connected else 503,
+                            {"status": "ok" if connected else "connecting",
+                             "tunnel": agent.name, "connected": connected})
+        else:
+            await send_json(send, 404, {"error": f"no such endpoint: {request.path[:200]}"})
+
+    return app

@@ -20,6 +20,8 @@
   protected resource is the public URL of the tunnel path asked for, its RFC 9728 document at
   ``/.well-known/oauth-protected-resource/t/{name}/...``; the token is the relay's and never
   reaches the agent.
+* Each client request gets a request id and an access record naming its tunnel, and a fault
+  ends that request only (:mod:`.served`).
 * ``/health`` and ``/metrics`` (agents connected, exchanges in flight, body bytes each way, agent
   connections by outcome) are the relay's own, not forwarded.
 * Bounded: request bodies (``max_body_bytes``, 413), exchanges in flight per tunnel (the
@@ -38,7 +40,16 @@ from ..auth.boundary import IncomingBoundary
 from ..auth.headers import HeaderError, bearer_token
 from ..auth.incoming.authenticator import Authenticator
 from ..auth.metadata import METADATA_PATH
-from ..http.asgi import BodyTooLarge, HttpRequest, Receive, Scope, Send, lifespan, send_json
+from ..http.asgi import (
+    BodyTooLarge,
+    HttpRequest,
+    Receive,
+    Scope,
+    Send,
+    lifespan,
+    send_bytes,
+    send_json,
+)
 from ..protocol.tunnel import (
     DataReceived,
     HeadReceived,
@@ -47,8 +58,10 @@ from ..protocol.tunnel import (
     StreamReset,
     TunnelProtocol,
 )
+from ..runtime.logs import note
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
 from .headers import request_headers
+from .served import serve_contained
 from .tunnel_link import TunnelClosed, TunnelLink
 from .tunnel_tokens import TunnelTokens
 
@@ -59,6 +72,7 @@ log = logging.getLogger("vmcp.tunnel")
 CONNECT_PREFIX = "/tunnel/"
 PUBLIC_PREFIX = "/t/"
 _PING = b"vmcp-rly"
+_OWN_PATHS = ("/health", "/metrics")
 
 
 @dataclass
@@ -95,7 +109,8 @@ class TunnelRelay:
         elif scope["type"] == "websocket":
             await self._agent(scope, receive, send)
         elif scope["type"] == "http":
-            await self._client(HttpRequest(scope, receive), send)
+            await serve_contained(HttpRequest(scope, receive), send, self._client,
+                                  what="relay", log=log, quiet_paths=_OWN_PATHS)
 
     # --- agents --------------------------------------------------------------------------------
 
@@ -200,16 +215,12 @@ class TunnelRelay:
         return None
 
     async def _client(self, request: HttpRequest, send: Send) -> None:
-        if request.path in ("/health", "/metrics") and not (
+        if request.path in _OWN_PATHS and not (
                 self.domain and (request.header("host") or "").endswith(self.domain)):
             if request.path == "/health":
                 await send_json(send, 200, {"status": "ok", "tunnels": sorted(self.agents)})
             else:
-                body = self.metrics.render()
-                await send({"type": "http.response.start", "status": 200,
-                            "headers": [(b"content-type", CONTENT_TYPE.encode()),
-                                        (b"content-length", str(len(body)).encode())]})
-                await send({"type": "http.response.body", "body": body})
+                await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
             return
         boundary = self._boundary(request)
         if boundary is not None:
@@ -224,6 +235,7 @@ class TunnelRelay:
                                         "tunnels are at /t/{name}/..."})
             return
         name, rest = found
+        note(backend=name[:63])
         agent = self.agents.get(name)
         if agent is None:
             await send_json(send, 503, {"error": "tunnel_not_connected", "error_description":

@@ -97,8 +97,8 @@ class Metrics:
 
 
 class TunnelMetrics:
-    """The metrics of one side of a tunnel (the relay's ``/metrics``; the agent's, counted the
-    same way, for its logs and a later endpoint)."""
+    """The metrics of one side of a tunnel, under the same names on both: the relay's
+    ``/metrics``, and the agent's (``vmcp proxy tunnel --metrics-port``)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -109,8 +109,8 @@ class TunnelMetrics:
         self.bytes = Counter("vmcp_tunnel_bytes", "Body bytes through tunnels, by direction "
                              "(to_target, to_client)", ["direction"], registry=self.registry)
         self.connections = Counter("vmcp_tunnel_connections", "Agent connections, by outcome "
-                                   "(accepted, refused, replaced)", ["outcome"],
-                                   registry=self.registry)
+                                   "(relay: accepted, refused, replaced; agent: connected, "
+                                   "refused, failed)", ["outcome"], registry=self.registry)
         self.build_info = Gauge("vmcp_build_info", "1, labelled with the running version",
                                 ["version"], registry=self.registry)
         self.build_info.labels(__version__).set(1)
