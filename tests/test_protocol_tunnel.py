@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmcp_trio.protocol.tunnel import (
+    END_STREAM,
     DataReceived,
     FlowControlBlocked,
     FrameType,
@@ -29,7 +30,7 @@ from vmcp_trio.protocol.tunnel import (
 WINDOW = 1024
 
 
-def frame(kind: FrameType, stream_id: int, payload: bytes = b"") -> bytes:
+def frame(kind: int, stream_id: int, payload: bytes = b"") -> bytes:
     return struct.pack(">BI", kind, stream_id) + payload
 
 
@@ -55,6 +56,23 @@ def test_one_whole_exchange_closes_the_stream_on_both_sides() -> None:
     assert relay.receive(agent.send_data(sid, b"data: 1\n\n")) == DataReceived(sid,
                                                                                b"data: 1\n\n")
     assert relay.receive(agent.send_end(sid)) == StreamEnded(sid)
+    assert not relay.streams and not agent.streams
+
+
+
+def test_end_stream_makes_a_small_exchange_two_frames_each_way() -> None:
+    relay, agent = pair()
+    sid, data = relay.open_stream("POST", "/mcp", "", [])
+    assert agent.receive(data) == StreamOpened(sid, "POST", "/mcp", "", [])
+    assert agent.receive(relay.send_data(sid, b"{}", end=True)) == DataReceived(sid, b"{}", True)
+    assert relay.receive(agent.send_head(sid, 200, [])) == HeadReceived(sid, 200, [])
+    assert relay.receive(agent.send_data(sid, b"[]", end=True)) == DataReceived(sid, b"[]",
+                                                                                 True)
+    assert not relay.streams and not agent.streams
+    sid, data = relay.open_stream("GET", "/health", "", [], end=True)  # no body, no response body
+    assert agent.receive(data) == StreamOpened(sid, "GET", "/health", "", [], True)
+    assert relay.receive(agent.send_head(sid, 204, [], end=True)) == HeadReceived(sid, 204, [],
+                                                                                  True)
     assert not relay.streams and not agent.streams
 
 
@@ -146,6 +164,56 @@ def test_the_relay_takes_each_frame_in_each_state(kind: FrameType, index: int) -
         assert isinstance(relay.receive(data), expected)  # type: ignore[arg-type]
 
 
+FLAGGED = (FrameType.OPEN, FrameType.HEAD, FrameType.DATA)
+"""The frames END_STREAM may mark; on any other it is a protocol error."""
+
+
+@pytest.mark.parametrize("kind", [k for k in AGENT_EXPECTED if k is not FrameType.HEAD])
+@pytest.mark.parametrize("index", range(len(AGENT_STATES)), ids=AGENT_STATES)
+def test_the_agent_takes_end_stream_on_data_only(kind: FrameType, index: int) -> None:
+    _, agent, sid = _agent_in(AGENT_STATES[index])
+    expected = AGENT_EXPECTED[kind][index] if kind in FLAGGED else "error"
+    data = frame(kind | END_STREAM, sid, _payload(kind))
+    if expected == "error":
+        with pytest.raises(ProtocolError):
+            agent.receive(data)
+    elif expected is None:
+        assert agent.receive(data) is None
+    else:
+        event = agent.receive(data)
+        assert isinstance(event, DataReceived) and event.end_stream
+        with pytest.raises(ProtocolError):  # the relay's half ended with it
+            agent.receive(frame(FrameType.DATA, sid, b"x"))
+
+
+@pytest.mark.parametrize("kind", list(RELAY_EXPECTED))
+@pytest.mark.parametrize("index", range(len(RELAY_STATES)), ids=RELAY_STATES)
+def test_the_relay_takes_end_stream_on_head_and_data_only(kind: FrameType, index: int) -> None:
+    relay, _, sid = _relay_in(RELAY_STATES[index])
+    expected = RELAY_EXPECTED[kind][index] if kind in FLAGGED else "error"
+    data = frame(kind | END_STREAM, sid, _payload(kind))
+    if expected == "error":
+        with pytest.raises(ProtocolError):
+            relay.receive(data)
+    elif expected is None:
+        assert relay.receive(data) is None
+    else:
+        event = relay.receive(data)
+        assert isinstance(event, HeadReceived | DataReceived) and event.end_stream
+        with pytest.raises(ProtocolError):  # the agent's half ended with it
+            relay.receive(frame(FrameType.DATA, sid, b"x"))
+
+
+def test_an_open_with_end_stream_is_a_request_without_a_body() -> None:
+    relay, agent = pair()
+    sid, data = relay.open_stream("DELETE", "/mcp", "", [], end=True)
+    event = agent.receive(data)
+    assert isinstance(event, StreamOpened) and event.end_stream
+    with pytest.raises(ProtocolError):
+        agent.receive(frame(FrameType.DATA, sid, b"x"))
+    with pytest.raises(ValueError):
+        relay.send_data(sid, b"x")  # its own half ended too
+
 @pytest.mark.parametrize("side", ["relay", "agent"])
 def test_pings_are_on_stream_zero_with_eight_bytes(side: str) -> None:
     protocol = TunnelProtocol(side)  # type: ignore[arg-type]
@@ -153,7 +221,7 @@ def test_pings_are_on_stream_zero_with_eight_bytes(side: str) -> None:
     assert protocol.receive(TunnelProtocol.pong(b"12345678")) == PongReceived(b"12345678")
     for bad in (frame(FrameType.PING, 1, b"12345678"), frame(FrameType.PING, 0, b"1"),
                 frame(FrameType.PONG, 0, b""), frame(FrameType.DATA, 0, b"x"),
-                frame(9, 1), b"\x01\x00"):  # type: ignore[arg-type]
+                frame(9, 1), b"\x01\x00"):
         with pytest.raises(ProtocolError):
             protocol.receive(bad)
 
@@ -291,20 +359,21 @@ def test_sides_that_follow_the_api_never_break_the_protocol(
         to_agent: list[bytes] = []
         to_relay: list[bytes] = []
         try:
+            end = size % 5 == 0  # sometimes the half ends with the frame (END_STREAM)
             if name == "open":
-                sid, data = relay.open_stream("POST", "/mcp", "", [])
+                sid, data = relay.open_stream("POST", "/mcp", "", [], end=end)
                 ids.append(sid)
                 to_agent.append(data)
             elif name == "relay data" and sid in relay.streams:
-                to_agent.append(relay.send_data(sid, b"x" * min(size,
-                                                                relay.sendable(sid) or 1)))
+                to_agent.append(relay.send_data(sid, b"x" * min(size, relay.sendable(sid) or 1),
+                                                end=end))
             elif name == "relay end" and sid in relay.streams:
                 to_agent.append(relay.send_end(sid))
             elif name == "head" and sid in agent.streams:
-                to_relay.append(agent.send_head(sid, 200, []))
+                to_relay.append(agent.send_head(sid, 200, [], end=end))
             elif name == "agent data" and sid in agent.streams:
-                to_relay.append(agent.send_data(sid, b"y" * min(size,
-                                                                agent.sendable(sid) or 1)))
+                to_relay.append(agent.send_data(sid, b"y" * min(size, agent.sendable(sid) or 1),
+                                                end=end))
             elif name == "agent end" and sid in agent.streams:
                 to_relay.append(agent.send_end(sid))
             elif name == "relay reset" and sid in relay.streams:

@@ -8,7 +8,10 @@ peer broke the rules. Like h11 it does no I/O and keeps no clock: the caller sen
 (one frame per WebSocket binary message), reads the events, and closes the connection on a
 :class:`ProtocolError`.
 
-The wire. A frame is ``type`` (1 byte), ``stream id`` (4 bytes, big-endian), then the payload:
+The wire. A frame is ``type`` (1 byte), ``stream id`` (4 bytes, big-endian), then the payload.
+The type byte's high bit (``END_STREAM``, as HTTP/2's flag) may mark an OPEN, HEAD or DATA as
+the last frame of the sender's half, so a small exchange is two messages each way (OPEN, then
+DATA+END_STREAM; HEAD, then DATA+END_STREAM) or fewer, instead of three:
 
 ========  ===============  ===================================================================
 type      direction        payload
@@ -29,7 +32,8 @@ The rules it keeps (a frame that breaks one is a :class:`ProtocolError`):
   at most ``max_streams`` are open at once (the agent refuses more as a protocol error: the
   relay counts the same limit, so only a broken or hostile relay exceeds it).
 * Each half of a stream goes ``open -> ended``: DATA only while the sender's half is open,
-  one END. The agent's half starts with exactly one HEAD (DATA and END before it are errors);
+  one END (or END_STREAM on the half's last OPEN, HEAD or DATA; on another type it is an
+  error). The agent's half starts with exactly one HEAD (DATA and END before it are errors);
   the relay's half is open from OPEN on. A stream whose two halves ended, or that was reset, is
   closed; frames that still arrive for a closed stream (the peer sent them before it saw the
   RESET) are ignored, never an error; frames for a stream never opened are.
@@ -51,7 +55,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
-__all__ = ["DataReceived", "Event", "FlowControlBlocked", "FrameType", "HeadReceived",
+__all__ = ["END_STREAM", "DataReceived", "Event", "FlowControlBlocked", "FrameType", "HeadReceived",
            "PingReceived", "PongReceived", "ProtocolError", "StreamEnded", "StreamOpened",
            "StreamReset", "TunnelProtocol", "WindowOpened"]
 
@@ -59,6 +63,8 @@ Role = Literal["relay", "agent"]
 Headers = list[tuple[str, str]]
 
 _HEADER = struct.Struct(">BI")
+END_STREAM = 0x80
+"""The flag bit of the type byte: the sender's half of the stream ends with this frame."""
 MAX_WINDOW = 2**31 - 1
 MAX_HEADERS = 100
 PING_BYTES = 8
@@ -92,6 +98,8 @@ class StreamOpened:
     path: str
     query: str
     headers: Headers
+    end_stream: bool = False
+    """The request has no body (its half ended with the OPEN)."""
 
 
 @dataclass(frozen=True)
@@ -99,12 +107,16 @@ class HeadReceived:
     stream_id: int
     status: int
     headers: Headers
+    end_stream: bool = False
+    """The response has no body (the agent's half ended with its HEAD)."""
 
 
 @dataclass(frozen=True)
 class DataReceived:
     stream_id: int
     data: bytes
+    end_stream: bool = False
+    """The last of the body: the sender's half ended with it."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +164,8 @@ class _Stream:
     """Bytes the application consumed and the peer was not yet granted again."""
 
 
-def _frame(kind: FrameType, stream_id: int, payload: bytes = b"") -> bytes:
-    return _HEADER.pack(kind, stream_id) + payload
+def _frame(kind: FrameType, stream_id: int, payload: bytes = b"", *, end: bool = False) -> bytes:
+    return _HEADER.pack(kind | END_STREAM if end else kind, stream_id) + payload
 
 
 def _headers(value: object, what: str) -> Headers:
@@ -197,10 +209,11 @@ class TunnelProtocol:
             raise ValueError(f"the head is larger than {self.max_head_bytes} bytes")
         return encoded
 
-    def open_stream(self, method: str, path: str, query: str,
-                    headers: Headers) -> tuple[int, bytes]:
-        """The relay opens a stream for a request: its id and the OPEN frame. Raises
-        ValueError when ``max_streams`` are open (answer the client 503)."""
+    def open_stream(self, method: str, path: str, query: str, headers: Headers, *,
+                    end: bool = False) -> tuple[int, bytes]:
+        """The relay opens a stream for a request: its id and the OPEN frame (``end``: the
+        request has no body). Raises ValueError when ``max_streams`` are open (answer the
+        client 503)."""
         if self.role != "relay":
             raise ValueError("only the relay opens streams")
         if len(self.streams) >= self.max_streams:
@@ -209,24 +222,29 @@ class TunnelProtocol:
                                     "headers": [list(h) for h in headers]})
         self._last_id += 1
         stream_id = self._last_id
-        self.streams[stream_id] = _Stream(self.window, self.window)
-        return stream_id, _frame(FrameType.OPEN, stream_id, payload)
+        self.streams[stream_id] = _Stream(self.window, self.window, local_open=not end)
+        return stream_id, _frame(FrameType.OPEN, stream_id, payload, end=end)
 
-    def send_head(self, stream_id: int, status: int, headers: Headers) -> bytes:
-        """The agent's response head, once per stream, before its body."""
+    def send_head(self, stream_id: int, status: int, headers: Headers, *,
+                  end: bool = False) -> bytes:
+        """The agent's response head, once per stream, before its body (``end``: there is
+        none)."""
         stream = self._stream(stream_id)
         if self.role != "agent" or stream.head_done or not stream.local_open:
             raise ValueError(f"stream {stream_id}: no head can be sent now")
         payload = self._head_bytes({"status": status, "headers": [list(h) for h in headers]})
         stream.head_done = True
-        return _frame(FrameType.HEAD, stream_id, payload)
+        if end:
+            self._end_local(stream_id, stream)
+        return _frame(FrameType.HEAD, stream_id, payload, end=end)
 
     def sendable(self, stream_id: int) -> int:
         """How many bytes of DATA may be sent on the stream now (0: wait for a window)."""
         stream = self._stream(stream_id)
         return min(stream.send_window, self.max_payload) if stream.local_open else 0
 
-    def send_data(self, stream_id: int, data: bytes) -> bytes:
+    def send_data(self, stream_id: int, data: bytes, *, end: bool = False) -> bytes:
+        """Body bytes within the peer's window (``end``: the last of the body)."""
         stream = self._stream(stream_id)
         if not stream.local_open or (self.role == "agent" and not stream.head_done):
             raise ValueError(f"stream {stream_id}: no data can be sent now")
@@ -236,14 +254,15 @@ class TunnelProtocol:
             raise FlowControlBlocked(f"stream {stream_id}: {len(data)} bytes, "
                                      f"{self.sendable(stream_id)} may be sent")
         stream.send_window -= len(data)
-        return _frame(FrameType.DATA, stream_id, data)
+        if end:
+            self._end_local(stream_id, stream)
+        return _frame(FrameType.DATA, stream_id, data, end=end)
 
     def send_end(self, stream_id: int) -> bytes:
         stream = self._stream(stream_id)
         if not stream.local_open or (self.role == "agent" and not stream.head_done):
             raise ValueError(f"stream {stream_id}: cannot end now")
-        stream.local_open = False
-        self._close_if_done(stream_id, stream)
+        self._end_local(stream_id, stream)
         return _frame(FrameType.END, stream_id)
 
     def send_reset(self, stream_id: int, reason: str) -> bytes:
@@ -274,6 +293,14 @@ class TunnelProtocol:
     def pong(payload: bytes) -> bytes:
         return _frame(FrameType.PONG, 0, payload)
 
+    def _end_local(self, stream_id: int, stream: _Stream) -> None:
+        stream.local_open = False
+        self._close_if_done(stream_id, stream)
+
+    def _end_remote(self, stream_id: int, stream: _Stream) -> None:
+        stream.remote_open = False
+        self._close_if_done(stream_id, stream)
+
     def _close_if_done(self, stream_id: int, stream: _Stream) -> None:
         if not stream.local_open and not stream.remote_open:
             del self.streams[stream_id]
@@ -287,10 +314,13 @@ class TunnelProtocol:
             raise ProtocolError(f"a frame of {len(frame)} bytes is shorter than its header")
         kind_value, stream_id = _HEADER.unpack_from(frame)
         payload = frame[_HEADER.size:]
+        end = bool(kind_value & END_STREAM)
         try:
-            kind = FrameType(kind_value)
+            kind = FrameType(kind_value & ~END_STREAM)
         except ValueError:
             raise ProtocolError(f"unknown frame type {kind_value}") from None
+        if end and kind not in (FrameType.OPEN, FrameType.HEAD, FrameType.DATA):
+            raise ProtocolError(f"END_STREAM on a {kind.name} frame")
         if kind in (FrameType.PING, FrameType.PONG):
             if stream_id != 0 or len(payload) != PING_BYTES:
                 raise ProtocolError(f"{kind.name} must be on stream 0 with {PING_BYTES} bytes")
@@ -298,7 +328,7 @@ class TunnelProtocol:
         if stream_id == 0:
             raise ProtocolError(f"{kind.name} on stream 0")
         if kind is FrameType.OPEN:
-            return self._opened(stream_id, payload)
+            return self._opened(stream_id, payload, end)
         stream = self.streams.get(stream_id)
         if stream is None:
             if stream_id <= self._last_id:
@@ -312,7 +342,7 @@ class TunnelProtocol:
         if not stream.remote_open:
             raise ProtocolError(f"{kind.name} on stream {stream_id} after its END")
         if kind is FrameType.HEAD:
-            return self._head(stream_id, stream, payload)
+            return self._head(stream_id, stream, payload, end)
         if self.role == "relay" and not stream.head_done:
             raise ProtocolError(f"{kind.name} on stream {stream_id} before its HEAD")
         if kind is FrameType.DATA:
@@ -322,12 +352,13 @@ class TunnelProtocol:
             if len(payload) > stream.receive_window:
                 raise ProtocolError(f"DATA past the window on stream {stream_id}")
             stream.receive_window -= len(payload)
-            return DataReceived(stream_id, payload)
+            if end:
+                self._end_remote(stream_id, stream)
+            return DataReceived(stream_id, payload, end)
         # END
         if payload:
             raise ProtocolError(f"END with a payload on stream {stream_id}")
-        stream.remote_open = False
-        self._close_if_done(stream_id, stream)
+        self._end_remote(stream_id, stream)
         return StreamEnded(stream_id)
 
     def _decode_head(self, payload: bytes, what: str) -> dict[str, Any]:
@@ -341,7 +372,7 @@ class TunnelProtocol:
             raise ProtocolError(f"{what} is not a JSON object")
         return head
 
-    def _opened(self, stream_id: int, payload: bytes) -> StreamOpened:
+    def _opened(self, stream_id: int, payload: bytes, end: bool) -> StreamOpened:
         if self.role != "agent":
             raise ProtocolError("OPEN sent to the relay")
         if stream_id <= self._last_id:
@@ -358,10 +389,11 @@ class TunnelProtocol:
             raise ProtocolError("the request head's query must be a string")
         headers = _headers(head.get("headers", []), "the request head")
         self._last_id = stream_id
-        self.streams[stream_id] = _Stream(self.window, self.window)
-        return StreamOpened(stream_id, method, path, query, headers)
+        self.streams[stream_id] = _Stream(self.window, self.window, remote_open=not end)
+        return StreamOpened(stream_id, method, path, query, headers, end)
 
-    def _head(self, stream_id: int, stream: _Stream, payload: bytes) -> HeadReceived:
+    def _head(self, stream_id: int, stream: _Stream, payload: bytes,
+              end: bool) -> HeadReceived:
         if self.role != "relay":
             raise ProtocolError("HEAD sent to the agent")
         if stream.head_done:
@@ -370,9 +402,11 @@ class TunnelProtocol:
         status = head.get("status")
         if not isinstance(status, int) or isinstance(status, bool) or not 100 <= status <= 599:
             raise ProtocolError("the response head's status is not an HTTP status")
+        headers = _headers(head.get("headers", []), "the response head")
         stream.head_done = True
-        return HeadReceived(stream_id, status, _headers(head.get("headers", []),
-                                                        "the response head"))
+        if end:
+            self._end_remote(stream_id, stream)
+        return HeadReceived(stream_id, status, headers, end)
 
     @staticmethod
     def _window(stream_id: int, stream: _Stream, payload: bytes) -> WindowOpened:

@@ -142,19 +142,9 @@ class TunnelAgent:
         """One exchange: the request body to its end, the target's answer back."""
         stream_id = opened.stream_id
         try:
-            body = bytearray()
-            async for event in events:
-                if isinstance(event, DataReceived):
-                    body += event.data
-                    if len(body) > self.max_body_bytes:
-                        await link.reset(stream_id, "the request body is too large")
-                        return
-                    await link.consumed(stream_id, len(event.data))
-                elif isinstance(event, StreamEnded):
-                    break
-                else:  # reset
-                    return
-            else:
+            body = (b"" if opened.end_stream
+                    else await self._request_body(link, stream_id, events))
+            if body is None:
                 return
             self.metrics.bytes.labels("to_target").inc(len(body))
             with trio.CancelScope() as scope:
@@ -171,7 +161,7 @@ class TunnelAgent:
                         nursery.start_soon(watch_reset)
                         # Reset by the relay, or the tunnel went: nobody to answer.
                         with contextlib.suppress(TunnelClosed):
-                            await self._forward(link, opened, bytes(body))
+                            await self._forward(link, opened, body)
                         nursery.cancel_scope.cancel()
                 finally:
                     self.metrics.streams.dec()
@@ -183,6 +173,24 @@ class TunnelAgent:
                 await link.reset(stream_id, "the agent failed")
         finally:
             link.forget(stream_id)
+
+    async def _request_body(self, link: TunnelLink, stream_id: int,
+                            events: trio.MemoryReceiveChannel[StreamEvent]) -> bytes | None:
+        """The request body to its end (None: the stream was reset, or the body was too
+        large and the stream is reset here)."""
+        body = bytearray()
+        async for event in events:
+            if isinstance(event, DataReceived):
+                body += event.data
+                if len(body) > self.max_body_bytes:
+                    await link.reset(stream_id, "the request body is too large")
+                    return None
+                await link.consumed(stream_id, len(event.data))
+            elif isinstance(event, StreamEnded):
+                return bytes(body)
+            else:  # reset
+                return None
+        return None  # the tunnel went
 
     async def _forward(self, link: TunnelLink, opened: StreamOpened, body: bytes) -> None:
         stream_id = opened.stream_id
@@ -200,25 +208,43 @@ class TunnelAgent:
                                           body=body) as response:
                 kept = [(k.decode("latin-1"), v.decode("latin-1"))
                         for k, v in response_headers(response.headers)]
+                length = _content_length(response.headers)
+                if (opened.method == "HEAD" or response.status in (204, 304)
+                        or length == 0):  # no body follows: the head ends the stream
+                    await link.send(link.protocol.send_head(stream_id, response.status, kept,
+                                                            end=True))
+                    return
                 await link.send(link.protocol.send_head(stream_id, response.status, kept))
+                sent = 0
+                ended = False
                 try:
-                    async for chunk in response.iter_bytes():
-                        await link.send_body(stream_id, chunk)
+                    async for chunk in response.iter_bytes():  # read to its end: the
+                        sent += len(chunk)  # connection then goes back to the pool
+                        ended = length is not None and sent >= length
+                        await link.send_body(stream_id, chunk, end=ended)
                         self.metrics.bytes.labels("to_client").inc(len(chunk))
                 except HttpError as exc:
                     log.info("tunnel %s: the target's response broke off: %s", self.name, exc)
         except HttpError as exc:
             await self._answer(link, stream_id, 502, f"the target did not answer: {exc}")
             return
-        await link.send(link.protocol.send_end(stream_id))
+        if not ended:  # the declared length ended the stream with the last DATA
+            await link.send(link.protocol.send_end(stream_id))
 
     @staticmethod
     async def _answer(link: TunnelLink, stream_id: int, status: int, reason: str) -> None:
         body = orjson.dumps({"error": "bad_gateway", "error_description": reason[:500]})
         await link.send(link.protocol.send_head(stream_id, status,
                                                 [("content-type", "application/json")]))
-        await link.send_body(stream_id, body)
-        await link.send(link.protocol.send_end(stream_id))
+        await link.send_body(stream_id, body, end=True)
+
+
+def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    """The target's declared body length (None: read to its end)."""
+    for name, value in headers:
+        if name.lower() == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def status_app(agent: TunnelAgent) -> Callable[[Scope, Receive, Send], Awaitable[None]]:

@@ -5,9 +5,11 @@ Rules it keeps:
 
 * Frames are sent one at a time (a lock), each as one binary message.
 * Each stream's events (its head, data, end or reset) go to that stream's own bounded channel,
-  read by the task serving it; window grants wake its sender instead. The peer cannot overfill
-  a channel while it keeps to the window (a window holds at most ``window / max_payload`` DATA
-  frames); one that does has broken the protocol and the connection is closed.
+  read by the task serving it (a head or data marked END_STREAM is followed there by a
+  :class:`StreamEnded`, so readers see one way of ending); window grants wake its sender
+  instead. The peer cannot overfill a channel while it keeps to the window (a window holds at
+  most ``window / max_payload`` DATA frames); one that does has broken the protocol and the
+  connection is closed.
 * Body bytes are sent as the window allows, waiting for grants; the reader grants again what it
   consumed (:meth:`TunnelLink.consumed`). A slow stream waits alone.
 * When the connection ends, every stream's channel is closed: its task sees the tunnel gone.
@@ -99,6 +101,8 @@ class TunnelLink:
         if channel is not None:
             try:
                 channel.send_nowait(event)
+                if isinstance(event, HeadReceived | DataReceived) and event.end_stream:
+                    channel.send_nowait(StreamEnded(event.stream_id))
             except trio.WouldBlock:
                 raise ProtocolError(f"stream {event.stream_id}: more events than its window "
                                     "allows") from None
@@ -108,8 +112,9 @@ class TunnelLink:
                     await self.send(self.protocol.send_reset(event.stream_id, "gone"))
         return None
 
-    async def send_body(self, stream_id: int, data: bytes) -> None:
-        """Send ``data`` on a stream as the window allows (raises TunnelClosed)."""
+    async def send_body(self, stream_id: int, data: bytes, *, end: bool = False) -> None:
+        """Send ``data`` on a stream as the window allows, its last frame marked END_STREAM
+        with ``end`` (raises TunnelClosed)."""
         view = memoryview(data)
         while view:
             if stream_id not in self.protocol.streams:
@@ -122,7 +127,7 @@ class TunnelLink:
                 await window.wait()
                 continue
             chunk, view = bytes(view[:room]), view[room:]
-            await self.send(self.protocol.send_data(stream_id, chunk))
+            await self.send(self.protocol.send_data(stream_id, chunk, end=end and not view))
 
     async def consumed(self, stream_id: int, count: int) -> None:
         grant = self.protocol.consumed(stream_id, count)

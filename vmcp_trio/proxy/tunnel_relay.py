@@ -270,7 +270,8 @@ class TunnelRelay:
                         link: TunnelLink, headers: list[tuple[str, str]], body: bytes) -> None:
         try:
             stream_id, opening = link.protocol.open_stream(
-                request.method, rest, request.query_string.decode("latin-1"), headers)
+                request.method, rest, request.query_string.decode("latin-1"), headers,
+                end=not body)
         except ValueError as exc:  # the agent went between the lookup and now
             await send_json(send, 503, {"error": "tunnel_busy", "error_description": str(exc)},
                             [("retry-after", "1")])
@@ -287,8 +288,7 @@ class TunnelRelay:
             try:
                 await link.send(opening)
                 if body:
-                    await link.send_body(stream_id, body)
-                await link.send(link.protocol.send_end(stream_id))
+                    await link.send_body(stream_id, body, end=True)
                 async for event in events:
                     if isinstance(event, HeadReceived):
                         await send({"type": "http.response.start", "status": event.status,
