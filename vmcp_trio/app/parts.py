@@ -211,7 +211,7 @@ def wire_authserver(process: GatewayProcess) -> None:
     authserver.refresher.on_outcome = (
         lambda provider, outcome: refreshes.labels(provider, outcome).inc())
     if isinstance(authserver.storage, RedisStorage):
-        authserver.storage.on_task_restart = metrics.count_restart
+        authserver.storage.redis.on_task_restart = metrics.count_restart
 
 
 def watch_backends(process: GatewayProcess, *, added: set[str], removed: set[str]) -> None:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ...runtime.redis import StorageUnavailable
+
 __all__ = ["ROTATION_GRACE", "CodeGrant", "PendingAuthorization", "RefreshFamily",
            "RegisteredClient", "Storage", "StorageFull", "StorageUnavailable", "StoredUpstream"]
 
@@ -35,10 +37,6 @@ as the one it was replaced with was never used: a client whose answer was lost (
 error, a Redis failover between the write and the reply) retries with the token it still
 holds, and that is not reuse. Any other old token, or the replaced one after its successor
 was used, revokes the family."""
-
-
-class StorageUnavailable(Exception):
-    """The storage cannot be reached (Redis down or failing over); the message says so."""
 
 
 class StorageFull(StorageUnavailable):

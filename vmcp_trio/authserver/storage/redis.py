@@ -20,44 +20,35 @@ two gateways never read each other's rows) and every key with a TTL:
 ``lock:<name>``                a lock shared by the replicas (SET NX PX, released by CAS)
 =============================  ================================================================
 
-Sentinel: the master comes from the sentinels (``masterName``, ``sentinelAddrs``); a watcher
-subscribes to ``+switch-master`` on every sentinel and drops the master's connections at once, so
-the next command asks the sentinels again (without it the old master stays writable for seconds
-and acknowledged writes are lost, REFERENCE.md). After each write that must survive a failover
-(codes, refresh rotation, upstream tokens) the storage asks ``WAIT 1`` for one replica's copy
-(bounded at 250 ms: a missing replica degrades durability, not service). Redis unreachable,
-timing out or failing over: every call raises :class:`~. StorageUnavailable` (the endpoints then
-answer 503 with ``Retry-After``), nothing hangs.
+The connection (single Redis or Sentinel, failover handling, bounded commands, locks,
+subscriptions) is :class:`vmcp_trio.runtime.redis.RedisConnection`: after each write that must
+survive a failover (codes, refresh rotation, upstream tokens) the storage asks it for one
+replica's copy; Redis unreachable, timing out or failing over makes every call raise
+:class:`~vmcp_trio.runtime.redis.StorageUnavailable` (the endpoints then answer 503 with
+``Retry-After``), nothing hangs.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import secrets
 import time
-import warnings
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import orjson
 import trio
-from coredis import PureToken, Redis, Sentinel
-from coredis.connection import TCPLocation
-from coredis.exceptions import RedisError
-from coredis.retry import NoRetryPolicy
+from coredis import PureToken, Redis
 
 from ...auth.sealing import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
-from ...runtime.supervisor import RestartPolicy, Retry, Supervisor
+from ...runtime.redis import RedisConnection, milliseconds
 from . import (
     ROTATION_GRACE,
     CodeGrant,
     PendingAuthorization,
     RefreshFamily,
     RegisteredClient,
-    StorageUnavailable,
     StoredUpstream,
 )
 
@@ -65,19 +56,7 @@ __all__ = ["RedisStorage"]
 
 log = logging.getLogger("vmcp.authserver.redis")
 
-# WAIT is meant here: a bounded, best-effort wait for one replica (ensure_replication raises when
-# the replica is missing, and a missing replica must degrade durability, not service).
-warnings.filterwarnings("ignore", message=r"Use the :meth:`Redis\.ensure_replication`",
-                        category=UserWarning)
-
 T = TypeVar("T")
-WAIT_MS = 250
-_RESUBSCRIBE = RestartPolicy(initial=0.5, cap=5.0)
-"""A lost subscription is renewed fast: a missed ``+switch-master`` loses writes."""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 _ROTATE = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local current = redis.call('GET', KEYS[1])
@@ -90,10 +69,6 @@ end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 return 0
 """
-
-
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000))
 
 
 def _encode(record: Any) -> bytes:
@@ -111,132 +86,43 @@ def _decode(cls: type[T], data: str | bytes) -> T:
 
 class RedisStorage:
     def __init__(self, plan: RedisPlan, seal_secrets: Sequence[bytes]) -> None:
-        self.plan = plan
-        self.prefix = plan.key_prefix
+        self.redis = RedisConnection(plan, plan.key_prefix)
         self.sealer = Sealer(seal_secrets, info=STORAGE_INFO)
-        self._client: Redis[str] | None = None
-        self._sentinel: Sentinel[str] | None = None
-        self.failovers = 0
         self.on_revoked: Callable[[str, float], None] | None = None
         """Told of every session revoked by any replica (the revocations channel)."""
-        self.on_task_restart: Callable[[str], None] | None = None
-        """Told when a subscription task is renewed (the restarts metric)."""
+        self.redis.subscribe("Redis revocations subscription", "revocations", self._revoked)
 
-    # --- connection ----------------------------------------------------------------------------
-
-    def _options(self) -> dict[str, Any]:
-        return {"decode_responses": True, "retry_policy": NoRetryPolicy(),
-                "connect_timeout": self.plan.dial_timeout.total_seconds(),
-                "stream_timeout": max(self.plan.read_timeout.total_seconds(),
-                                      self.plan.write_timeout.total_seconds()),
-                "username": self.plan.username.value.decode() if self.plan.username else None,
-                "password": self.plan.password.value.decode() if self.plan.password else None}
+    @property
+    def failovers(self) -> int:
+        return self.redis.failovers
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Hold the connection and its subscriptions (a supervised task: a connection that
-        cannot be made is tried again with backoff, every call meanwhile raising
-        StorageUnavailable). Each subscription (revocations, every sentinel's
-        ``+switch-master``) is a supervised task of its own, renewed when it is lost."""
-        async with self._connected() as client:
-            self._client = client
-            try:
-                async with trio.open_nursery() as nursery:
-                    supervisor = Supervisor(nursery, on_restart=self.on_task_restart)
-                    supervisor.start_soon("Redis revocations subscription",
-                                          self._hear_revocations, client, policy=_RESUBSCRIBE)
-                    if self._sentinel is not None:
-                        for sentinel_client in list(self._sentinel.sentinels):
-                            supervisor.start_soon("Redis sentinel subscription",
-                                                  self._watch_failovers, sentinel_client, client,
-                                                  policy=_RESUBSCRIBE)
-                    task_status.started()
-                    await trio.sleep_forever()
-            finally:
-                self._client = None
+        """Hold the connection and the revocations subscription (a supervised task)."""
+        await self.redis.run(task_status=task_status)
 
-    @asynccontextmanager
-    async def _connected(self) -> AsyncIterator[Redis[str]]:
-        options = self._options()
-        if self.plan.master_name:
-            timeouts = {"connect_timeout": options["connect_timeout"],
-                        "stream_timeout": options["stream_timeout"]}
-            locations = []
-            for address in self.plan.sentinel_addrs:
-                host, _, port = address.rpartition(":")
-                locations.append(TCPLocation(host.strip("[]"), int(port)))
-            sentinel: Sentinel[str] = Sentinel(locations, sentinel_kwargs=timeouts, **options)
-            self._sentinel = sentinel
-            async with sentinel:
-                primary = sentinel.primary_for(self.plan.master_name)
-                async with primary:
-                    yield primary
-            return
-        host, _, port = str(self.plan.addr).rpartition(":")
-        async with Redis(host.strip("[]"), int(port), **options) as client:
-            yield client
-
-    async def _watch_failovers(self, sentinel_client: Redis[str], primary: Redis[str]) -> None:
-        """Drop the master's connections as soon as a sentinel announces a new master."""
-        lost: BaseException | None = None
-        try:
-            async with sentinel_client.pubsub(channels=["+switch-master"],
-                                              ignore_subscribe_messages=True) as pubsub:
-                async for message in pubsub:
-                    if str(message["data"]).split()[0] == self.plan.master_name:
-                        self.failovers += 1
-                        log.warning("Redis failover: %s", message["data"])
-                        primary.connection_pool.disconnect()
-        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
-            lost = group.exceptions[0]
-        raise Retry(f"sentinel subscription lost ({lost!r})")
-
-    async def _hear_revocations(self, client: Redis[str]) -> None:
-        """Sessions revoked by other replicas, so that their cached tokens stop working here
+    def _revoked(self, data: str) -> None:
+        """A session revoked by another replica, so that its cached tokens stop working here
         at once (``revocations`` channel: ``<session id> <until>``)."""
-        lost: BaseException | None = None
-        try:
-            async with client.pubsub(channels=[self._key("revocations")],
-                                     ignore_subscribe_messages=True) as pubsub:
-                async for message in pubsub:
-                    session, _, until = str(message["data"]).partition(" ")
-                    if self.on_revoked is not None and until:
-                        self.on_revoked(session, float(until))
-        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
-            lost = group.exceptions[0]
-        raise Retry(f"revocation subscription lost ({lost!r})")
+        session, _, until = data.partition(" ")
+        if self.on_revoked is not None and until:
+            self.on_revoked(session, float(until))
 
     async def unreachable(self) -> str | None:
-        """A PING, bounded by the dial and read timeouts: the master answers, or why not."""
-        try:
-            await self._do(lambda r: r.ping())
-        except StorageUnavailable as exc:
-            return str(exc)
-        return None
+        return await self.redis.unreachable()
 
     async def _do(self, operation: Callable[[Redis[str]], Any]) -> Any:
-        """Run ``operation`` on the client; every Redis failure becomes StorageUnavailable."""
-        client = self._client
-        if client is None:
-            raise StorageUnavailable("Redis is not connected")
-        try:
-            with trio.fail_after(self.plan.dial_timeout.total_seconds()
-                                 + self.plan.read_timeout.total_seconds()):
-                return await operation(client)
-        except (RedisError, OSError, TimeoutError, trio.TooSlowError) as exc:
-            raise StorageUnavailable(f"Redis: {type(exc).__name__}: "
-                                     f"{str(exc)[:200]}") from None
+        return await self.redis.do(operation)
 
     async def _durable(self, client: Redis[str]) -> None:
-        if self.plan.master_name:
-            await client.wait(1, WAIT_MS)
+        await self.redis.durable(client)
 
     def _key(self, *parts: str) -> str:
-        return self.prefix + ":".join(parts)
+        return self.redis.key(*parts)
 
     # --- clients, pending logins, codes -----------------------------------------------------
 
     async def put_client(self, client: RegisteredClient) -> None:
-        ttl = _ms(client.expires_at - time.time())
+        ttl = milliseconds(client.expires_at - time.time())
         await self._do(lambda r: r.set(self._key("client", client.client_id),
                                        _encode(client).decode(), px=ttl))
 
@@ -248,7 +134,8 @@ class RedisStorage:
         key = self._key("pending", pending.state)
         record = dataclasses.asdict(pending)
         sealed = self.sealer.seal(orjson.dumps(record), context=key)
-        await self._do(lambda r: r.set(key, sealed, px=_ms(pending.expires_at - time.time())))
+        ttl = milliseconds(pending.expires_at - time.time())
+        await self._do(lambda r: r.set(key, sealed, px=ttl))
 
     async def take_pending(self, state: str) -> PendingAuthorization | None:
         key = self._key("pending", state)
@@ -266,7 +153,7 @@ class RedisStorage:
         return PendingAuthorization(**fields)
 
     async def put_code(self, grant: CodeGrant) -> None:
-        ttl = _ms(grant.expires_at - time.time())
+        ttl = milliseconds(grant.expires_at - time.time())
 
         async def put(r: Redis[str]) -> None:
             await r.set(self._key("code", grant.code_id), _encode(grant).decode(), px=ttl)
@@ -302,7 +189,7 @@ class RedisStorage:
     # --- refresh families ------------------------------------------------------------------------
 
     async def put_family(self, family: RefreshFamily) -> None:
-        ttl = _ms(family.expires_at - time.time())
+        ttl = milliseconds(family.expires_at - time.time())
         fixed = dataclasses.replace(family, current_id="", revoked=False)
 
         async def put(r: Redis[str]) -> None:
@@ -333,8 +220,8 @@ class RedisStorage:
 
         async def rotate(r: Redis[str]) -> int:
             moved = await r.eval(_ROTATE, keys=keys, args=[
-                presented_id, new_id, str(_ms(expires_at - time.time())),
-                str(_ms(ROTATION_GRACE))])
+                presented_id, new_id, str(milliseconds(expires_at - time.time())),
+                str(milliseconds(ROTATION_GRACE))])
             await self._durable(r)
             return 1 if moved == 1 else 0
         if not await self._do(rotate):
@@ -353,7 +240,7 @@ class RedisStorage:
     async def put_upstream(self, tokens: StoredUpstream, expires_at: float) -> None:
         key = self._key("upstream", tokens.session_id, tokens.provider)
         sealed = self.sealer.seal(_encode(tokens), context=key)
-        ttl = _ms(expires_at - time.time())
+        ttl = milliseconds(expires_at - time.time())
 
         async def put(r: Redis[str]) -> None:
             async with r.pipeline(transaction=True) as tx:
@@ -386,7 +273,7 @@ class RedisStorage:
             await r.delete([*keys, self._key("upstreams", session_id)])
             if providers:
                 await r.zrem(self._key("refresh-due"), [f"{session_id} {p}" for p in providers])
-            await r.set(self._key("revoked", session_id), "1", px=_ms(until - time.time()))
+            await r.set(self._key("revoked", session_id), "1", px=milliseconds(until - time.time()))
             await r.publish(self._key("revocations"), f"{session_id} {until}")
             await self._durable(r)
         await self._do(drop)
@@ -397,13 +284,10 @@ class RedisStorage:
         return [tuple(str(m).split(" ", 1)) for m in members]  # type: ignore[misc]
 
     async def acquire(self, name: str, ttl: float) -> str | None:
-        token = secrets.token_hex(8)
-        taken = await self._do(lambda r: r.set(self._key("lock", name), token, px=_ms(ttl),
-                                               condition=PureToken.NX))
-        return token if taken else None
+        return await self.redis.acquire(name, ttl)
 
     async def release(self, name: str, token: str) -> None:
-        await self._do(lambda r: r.eval(_RELEASE, keys=[self._key("lock", name)], args=[token]))
+        await self.redis.release(name, token)
 
     async def session_revoked(self, session_id: str) -> bool:
         return bool(await self._do(lambda r: r.exists([self._key("revoked", session_id)])))

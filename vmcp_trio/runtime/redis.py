@@ -1,0 +1,205 @@
+"""One connection to the Redis a gateway shares with its replicas: single or behind Sentinel.
+
+The authorization server's storage and the fleet's shared state (sessions, the token-exchange
+cache, notifications between replicas) each hold a :class:`RedisConnection` with their own key
+prefix. Rules it keeps:
+
+* Every command runs through :meth:`RedisConnection.do`, bounded by the dial and read timeouts:
+  Redis unreachable, timing out or failing over raises :class:`StorageUnavailable` (the message
+  says why; the caller answers 503, or degrades), nothing hangs, nothing is retried here.
+* Sentinel: the master comes from the sentinels (``masterName``, ``sentinelAddrs``); a watcher
+  subscribes to ``+switch-master`` on every sentinel and drops the master's connections at once,
+  so the next command asks the sentinels again (without it the old master stays writable for
+  seconds and acknowledged writes are lost, REFERENCE.md). :meth:`RedisConnection.durable`
+  asks ``WAIT 1`` for one replica's copy after a write that must survive a failover (bounded
+  at 250 ms: a missing replica degrades durability, not service).
+* Subscriptions (:meth:`RedisConnection.subscribe`, before :meth:`RedisConnection.run`) and the
+  sentinel watchers are supervised tasks of their own, renewed fast when lost.
+* Locks shared by the replicas: ``SET NX PX`` with a random token, released by compare-and-delete.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import warnings
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+from coredis import PureToken, Redis, Sentinel
+from coredis.connection import TCPLocation
+from coredis.exceptions import RedisError
+from coredis.retry import NoRetryPolicy
+
+from ..resources.plan import RedisStorage as RedisPlan
+from .supervisor import RestartPolicy, Retry, Supervisor
+
+__all__ = ["RedisConnection", "StorageUnavailable", "milliseconds"]
+
+log = logging.getLogger("vmcp.redis")
+
+# WAIT is meant here: a bounded, best-effort wait for one replica (ensure_replication raises when
+# the replica is missing, and a missing replica must degrade durability, not service).
+warnings.filterwarnings("ignore", message=r"Use the :meth:`Redis\.ensure_replication`",
+                        category=UserWarning)
+
+WAIT_MS = 250
+_RESUBSCRIBE = RestartPolicy(initial=0.5, cap=5.0)
+"""A lost subscription is renewed fast: a missed ``+switch-master`` loses writes."""
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+class StorageUnavailable(Exception):
+    """The storage cannot be reached (Redis down or failing over); the message says so."""
+
+
+def milliseconds(seconds: float) -> int:
+    """A TTL for PX/PEXPIRE: at least 1 ms."""
+    return max(1, int(seconds * 1000))
+
+
+class RedisConnection:
+    def __init__(self, plan: RedisPlan, prefix: str) -> None:
+        self.plan = plan
+        self.prefix = prefix
+        self._client: Redis[str] | None = None
+        self._sentinel: Sentinel[str] | None = None
+        self._subscriptions: list[tuple[str, str, Callable[[str], None]]] = []
+        self.failovers = 0
+        self.on_task_restart: Callable[[str], None] | None = None
+        """Told when a subscription task is renewed (the restarts metric)."""
+
+    def key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    def subscribe(self, name: str, channel: str, handler: Callable[[str], None]) -> None:
+        """Hear every message published on ``channel`` (a key under the prefix) while
+        running; ``name`` names the supervised task. Call before :meth:`run`."""
+        self._subscriptions.append((name, self.key(channel), handler))
+
+    # --- the connection ------------------------------------------------------------------------
+
+    def _options(self) -> dict[str, Any]:
+        plan = self.plan
+        return {"decode_responses": True, "retry_policy": NoRetryPolicy(), "db": plan.db,
+                "connect_timeout": plan.dial_timeout.total_seconds(),
+                "stream_timeout": max(plan.read_timeout.total_seconds(),
+                                      plan.write_timeout.total_seconds()),
+                "username": plan.username.value.decode() if plan.username else None,
+                "password": plan.password.value.decode() if plan.password else None}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the connection and its subscriptions (a supervised task: a connection that
+        cannot be made is tried again with backoff, every command meanwhile raising
+        StorageUnavailable)."""
+        async with self._connected() as client:
+            self._client = client
+            try:
+                async with trio.open_nursery() as nursery:
+                    supervisor = Supervisor(nursery, on_restart=self.on_task_restart)
+                    for name, channel, handler in self._subscriptions:
+                        supervisor.start_soon(name, self._listen, client, channel, handler,
+                                              policy=_RESUBSCRIBE)
+                    if self._sentinel is not None:
+                        for sentinel_client in list(self._sentinel.sentinels):
+                            supervisor.start_soon("Redis sentinel subscription",
+                                                  self._watch_failovers, sentinel_client, client,
+                                                  policy=_RESUBSCRIBE)
+                    task_status.started()
+                    await trio.sleep_forever()
+            finally:
+                self._client = None
+
+    @asynccontextmanager
+    async def _connected(self) -> AsyncIterator[Redis[str]]:
+        options = self._options()
+        if self.plan.master_name:
+            timeouts = {"connect_timeout": options["connect_timeout"],
+                        "stream_timeout": options["stream_timeout"]}
+            locations = []
+            for address in self.plan.sentinel_addrs:
+                host, _, port = address.rpartition(":")
+                locations.append(TCPLocation(host.strip("[]"), int(port)))
+            sentinel: Sentinel[str] = Sentinel(locations, sentinel_kwargs=timeouts, **options)
+            self._sentinel = sentinel
+            async with sentinel:
+                primary = sentinel.primary_for(self.plan.master_name)
+                async with primary:
+                    yield primary
+            return
+        host, _, port = str(self.plan.addr).rpartition(":")
+        async with Redis(host.strip("[]"), int(port), **options) as client:
+            yield client
+
+    async def _watch_failovers(self, sentinel_client: Redis[str], primary: Redis[str]) -> None:
+        """Drop the master's connections as soon as a sentinel announces a new master."""
+        lost: BaseException | None = None
+        try:
+            async with sentinel_client.pubsub(channels=["+switch-master"],
+                                              ignore_subscribe_messages=True) as pubsub:
+                async for message in pubsub:
+                    if str(message["data"]).split()[0] == self.plan.master_name:
+                        self.failovers += 1
+                        log.warning("Redis failover: %s", message["data"])
+                        primary.connection_pool.disconnect()
+        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
+            lost = group.exceptions[0]
+        raise Retry(f"sentinel subscription lost ({lost!r})")
+
+    @staticmethod
+    async def _listen(client: Redis[str], channel: str, handler: Callable[[str], None]) -> None:
+        lost: BaseException | None = None
+        try:
+            async with client.pubsub(channels=[channel],
+                                     ignore_subscribe_messages=True) as pubsub:
+                async for message in pubsub:
+                    handler(str(message["data"]))
+        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
+            lost = group.exceptions[0]
+        raise Retry(f"subscription to {channel} lost ({lost!r})")
+
+    # --- commands ------------------------------------------------------------------------------
+
+    async def do(self, operation: Callable[[Redis[str]], Any]) -> Any:
+        """Run ``operation`` on the client; every Redis failure becomes StorageUnavailable."""
+        client = self._client
+        if client is None:
+            raise StorageUnavailable("Redis is not connected")
+        try:
+            with trio.fail_after(self.plan.dial_timeout.total_seconds()
+                                 + self.plan.read_timeout.total_seconds()):
+                return await operation(client)
+        except (RedisError, OSError, TimeoutError, trio.TooSlowError) as exc:
+            raise StorageUnavailable(f"Redis: {type(exc).__name__}: "
+                                     f"{str(exc)[:200]}") from None
+
+    async def durable(self, client: Redis[str]) -> None:
+        """Inside an operation: wait (bounded) for one replica to hold what was written."""
+        if self.plan.master_name:
+            await client.wait(1, WAIT_MS)
+
+    async def unreachable(self) -> str | None:
+        """A PING, bounded by the dial and read timeouts: the master answers, or why not."""
+        try:
+            await self.do(lambda r: r.ping())
+        except StorageUnavailable as exc:
+            return str(exc)
+        return None
+
+    async def publish(self, channel: str, data: str) -> None:
+        await self.do(lambda r: r.publish(self.key(channel), data))
+
+    async def acquire(self, name: str, ttl: float) -> str | None:
+        """A lock the replicas share for ``ttl`` seconds: its token, or None when taken."""
+        token = secrets.token_hex(8)
+        taken = await self.do(lambda r: r.set(self.key("lock", name), token,
+                                              px=milliseconds(ttl), condition=PureToken.NX))
+        return token if taken else None
+
+    async def release(self, name: str, token: str) -> None:
+        await self.do(lambda r: r.eval(_RELEASE, keys=[self.key("lock", name)], args=[token]))
