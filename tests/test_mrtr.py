@@ -43,3 +43,14 @@ def test_malformed_input_responses_are_named(responses: Any, problem: str) -> No
 def test_well_formed_input_responses_pass() -> None:
     assert check_input_responses({"a": {"content": []},
                                   "b": {"error": {"code": -1, "message": "declined"}}}) is None
+
+
+def test_replicas_sharing_fleet_secrets_open_each_others_states_through_a_rotation() -> None:
+    old, new = b"o" * 32, b"n" * 32
+    state = RequestStateSigner([old]).sign("call-1", IDENTITY, "tools/call", "digest")
+    assert RequestStateSigner([old]).verify(state, IDENTITY, "tools/call", "digest") == "call-1"
+    rotated = RequestStateSigner([new, old])  # the new secret first: it seals, both open
+    assert rotated.verify(state, IDENTITY, "tools/call", "digest") == "call-1"
+    assert RequestStateSigner([new]).verify(state, IDENTITY, "tools/call", "digest") is None
+    assert RequestStateSigner().verify(state, IDENTITY, "tools/call", "digest") is None
+    assert "call-1" not in state and "tools/call" not in state  # sealed, not only signed

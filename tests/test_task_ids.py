@@ -38,6 +38,14 @@ def test_a_task_id_cannot_be_forged_borrowed_or_moved() -> None:
         assert ids.open(ALICE, junk) is None
 
 
+def test_replicas_with_the_fleet_secrets_open_each_others_ids() -> None:
+    fleet = [b"s" * 32]
+    sealed = TaskIds(fleet).seal(ALICE, "billing", "task-7")
+    assert TaskIds(fleet).open(ALICE, sealed) == ("billing", "task-7")  # another replica
+    assert TaskIds([b"t" * 32, *fleet]).open(ALICE, sealed) == ("billing", "task-7")  # rotated
+    assert TaskIds([b"t" * 32]).open(ALICE, sealed) is None
+
+
 def test_results_and_status_notifications_carry_the_sealed_id() -> None:
     ids = TaskIds()
     result = {"resultType": "task", "taskId": "t1", "status": "working"}

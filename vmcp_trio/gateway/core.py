@@ -64,6 +64,10 @@ def server_capabilities(session: ClientSession) -> dict[str, Any]:
     return SERVER_CAPABILITIES
 
 
+def _secrets(plan: GatewayPlan) -> list[bytes]:
+    return [secret.value for secret in plan.fleet_secrets]
+
+
 SHUTTING_DOWN = "the gateway is shutting down; try again (another replica will answer)"
 
 
@@ -93,7 +97,8 @@ class Gateway:
         """The stateless clients' context, one per identity: their backend links and catalog."""
         self.services = SessionServices(
             plan=plan, links=links, health=self.health, metrics=metrics,
-            request_states=RequestStateSigner(), task_ids=TaskIds(), forget=self.forget_session,
+            request_states=RequestStateSigner(_secrets(plan)), task_ids=TaskIds(_secrets(plan)),
+            forget=self.forget_session,
             stream_buffer_events=settings.stream_buffer_events,
             sse_retry_ms=settings.sse_retry_ms, max_requests=settings.max_requests_per_session)
         self.workload = self.services.workload
@@ -188,6 +193,9 @@ class Gateway:
         """A reload: the new plan for everyone; every session retires its links to the backends
         ``gone`` and connects those ``new`` (both hold the changed ones), and hears its lists
         changed."""
+        if plan.fleet_secrets != self.plan.fleet_secrets:  # rotated: new ones seal, all open
+            self.services.request_states = RequestStateSigner(_secrets(plan))
+            self.services.task_ids = TaskIds(_secrets(plan))
         self.plan = plan
         self.services.plan = plan
         self.server_info = {"name": f"vmcp-trio/{plan.name}", "version": __version__}

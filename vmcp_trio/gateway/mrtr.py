@@ -12,28 +12,30 @@ questions are returned to the client as ``inputRequests``; the client's retry ca
 answers, which go to the backend under its own request ids, and the call waits again for its
 reply or its next questions.
 
-``requestState`` is ``<payload>.<mac>``: the payload names the parked call, the method, a digest
-of the params (without ``_meta``, ``inputResponses`` and ``requestState``) and an expiry; the
-MAC (HMAC-SHA256 with a per-process key) also covers the caller's identity, so a state cannot be
-forged, altered, replayed by someone else, moved to other params, or used after it expires. A
-parked call lives in one process: a retry must reach the same replica.
+``requestState`` is sealed (AES-256-GCM, :mod:`vmcp_trio.auth.sealing`) with the caller's
+identity as associated data: it names the parked call, the method, a digest of the params
+(without ``_meta``, ``inputResponses`` and ``requestState``) and an expiry, so it cannot be forged,
+read, altered, replayed by someone else, moved to other params, or used after it expires. The key
+derives from the gateway's fleet secrets (``GatewayPlan.fleet_secrets``: every replica opens what
+another sealed, and a restart keeps them) or, without any, is random per process. A parked call
+itself lives in one process: a retry must reach the same replica.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import hmac
 import itertools
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import trio
 
-from ..protocol import base64url
+from ..auth.sealing import Sealer, SealingError
 from ..protocol.eras import ROUND_TRIP_FIELDS
 from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
 from .backends.base import BackendError, BackendLink
@@ -41,6 +43,7 @@ from .backends.base import BackendError, BackendLink
 __all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "check_input_responses",
            "params_digest"]
 
+_INFO = b"vmcp-trio requestState v1"
 MRTR_FIELDS = ("_meta", *ROUND_TRIP_FIELDS)
 """What a retry adds to the params it repeats (left out of their digest)."""
 
@@ -52,31 +55,22 @@ def params_digest(params: dict[str, Any]) -> str:
 
 
 class RequestStateSigner:
-    def __init__(self, ttl: float = 300.0) -> None:
-        self._key = secrets.token_bytes(32)
+    def __init__(self, fleet_secrets: Sequence[bytes] = (), ttl: float = 300.0) -> None:
+        self._sealer = Sealer(list(fleet_secrets) or [secrets.token_bytes(32)], info=_INFO)
         self.ttl = ttl
-
-    def _mac(self, payload: str, identity: tuple[str, str]) -> str:
-        message = payload.encode("ascii") + b"\0" + "\0".join(identity).encode("utf-8")
-        return base64url.encode(hmac.new(self._key, message, hashlib.sha256).digest())
 
     def sign(self, call_id: str, identity: tuple[str, str], method: str, digest: str) -> str:
         body = {"c": call_id, "m": method, "d": digest, "e": int(time.time() + self.ttl)}
-        payload = base64url.encode(orjson.dumps(body))
-        return f"{payload}.{self._mac(payload, identity)}"
+        return self._sealer.seal(orjson.dumps(body), context="\0".join(identity))
 
     def verify(self, state: object, identity: tuple[str, str], method: str,
                digest: str) -> str | None:
         """The parked call's id when ``state`` is genuine, current and for these params."""
-        if (not isinstance(state, str) or len(state) > 1024 or not state.isascii()
-                or state.count(".") != 1):
-            return None
-        payload, mac = state.split(".")
-        if not hmac.compare_digest(mac, self._mac(payload, identity)):
+        if not isinstance(state, str) or len(state) > 1024 or not state.isascii():
             return None
         try:
-            body = orjson.loads(base64url.decode(payload))
-        except (ValueError, orjson.JSONDecodeError):
+            body = orjson.loads(self._sealer.open(state, context="\0".join(identity)))
+        except (SealingError, orjson.JSONDecodeError, ValueError):
             return None
         if (not isinstance(body, dict) or body.get("m") != method or body.get("d") != digest
                 or not isinstance(body.get("e"), int) or body["e"] < time.time()):

@@ -18,13 +18,15 @@ identity: issuer and subject) as associated data. So the id
 Anonymous callers share one identity, so their task ids are as private as their values are
 secret (unguessable: the backend's id under encryption, with a 128-bit tag).
 
-The key is per process (a restart forgets the tasks in flight: their ids no longer open), until
-the session storage of the scale-out work derives it from the configured secrets.
+The key derives from the gateway's fleet secrets (``GatewayPlan.fleet_secrets``): every replica
+opens the ids another gave out, and they still open after a restart. Without such secrets it is
+random per process (a restart forgets the tasks in flight: their ids no longer open).
 """
 
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -45,8 +47,8 @@ def _context(owner: tuple[str, str]) -> str:
 
 
 class TaskIds:
-    def __init__(self, key: bytes | None = None) -> None:
-        self._sealer = Sealer([key or secrets.token_bytes(32)], info=_INFO)
+    def __init__(self, fleet_secrets: Sequence[bytes] = ()) -> None:
+        self._sealer = Sealer(list(fleet_secrets) or [secrets.token_bytes(32)], info=_INFO)
 
     def seal(self, owner: tuple[str, str], backend: str, task_id: str) -> str:
         """The id a client sees for ``backend``'s task ``task_id``."""

@@ -34,7 +34,7 @@ from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
 
-__all__ = ["LIFESPAN_RANGES", "resolve_auth_server"]
+__all__ = ["LIFESPAN_RANGES", "hmac_secret_problem", "resolve_auth_server", "secret_list"]
 
 SPEC = ("spec", "authServerConfig")
 SWITCH = "spec.authServerConfig.insecureAllowHTTP"
@@ -97,15 +97,16 @@ def _check_base_url(resolver: Resolver, owner: Resource, path: Sequence[PathPart
         resolver.report.error(owner, path, "issuer", "must not end with '/'")
 
 
-def _secret_list(resolver: Resolver, owner: Resource, field: str,
-                 refs: Sequence[m.SecretKeyRef], when_empty: str, rule: str,
-                 problem: Callable[[bytes], str | None]) -> tuple[SecretValue, ...]:
-    """Resolve a list of Secret refs, each checked by ``problem``; warn when there is none."""
-    if not refs:
-        resolver.report.warn(owner, (*SPEC, field), "ephemeral-keys", when_empty)
+def secret_list(resolver: Resolver, owner: Resource, where: tuple[PathPart, ...],
+                refs: Sequence[m.SecretKeyRef], when_empty: str | None, rule: str,
+                problem: Callable[[bytes], str | None]) -> tuple[SecretValue, ...]:
+    """Resolve the list of Secret refs at ``where``, each checked by ``problem``; warn
+    ``when_empty`` when there is none."""
+    if not refs and when_empty is not None:
+        resolver.report.warn(owner, where, "ephemeral-keys", when_empty)
     values: list[SecretValue] = []
     for index, ref in enumerate(refs):
-        path = (*SPEC, field, index)
+        path = (*where, index)
         value = resolver.secret(owner, path, ref)
         if value is None:
             continue
@@ -119,8 +120,8 @@ def _secret_list(resolver: Resolver, owner: Resource, field: str,
 
 def _signing_keys(resolver: Resolver, owner: Resource,
                   refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
-    return _secret_list(
-        resolver, owner, "signingKeySecretRefs", refs,
+    return secret_list(
+        resolver, owner, (*SPEC, "signingKeySecretRefs"), refs,
         "is empty: an ephemeral signing key is generated at startup, so after a restart issued "
         "tokens no longer verify and every user must log in again (set it for production)",
         "signing-key", signing_key_problem)
@@ -128,8 +129,8 @@ def _signing_keys(resolver: Resolver, owner: Resource,
 
 def _hmac_secrets(resolver: Resolver, owner: Resource,
                   refs: Sequence[m.SecretKeyRef]) -> tuple[SecretValue, ...]:
-    return _secret_list(
-        resolver, owner, "hmacSecretRefs", refs,
+    return secret_list(
+        resolver, owner, (*SPEC, "hmacSecretRefs"), refs,
         "is empty: an ephemeral HMAC secret is generated at startup, so after a restart "
         "authorization codes and refresh tokens no longer decode and every user must log in "
         "again (set it for production)",

@@ -46,6 +46,7 @@ from .plan import (
 from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
+from .session_rules import resolve_session_storage
 
 __all__ = ["resolve_gateway"]
 
@@ -91,11 +92,14 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
             backends.append(BackendPlan(member.name or "", endpoint, outgoing))
     aggregation = _aggregation(resolver, gateway, spec.aggregation, group, member_names)
     operational = _operational(resolver, gateway, spec.operational, group, member_names)
+    shared = resolve_session_storage(resolver, gateway, spec.session_storage,
+                                     auth_server.hmac_secrets if auth_server else ())
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
-            or operational is None or len(backends) != len(members)
+            or operational is None or len(backends) != len(members) or shared is None
             or (spec.auth_server_config is not None and auth_server is None)):
         return None
+    session_storage, fleet_secrets = shared
     return GatewayPlan(
         name=gateway.name or "",
         namespace=gateway.namespace or "",
@@ -105,6 +109,8 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         aggregation=aggregation,
         auth_server=auth_server,
         operational=operational,
+        session_storage=session_storage,
+        fleet_secrets=fleet_secrets,
     )
 
 

@@ -312,6 +312,22 @@ class Storage(Model):
     redis: RedisStorage | None = None
 
 
+class SessionStorage(Model):
+    """``spec.sessionStorage``: where the replicas of a gateway keep what they share (ToolHive's
+    names: ``provider``, ``address``, ``db``, ``keyPrefix``, ``passwordRef``). Extensions:
+    ``sentinelConfig`` (as ``authServerConfig.storage.redis``) and ``hmacSecretRefs``, the
+    secrets every replica derives the same keys from (the first derives new values, all are
+    accepted: rotation)."""
+
+    provider: Literal["memory", "redis"]
+    address: HostPort | None = None
+    db: Annotated[int, Field(ge=0, le=1_000_000, strict=True)] | None = None
+    key_prefix: Annotated[str, Field(min_length=1, max_length=256, strict=True)] | None = None
+    password_ref: SecretKeyRef | None = None
+    sentinel_config: SentinelConfig | None = None
+    hmac_secret_refs: Annotated[tuple[SecretKeyRef, ...], Field(max_length=5)] = ()
+
+
 class AuthServerConfig(Model):
     issuer: UrlText
     authorization_endpoint_base_url: UrlText | None = None
@@ -382,6 +398,7 @@ class VirtualMCPServerSpec(Model):
     incoming_auth: IncomingAuth
     outgoing_auth: OutgoingAuth = Field(default_factory=OutgoingAuth)
     auth_server_config: AuthServerConfig | None = None
+    session_storage: SessionStorage | None = None
     aggregation: Aggregation = Field(default_factory=Aggregation)
     operational: Operational = Field(default_factory=Operational)
 

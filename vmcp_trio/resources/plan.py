@@ -350,4 +350,10 @@ class GatewayPlan:
     aggregation: AggregationPlan = AggregationPlan()
     auth_server: AuthServerPlan | None = None
     operational: OperationalPlan = OperationalPlan()
+    session_storage: RedisStorage | None = None
+    """The Redis the replicas share sessions through (``spec.sessionStorage``); None: memory,
+    one process."""
+    fleet_secrets: tuple[SecretValue, ...] = ()
+    """What every replica derives the same keys from (``sessionStorage.hmacSecretRefs``, else
+    ``authServerConfig.hmacSecretRefs``); empty: keys random per process."""
 

@@ -5,6 +5,11 @@ within a namespace, reporting each one that does not resolve at the field that m
 checks the dependency kinds first (Secret, MCPGroup, MCPServer, MCPExternalAuthConfig,
 MCPOIDCConfig) and keeps what each resolves to (a backend endpoint, an outgoing strategy), so
 every VirtualMCPServer that uses them shares one resolution and one set of messages.
+
+A Secret reference resolves, in this order, from a ``kind: Secret`` document of the
+configuration, from the file ``$VMCP_SECRETS_DIR/<name>/<key>`` (the layout of a Kubernetes
+Secret mounted as a volume), or from the environment variable ``VMCP_SECRET_<NAME>__<KEY>``; so a
+deployment keeps secrets out of its configuration files.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from .plan import (
 from .problems import PathPart, format_path
 from .report import Report, Resource, ResourceKey
 
-__all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template"]
+__all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template", "secret_variable"]
 
 _TEMPLATE_FIELDS = frozenset({"name", "namespace", "port"})
 
@@ -53,6 +58,17 @@ def check_url_template(template: str) -> str | None:
     return None
 
 
+def secret_variable(name: str, key: str) -> str:
+    """The environment variable a Secret reference may resolve from: ``VMCP_SECRET_`` then the
+    name and the key, upper case, every other character than a letter or digit as ``_``, joined
+    by ``__`` (Secret ``vmcp-redis``, key ``password``: ``VMCP_SECRET_VMCP_REDIS__PASSWORD``)."""
+
+    def part(text: str) -> str:
+        return "".join(c if c.isalnum() else "_" for c in text.upper())
+
+    return f"VMCP_SECRET_{part(name)}__{part(key)}"
+
+
 def _command_problem(command: str, env: Mapping[str, str], working_dir: str | None) -> str | None:
     """Why vmcp could not start ``command`` on this machine, or None: a path (with a slash)
     must name an executable file (relative to ``workingDir``); a bare name must be found on
@@ -71,7 +87,12 @@ def _command_problem(command: str, env: Mapping[str, str], working_dir: str | No
 
 class Resolver:
     def __init__(self, resources: Sequence[Resource], report: Report, *,
-                 backend_url_template: str = DEFAULT_BACKEND_URL_TEMPLATE) -> None:
+                 backend_url_template: str = DEFAULT_BACKEND_URL_TEMPLATE,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.environ = os.environ if environ is None else environ
+        """Where Secret references not in the configuration are looked up (and
+        ``VMCP_SECRETS_DIR``)."""
+        self.secrets_dir = self.environ.get("VMCP_SECRETS_DIR") or None
         self.report = report
         self.resources = resources
         self.index: dict[ResourceKey, Resource] = {r.key: r for r in resources if r.name}
@@ -100,6 +121,22 @@ class Resolver:
 
     def secret(self, owner: Resource, path: Sequence[PathPart],
                ref: m.SecretKeyRef) -> SecretValue | None:
+        """The value a Secret reference names: a ``kind: Secret`` document of the
+        configuration, else the file ``$VMCP_SECRETS_DIR/<name>/<key>`` (a mounted Kubernetes
+        Secret), else the variable ``VMCP_SECRET_<NAME>__<KEY>`` (see :func:`secret_variable`);
+        reported at ``path`` when none has it."""
+        if ("Secret", owner.namespace or "", ref.name) not in self.index:
+            found = self._secret_outside(ref)
+            if found is not None:
+                return found
+            where = [f"the variable {secret_variable(ref.name, ref.key)}"]
+            if self.secrets_dir:
+                where.insert(0, f"the file {Path(self.secrets_dir) / ref.name / ref.key}")
+            self.report.error(owner, (*path, "name"), "reference",
+                              f"refers to Secret {owner.namespace}/{ref.name}, which is neither "
+                              "a document of the configuration (references resolve within the "
+                              f"same namespace) nor {' nor '.join(where)}")
+            return None
         target = self.ref(owner, (*path, "name"), "Secret", ref.name)
         if target is None:
             return None
@@ -113,6 +150,19 @@ class Resolver:
         have = f"its keys are: {', '.join(keys)}" if keys else "it has no keys"
         self.report.error(owner, (*path, "key"), "secret-key",
                           f"Secret {target.namespace}/{ref.name} has no key {ref.key!r} ({have})")
+        return None
+
+    def _secret_outside(self, ref: m.SecretKeyRef) -> SecretValue | None:
+        if self.secrets_dir:
+            path = Path(self.secrets_dir) / ref.name / ref.key
+            try:
+                return SecretValue(f"file {path}", path.read_bytes())
+            except OSError:
+                pass
+        variable = secret_variable(ref.name, ref.key)
+        value = self.environ.get(variable)
+        if value is not None:
+            return SecretValue(f"variable {variable}", value.encode("utf-8"))
         return None
 
     def require_https(self, owner: Resource, path: Sequence[PathPart], url: str | None,

@@ -12,7 +12,7 @@ other documents run once its shape is right (references to it are not reported a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,9 @@ class LoadOptions:
     namespace: str = "default"
     """Namespace of documents that do not set ``metadata.namespace`` (as kubectl does)."""
     backend_url_template: str = DEFAULT_BACKEND_URL_TEMPLATE
+    environ: Mapping[str, str] | None = None
+    """Where Secret references outside the configuration resolve (``VMCP_SECRETS_DIR``,
+    ``VMCP_SECRET_<NAME>__<KEY>``); None: the process environment."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,8 @@ def validate_documents(docs: Sequence[SourceDocument], options: LoadOptions = Lo
     report.extend(list(load_problems))
     resources = parse_documents(docs, report, api_group=options.api_group,
                                 namespace=options.namespace)
-    resolver = Resolver(resources, report, backend_url_template=options.backend_url_template)
+    resolver = Resolver(resources, report, backend_url_template=options.backend_url_template,
+                        environ=options.environ)
     resolver.check_dependencies()
     plans: list[GatewayPlan] = []
     for gateway in resolver.of_kind("VirtualMCPServer"):
