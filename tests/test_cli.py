@@ -139,8 +139,11 @@ def test_operator_errors_of_serve_are_one_line_and_exit_2(tmp_path: Path) -> Non
         cases = [
             (["--port", str(port)], f"vmcp: cannot listen on 127.0.0.1:{port}: Address "
                                     "already in use"),
-            (["--host", "192.0.2.1", "--port", "0"], "vmcp: cannot listen on 192.0.2.1:0: "
-                                                     "Cannot assign requested address"),
+            (["--host", "192.0.2.1", "--port", "0", "--allow-anonymous-on-network"],
+             "vmcp: cannot listen on 192.0.2.1:0: Cannot assign requested address"),
+            (["--host", "192.0.2.1"], "vmcp: VirtualMCPServer default/quickstart has "
+                                      "anonymous incoming auth and --host 192.0.2.1 is not a "
+                                      "loopback address"),
             (["--tls-cert", str(tmp_path / "none.pem"), "--tls-key", quickstart],
              f"vmcp: --tls-cert {tmp_path / 'none.pem'} / --tls-key {quickstart}: cannot load "
              "the certificate and key"),

@@ -114,6 +114,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                             "headers) (default: %(default)s)")
     serve.add_argument("--allowed-origin", action="append", default=[], metavar="ORIGIN",
                        help="a browser Origin allowed besides same-origin; repeatable")
+    serve.add_argument("--allow-anonymous-on-network", action="store_true",
+                       help="serve a gateway with anonymous incoming auth on an address other "
+                            "than loopback (refused without it: anyone who reaches the port "
+                            "could call every tool)")
     serve.add_argument("--auth-leeway", type=float, default=30.0, metavar="SECONDS",
                        help="clock skew allowed on token exp/nbf/iat (default: %(default)s)")
     serve.add_argument("--required-scope", action="append", default=[], metavar="SCOPE",
@@ -345,6 +349,10 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if plan is None:
         say(f"vmcp: {why}", level="error")
         return EXIT_INVALID
+    exposed = _anonymous_exposure(plan, args)
+    if exposed is not None:
+        say(f"vmcp: {exposed}", level="error")
+        return EXIT_USAGE
 
     def load() -> Loaded:
         """The configuration again (a reload): every problem, and the plan when valid."""
@@ -355,6 +363,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if not again.ok:
             return None, list(again.problems), None
         chosen, reason = _choose(again.plans, args.name)
+        exposure = _anonymous_exposure(chosen, args) if chosen is not None else None
+        if exposure is not None:
+            return None, list(again.problems), exposure
         return chosen, list(again.problems), reason
     _configure_traces(usage_error)
     _raise_open_file_limit()
@@ -522,6 +533,21 @@ def _tunnel_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     print(f"# for the relay's --tokens file:\n{line}\n"
           f"# for the agent's --tunnel-token-file (keep it secret):\n{token}")
     return EXIT_OK
+
+
+def _anonymous_exposure(plan: GatewayPlan, args: argparse.Namespace) -> str | None:
+    """Why serving ``plan`` on ``--host`` is refused: anonymous incoming auth on an address
+    that is not loopback, unless ``--allow-anonymous-on-network`` says it is meant."""
+    from .auth.ssrf import is_loopback_host
+    from .resources.plan import AnonymousIncoming
+
+    if (not isinstance(plan.incoming, AnonymousIncoming) or is_loopback_host(args.host)
+            or args.allow_anonymous_on_network):
+        return None
+    return (f"VirtualMCPServer {plan.namespace}/{plan.name} has anonymous incoming auth and "
+            f"--host {args.host} is not a loopback address: anyone who reaches the port could "
+            "call every tool. Use incomingAuth type oidc, or pass --allow-anonymous-on-network "
+            "(VMCP_ALLOW_ANONYMOUS_ON_NETWORK=true) if that is meant")
 
 
 def _check_listener(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> None:
