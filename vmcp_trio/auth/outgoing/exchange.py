@@ -9,6 +9,14 @@ of its lifetime at most, so short tokens are still reused); a failure is remembe
 and recovers at once. The cache is bounded (LRU) and keyed by a hash of the subject token (the
 token is never kept).
 
+With ``shared`` (a :class:`~.shared_exchange.SharedExchangeCache`, Redis), the replicas share
+what they exchanged: a local miss asks Redis first, and only then, still inside the local
+single-flight (one task per process goes to Redis), joins the fleet's single-flight: the replica
+holding the lock exchanges and stores the token (sealed) for the others, which use it when it
+appears. So N replicas make one exchange per key per token lifetime, not N. Failures are not
+shared (each replica keeps its own back-off), and when Redis is unavailable every replica
+exchanges on its own as without it (the shared cache counts and logs that).
+
 The request goes through the one token endpoint client (:mod:`..oauth.tokens`). Client
 authentication: ``client_secret_basic`` (RFC 6749 section 2.3.1 encoding), and when the service
 answers 401 ``invalid_client`` to that, ``client_secret_post`` (remembered); a client without a
@@ -35,6 +43,7 @@ from ..oauth.tokens import (
     parse_token_response,
     token_request,
 )
+from .shared_exchange import ExchangedToken, Reusable, SharedExchangeCache
 
 __all__ = ["ExchangeError", "ExchangedToken", "TokenExchanger"]
 
@@ -44,13 +53,6 @@ ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 
 class ExchangeError(Exception):
     """The exchange failed; the message says why (never a token or the secret)."""
-
-
-@dataclass(frozen=True)
-class ExchangedToken:
-    access_token: str = field(repr=False)
-    token_type: str
-    expires_at: float
 
 
 @dataclass
@@ -64,7 +66,8 @@ class TokenExchanger:
     def __init__(self, client: HttpClient, *, token_url: str, client_id: str | None,
                  client_secret: str | None, timeout: float = 10.0, max_entries: int = 10_000,
                  margin: float = 30.0, failure_backoff: float = 2.0,
-                 default_lifetime: float = 300.0, cache: bool = True) -> None:
+                 default_lifetime: float = 300.0, cache: bool = True,
+                 shared: SharedExchangeCache | None = None) -> None:
         self.client = client
         self.token_url = token_url
         self.client_id = client_id
@@ -76,6 +79,8 @@ class TokenExchanger:
         self.default_lifetime = default_lifetime
         self.cache = cache
         """False: exchange on every request, as ToolHive does (for comparisons only)."""
+        self.shared = shared
+        """The cache the replicas share (Redis), behind this one; None: this process only."""
         self.use_post = False
         self.exchanges = 0
         """Exchanges made (cache misses that reached the service), for metrics and tests."""
@@ -105,13 +110,16 @@ class TokenExchanger:
         flight = self._flights.get(key)
         if flight is not None:
             await flight.done.wait()
-            if flight.result is None:
-                assert flight.error is not None
+            if flight.result is not None:
+                return flight.result
+            if flight.error is not None:
                 raise flight.error
-            return flight.result
+            # The task that led the flight was cancelled: start again (this one may lead).
+            return await self.exchange(subject, audience=audience, scopes=scopes,
+                                       subject_type=subject_type)
         flight = self._flights[key] = _Flight()
         try:
-            token = await self._exchange(subject, audience, scopes, subject_type)
+            token, reuse_until = await self._fetch(key, subject, audience, scopes, subject_type)
         except ExchangeError as exc:
             flight.error = exc
             self._failures[key] = (time.time() + self.failure_backoff, exc)
@@ -123,13 +131,33 @@ class TokenExchanger:
             flight.done.set()
         flight.result = token
         self._failures.pop(key, None)
-        lifetime = token.expires_at - time.time()
-        reuse_until = token.expires_at - min(self.margin, lifetime / 10)
         self._cache[key] = (reuse_until, token)
         self._cache.move_to_end(key)
         while len(self._cache) > self.max_entries:
             self._cache.popitem(last=False)
         return token
+
+    def _reusable(self, token: ExchangedToken) -> Reusable:
+        """A fresh token with its reuse time: ``margin`` before it expires, a tenth of its
+        lifetime at most."""
+        lifetime = token.expires_at - time.time()
+        return Reusable(token, token.expires_at - min(self.margin, lifetime / 10))
+
+    async def _fetch(self, key: str, subject: str, audience: str, scopes: tuple[str, ...],
+                     subject_type: str) -> Reusable:
+        """A local miss: from the replicas' shared cache, else exchanged (once for the fleet)."""
+        shared = self.shared
+        if shared is None:
+            return self._reusable(await self._exchange(subject, audience, scopes, subject_type))
+        found = await shared.get(key)
+        if found is not None:
+            return found
+        async with shared.flight(key) as found:
+            if found is not None:
+                return found
+            fresh = self._reusable(await self._exchange(subject, audience, scopes, subject_type))
+            await shared.put(key, fresh.token, fresh.until - time.time())
+            return fresh
 
     async def _exchange(self, subject: str, audience: str, scopes: tuple[str, ...],
                         subject_type: str) -> ExchangedToken:

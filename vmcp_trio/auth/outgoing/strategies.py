@@ -22,6 +22,7 @@ from ...http.client import HttpClient
 from ...resources.plan import NoOutgoingAuth, OutgoingPlan, TokenExchangeAuth, UpstreamInjectAuth
 from .caller import Caller
 from .exchange import ExchangeError, TokenExchanger
+from .shared_exchange import SharedExchangeCache
 
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 
@@ -112,9 +113,11 @@ class TokenExchange:
 
 def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
                    exchangers: dict[tuple[str, str | None], TokenExchanger],
-                   tokens: UpstreamTokens | None, cache: bool = True) -> OutgoingStrategy:
+                   tokens: UpstreamTokens | None, cache: bool = True,
+                   shared: SharedExchangeCache | None = None) -> OutgoingStrategy:
     """The strategy of one backend. Exchangers are shared per (tokenUrl, clientId), so that
-    backends exchanging at one service share its cache."""
+    backends exchanging at one service share its cache (and, with ``shared``, the replicas
+    share it too)."""
     if isinstance(plan, NoOutgoingAuth):
         return NoCredential()
     if isinstance(plan, UpstreamInjectAuth):
@@ -125,5 +128,5 @@ def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
         exchanger = exchangers[key] = TokenExchanger(
             client, token_url=plan.token_url, client_id=plan.client_id,
             client_secret=plan.client_secret.value.decode() if plan.client_secret else None,
-            cache=cache)
+            cache=cache, shared=shared if cache else None)
     return TokenExchange(plan, exchanger, tokens)
