@@ -56,6 +56,9 @@ async def _run_parts(process: GatewayProcess, *,
             if process.authserver is not None:
                 await process.start_tasks("authserver", process.authserver.supervised(),
                                           policy=KEY_REFRESH)
+            if process.shared is not None:  # not waited for: /readyz says when it is up
+                await process.start_tasks("shared", process.shared.supervised(),
+                                          policy=KEY_REFRESH, started=False)
             for name in process.gateway.health.backends:
                 await start_backend_tasks(process, name)
             gateway = process.gateway

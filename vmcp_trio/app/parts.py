@@ -9,7 +9,10 @@
   in-process keys when there is one;
 * each backend's outgoing strategy (boundary 2; token-exchange caches shared per service), the
   stdio processes, and the link policy (:class:`~vmcp_trio.gateway.backends.links.BackendLinks`);
-* the gateway (sessions, health) and its HTTP app.
+* the gateway (sessions, health) and its HTTP app;
+* with ``sessionStorage: redis``, what the replicas share (:class:`SharedParts`): one Redis
+  connection for the session records, the messages between replicas and the token-exchange
+  cache (the authorization server keeps its own, with its own prefix).
 
 :func:`start_tasks` starts the long-lived tasks of a part under the process's supervisor and
 remembers them under the part's name (:attr:`GatewayProcess.tasks`), so that a reload can stop
@@ -25,6 +28,7 @@ from dataclasses import dataclass, field
 from ..auth.incoming.authenticator import Authenticator
 from ..auth.incoming.build import build_authenticator
 from ..auth.outgoing.exchange import TokenExchanger
+from ..auth.outgoing.shared_exchange import SharedExchangeCache
 from ..auth.outgoing.strategies import OutgoingStrategy, build_strategy
 from ..authserver.server import AuthorizationServer
 from ..authserver.storage import Storage
@@ -33,12 +37,16 @@ from ..authserver.storage.redis import RedisStorage
 from ..gateway.backends.links import BackendLinks
 from ..gateway.backends.stdio import StdioProcess
 from ..gateway.core import Gateway
+from ..gateway.fleet import Fleet
 from ..gateway.server import GatewayApp, ReadinessCheck
+from ..gateway.session_records import SessionRecords
 from ..gateway.settings import GatewaySettings
+from ..gateway.sharing import SessionSharing
 from ..http.client import HttpClient
 from ..resources.plan import BackendPlan, EmbeddedIncoming, GatewayPlan, StdioEndpoint
 from ..resources.plan import RedisStorage as RedisStoragePlan
 from ..runtime.metrics import Metrics
+from ..runtime.redis import RedisConnection
 from ..runtime.supervisor import (
     DEFAULT_POLICY,
     NamedTask,
@@ -47,12 +55,44 @@ from ..runtime.supervisor import (
     TaskHealth,
 )
 
-__all__ = ["KEY_REFRESH", "STDIO_BACKEND", "GatewayProcess", "authenticator_for",
-           "authorization_server", "build_gateway", "readiness_of", "start_backend_tasks",
-           "stdio_process", "strategies_for", "watch_backends", "wire_authserver"]
+__all__ = ["KEY_REFRESH", "STDIO_BACKEND", "GatewayProcess", "SharedParts", "authenticator_for",
+           "authorization_server", "build_gateway", "readiness_of", "shared_parts",
+           "start_backend_tasks", "stdio_process", "strategies_for", "watch_backends",
+           "wire_authserver"]
 
 STDIO_BACKEND = RestartPolicy(initial=0.5, cap=30.0, reset_after=60.0)
 KEY_REFRESH = RestartPolicy(initial=1.0, cap=60.0)
+
+
+@dataclass(frozen=True)
+class SharedParts:
+    """What the replicas of a gateway share through its ``sessionStorage`` Redis."""
+
+    redis: RedisConnection
+    fleet: Fleet
+    sharing: SessionSharing
+    exchange_cache: SharedExchangeCache
+
+    def supervised(self) -> list[NamedTask]:
+        return [("session storage connection", self.redis.run),
+                ("replica heartbeat", self.fleet.run)]
+
+    async def not_ready(self) -> str | None:
+        problem = await self.redis.unreachable()
+        return None if problem is None else f"the session storage is unreachable: {problem}"
+
+
+def shared_parts(plan: GatewayPlan, settings: GatewaySettings) -> SharedParts | None:
+    """The parts the replicas share, with ``sessionStorage: redis`` (else None)."""
+    storage = plan.session_storage
+    if storage is None:
+        return None
+    secrets = [secret.value for secret in plan.fleet_secrets]
+    redis = RedisConnection(storage, storage.key_prefix)
+    fleet = Fleet(redis)
+    records = SessionRecords(redis, secrets, ttl=settings.session_idle_ttl)
+    return SharedParts(redis, fleet, SessionSharing(records, fleet),
+                       SharedExchangeCache(redis, secrets))
 
 
 @dataclass
@@ -69,6 +109,7 @@ class GatewayProcess:
     links: BackendLinks
     gateway: Gateway
     app: GatewayApp
+    shared: SharedParts | None = None
     supervisor: Supervisor | None = None
     """The process's supervisor, once running: its ``tasks`` are the tree of tasks."""
     tasks: dict[str, list[TaskHealth]] = field(default_factory=dict)
@@ -130,12 +171,13 @@ def authenticator_for(plan: GatewayPlan, settings: GatewaySettings, client: Http
 
 def strategies_for(plan: GatewayPlan, settings: GatewaySettings, client: HttpClient,
                    authserver: AuthorizationServer | None,
-                   exchangers: dict[tuple[str, str | None], TokenExchanger]
-                   ) -> dict[str, OutgoingStrategy]:
-    """Boundary 2: each backend's strategy (exchange caches shared per exchange service, and
-    kept across reloads)."""
+                   exchangers: dict[tuple[str, str | None], TokenExchanger],
+                   shared: SharedParts | None) -> dict[str, OutgoingStrategy]:
+    """Boundary 2: each backend's strategy (exchange caches shared per exchange service, kept
+    across reloads, and shared by the replicas when they share a Redis)."""
     return {backend.name: build_strategy(backend.outgoing, client=client, exchangers=exchangers,
-                                         tokens=authserver, cache=settings.token_exchange_cache)
+                                         tokens=authserver, cache=settings.token_exchange_cache,
+                                         shared=shared.exchange_cache if shared else None)
             for backend in plan.backends}
 
 
@@ -164,8 +206,12 @@ async def start_backend_tasks(process: GatewayProcess, name: str) -> None:
     await process.start_tasks(f"backend {name}", tasks, started=False)
 
 
-def readiness_of(authserver: AuthorizationServer | None) -> dict[str, ReadinessCheck]:
-    return {"storage": authserver.not_ready} if authserver else {}
+def readiness_of(authserver: AuthorizationServer | None,
+                 shared: SharedParts | None) -> dict[str, ReadinessCheck]:
+    checks: dict[str, ReadinessCheck] = {"storage": authserver.not_ready} if authserver else {}
+    if shared is not None:
+        checks["sessionStorage"] = shared.not_ready
+    return checks
 
 
 def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProcess:
@@ -176,16 +222,19 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
     authserver = authorization_server(plan, http)
     authenticator = authenticator_for(plan, settings, http, authserver)
     exchangers: dict[tuple[str, str | None], TokenExchanger] = {}
-    strategies = strategies_for(plan, settings, http, authserver, exchangers)
+    shared = shared_parts(plan, settings)
+    strategies = strategies_for(plan, settings, http, authserver, exchangers, shared)
     stdio = {backend.name: stdio_process(backend, plan, settings, metrics)
              for backend in plan.backends if isinstance(backend.endpoint, StdioEndpoint)}
     links = BackendLinks(plan, http, strategies, stdio)
     gateway = Gateway(plan, settings, links, metrics)
+    if shared is not None:
+        gateway.share(shared.sharing)
     app = GatewayApp(gateway, authenticator,
                      extra_endpoints=authserver.handle if authserver else None,
-                     readiness=readiness_of(authserver))
+                     readiness=readiness_of(authserver, shared))
     process = GatewayProcess(plan, settings, http, metrics, authserver, authenticator,
-                             exchangers, links, gateway, app)
+                             exchangers, links, gateway, app, shared)
     _watch(process)
     watch_backends(process, added=set(gateway.health.backends), removed=set())
     return process

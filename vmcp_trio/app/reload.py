@@ -145,6 +145,11 @@ class Reloader:
                 level="error")
             return "invalid"
         process = self.process
+        if plan.session_storage != process.plan.session_storage:
+            say("vmcp: reload refused: spec.sessionStorage changed; it takes effect on a "
+                "restart (every replica must agree on it); the old configuration keeps "
+                "serving", level="error")
+            return "invalid"
         diff = changes(process.plan, plan)
         if not diff.describe():
             say("vmcp: reload: the configuration is unchanged")
@@ -173,7 +178,8 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     if diff.incoming or authserver is not process.authserver:
         authenticator = authenticator_for(plan, settings, http, authserver)
         await authenticator.prepare()
-    strategies = strategies_for(plan, settings, http, authserver, process.exchangers)
+    strategies = strategies_for(plan, settings, http, authserver, process.exchangers,
+                                process.shared)
     stdio = {name: p for name, p in process.links.stdio.items() if name not in diff.gone}
     retired_stdio = [p for name, p in process.links.stdio.items() if name in diff.gone]
     for backend in plan.backends:
@@ -197,7 +203,7 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     process.links.update(plan, strategies, stdio, set(diff.changed))
     process.gateway.health.update(plan, diff.gone, diff.new)
     process.app.update(authenticator, extra_endpoints=authserver.handle if authserver else None,
-                       readiness=readiness_of(authserver))
+                       readiness=readiness_of(authserver, process.shared))
     wire_authserver(process)
     watch_backends(process, added=set(diff.added), removed=set(diff.removed))
     process.gateway.update(plan, diff.gone, diff.new)

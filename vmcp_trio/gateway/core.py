@@ -10,6 +10,11 @@ Two things reach sessions from outside: a backend's change of health (each sessi
 catalog and tells its client the lists changed) and the messages of a shared stdio backend that
 no call waits for (routed to the session they belong to, or to all).
 
+With shared sessions (:mod:`.sharing`, ``sessionStorage: redis``) a handshake session created by
+another replica is served here too: its first request here makes a local copy from its record
+(adoption), later ones find the copy; a copy idle past the TTL is released (the session may go on
+elsewhere) rather than ended, and a DELETE ends the session on every replica.
+
 The process around it (storage, authorization server, authentication, backends, HTTP server) is
 assembled by :mod:`vmcp_trio.app`; the gateway is given what it uses.
 """
@@ -25,7 +30,7 @@ import trio
 from .. import __version__
 from ..auth.outgoing.caller import Caller
 from ..protocol.jsonrpc import Message
-from ..protocol.revisions import STATELESS, Revision
+from ..protocol.revisions import STATELESS, Revision, revision
 from ..protocol.tasks import TASKS_EXTENSION, declares_tasks
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
@@ -35,6 +40,7 @@ from .health import HealthMonitor
 from .mrtr import RequestStateSigner
 from .session import ClientSession, SessionServices
 from .settings import GatewaySettings
+from .sharing import SessionSharing, shareable_id
 from .tasks import TaskIds
 
 __all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions",
@@ -110,11 +116,23 @@ class Gateway:
         self._sessions_nursery: trio.Nursery | None = None
         for process in links.stdio.values():
             process.router = self._route_from_stdio
+        self.sharing: SessionSharing | None = None
+        """Shared sessions (:meth:`share`); None: this process's sessions are its own."""
+        self._adopting: dict[str, trio.Event] = {}
+        """Sessions being copied from their record now (one copy per session)."""
+
+    def share(self, sharing: SessionSharing) -> None:
+        """Serve the handshake sessions every replica records (before :meth:`run`)."""
+        self.sharing = sharing
+        sharing.on_ended = self._ended_elsewhere
+        sharing.on_changed = self._changed_elsewhere
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the sessions until cancelled (a supervised task)."""
         async with trio.open_nursery() as nursery:
             self._sessions_nursery = nursery
+            if self.sharing is not None:
+                self.sharing.start(nursery)
             task_status.started()
             await trio.sleep_forever()
 
@@ -147,6 +165,8 @@ class Gateway:
         self.sessions[session.id] = session
         mine[session.id] = session
         await self._sessions_nursery.start(session.run)
+        if self.sharing is not None:
+            await self.sharing.created(session)
         return session
 
     async def stateless_session(self, caller: Caller) -> ClientSession:
@@ -166,15 +186,72 @@ class Gateway:
             await self._sessions_nursery.start(session.run)
             return session
 
-    def find_session(self, session_id: str, caller: Caller) -> ClientSession | None:
+    async def find_session(self, session_id: str, caller: Caller) -> ClientSession | None:
         """The live session with this id owned by this caller's identity (else None: 404 for
-        both)."""
+        both); with shared sessions, a copy of another replica's. Raises
+        :class:`TooManySessions` when a copy would pass ``max_sessions``."""
         session = self.sessions.get(session_id)
+        if session is None and self.sharing is not None and shareable_id(session_id):
+            session = await self._adopt(self.sharing, session_id, caller)
         if (session is None or session.closed.is_set()
                 or session.identity.key != caller.identity.key):
             return None
         session.caller = caller
+        if self.sharing is not None:
+            self.sharing.used(session)
         return session
+
+    async def _adopt(self, sharing: SessionSharing, session_id: str,
+                     caller: Caller) -> ClientSession | None:
+        waiting = self._adopting.get(session_id)
+        if waiting is not None:
+            await waiting.wait()
+            return self.sessions.get(session_id)
+        if len(self.sessions) >= self.settings.max_sessions:
+            raise TooManySessions(f"the gateway holds {len(self.sessions)} sessions, the most "
+                                  "it may; try again later", status=503)
+        self._adopting[session_id] = done = trio.Event()
+        try:
+            record = await sharing.load(session_id, caller)
+            negotiated = revision(record.revision) if record is not None else None
+            if record is None or negotiated is None or negotiated.stateless:
+                return None
+            session = ClientSession(self.services, record.id, negotiated,
+                                    record.client_capabilities, record.client_info, caller)
+            session.client_key = record.client_key
+            session.log_level = record.log_level
+            session.joined = record
+            self.sessions[session.id] = session
+            self._by_client.setdefault(session.client_key, {})[session.id] = session
+            assert self._sessions_nursery is not None
+            await self._sessions_nursery.start(session.run)
+            sharing.joined(session)
+            log.info("session %s taken over from replica %s", session.id[:8], record.owner)
+            return session
+        finally:
+            del self._adopting[session_id]
+            done.set()
+
+    async def end_session(self, session: ClientSession) -> None:
+        """The client ended the session (DELETE): here and, shared, on every replica."""
+        session.close()
+        if self.sharing is not None and not session.revision.stateless:
+            await self.sharing.ended(session)
+
+    def _ended_elsewhere(self, session_id: str) -> None:
+        session = self.sessions.get(session_id)
+        if session is not None:
+            session.release()  # the replica that ended it ends the backend sessions
+
+    def _changed_elsewhere(self, session_id: str) -> None:
+        session, sharing = self.sessions.get(session_id), self.sharing
+        if session is not None and sharing is not None and self._sessions_nursery is not None:
+            self._sessions_nursery.start_soon(self._refresh, sharing, session)
+
+    async def _refresh(self, sharing: SessionSharing, session: ClientSession) -> None:
+        record = await sharing.load(session.id, session.caller)
+        if record is not None and not session.closed.is_set():
+            session.take(record)
 
     def forget_session(self, session: ClientSession) -> None:
         if self.sessions.get(session.id) is session:
@@ -186,6 +263,8 @@ class Gateway:
                 del self._by_client[session.client_key]
         if self.stateless_sessions.get(session.identity.key) is session:
             del self.stateless_sessions[session.identity.key]
+        if self.sharing is not None:
+            self.sharing.forget(session.id)
         for process in self.links.stdio.values():
             process.forget(session.id)
 
@@ -227,6 +306,11 @@ class Gateway:
             now = trio.current_time()
             for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
                 if session.open_connections == 0 and now - session.last_active > ttl:
+                    if self.sharing is not None and not session.revision.stateless:
+                        log.info("session %s: this copy let go after %.0fs idle here",
+                                 session.id[:8], ttl)
+                        session.release()  # another replica may be serving it
+                        continue
                     log.info("session %s expired after %.0fs idle", session.id[:8], ttl)
                     session.close()
 

@@ -76,7 +76,12 @@ class HandshakeFront:
             await send_json(send, 400, encode_error(
                 INVALID_REQUEST, "Bad Request: the Mcp-Session-Id header is required"))
             return None
-        session = self.gateway.find_session(session_id, caller)
+        try:
+            session = await self.gateway.find_session(session_id, caller)
+        except TooManySessions as exc:
+            await send_json(send, exc.status, encode_error(TOO_BUSY, str(exc)),
+                            [("retry-after", "5")])
+            return None
         if session is None:
             await send_json(send, 404, encode_error(
                 INVALID_REQUEST, "Session not found: it ended or never existed; initialize a "
@@ -168,7 +173,7 @@ class HandshakeFront:
             return
         if (session.failed_backends
                 and self.gateway.plan.operational.partial_failure_mode == "fail"):
-            session.close()
+            await self.gateway.end_session(session)
             failed = "; ".join(f"{name} {detail}" for name, detail in
                                sorted(session.failed_backends.items()))
             await send_json(send, 200, encode(ErrorResponse(request.id, ErrorObject(
@@ -231,5 +236,5 @@ class HandshakeFront:
         session = await self._session(request, send, caller)
         if session is None:
             return
-        session.close()
+        await self.gateway.end_session(session)
         await send_empty(send, 204)

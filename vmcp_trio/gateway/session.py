@@ -45,7 +45,7 @@ from ..protocol.jsonrpc import (
     encode,
 )
 from ..protocol.log_levels import LOG_LEVELS, level_wanted
-from ..protocol.revisions import Revision
+from ..protocol.revisions import Revision, revision
 from ..protocol.stateless import (
     CLIENT_CAPABILITIES,
     MISSING_CLIENT_CAPABILITY,
@@ -67,6 +67,7 @@ from ..runtime.metrics import Metrics
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .aggregation import BackendListing, Catalog, build_catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
+from .backends.http import HttpBackendLink
 from .backends.links import BackendLinks
 from .backends.stateless import StatelessBackendLink
 from .health import HealthMonitor
@@ -76,6 +77,7 @@ from .mrtr import (
     check_input_responses,
     params_digest,
 )
+from .session_records import BackendSession, SessionRecord
 from .streams import EventStream, StreamRegistry
 from .tasks import TaskIds
 
@@ -246,6 +248,16 @@ class ClientSession:
         self.log_level = "debug"
         """The level a handshake client set with ``logging/setLevel``: vmcp enforces it for
         every backend, also those that do not filter (or have no logging capability)."""
+        # Shared sessions (sessionStorage: redis, see .sharing): what this copy joined, and who
+        # hears that the session changed.
+        self.joined: SessionRecord | None = None
+        """The record this copy was made from (another replica created the session): its
+        links join the backend sessions it names."""
+        self.on_changed: Callable[[], None] | None = None
+        """Told when something the session record holds changed here."""
+        self._ending = True
+        """Closing ends the session (its backend sessions too); False: only this copy."""
+        self._record_version = 0
 
     # --- lifetime ------------------------------------------------------------------------------
 
@@ -275,6 +287,9 @@ class ClientSession:
             self.closed.set()
             with trio.CancelScope(shield=True):
                 for link in self.links.values():
+                    if not self._ending and isinstance(link, HttpBackendLink):
+                        link.release()  # the backend session goes on for the other copies
+                        continue
                     with contextlib.suppress(Exception):
                         await link.aclose()
             self.services.forget(self)
@@ -299,9 +314,24 @@ class ClientSession:
             health = self.services.health
             if not health.usable(name):
                 raise BackendError(name, f"is unhealthy ({health.backends[name].last_error})")
-            into[name] = await self.services.links.open(
-                name, owner=self.id, capabilities=self.client_capabilities,
-                sink=self.unrelated_sink(name), caller=lambda: self.caller, supervisor=supervisor)
+            joined = self.joined.backends.get(name) if self.joined is not None else None
+            link = None
+            if joined is not None and (negotiated := revision(joined.revision)) is not None:
+                link = self.services.links.join(
+                    name, (joined.session_id, negotiated, joined.server_capabilities,
+                           joined.server_info, joined.instructions),
+                    capabilities=self.client_capabilities, sink=self.unrelated_sink(name),
+                    caller=lambda: self.caller, supervisor=supervisor)
+            if link is None:
+                link = await self.services.links.open(
+                    name, owner=self.id, capabilities=self.client_capabilities,
+                    sink=self.unrelated_sink(name), caller=lambda: self.caller,
+                    supervisor=supervisor)
+                if self.joined is not None:
+                    self._changed()  # a backend session the record did not name
+            if isinstance(link, HttpBackendLink):
+                link.on_new_session = self._changed
+            into[name] = link
             self.failed_backends.pop(name, None)
         except BackendError as exc:
             self.failed_backends[name] = exc.detail
@@ -378,7 +408,46 @@ class ClientSession:
                 self.streams.standalone.push(encode(Notification(method)))
 
     def close(self) -> None:
+        """End the session: its requests, its links, its backend sessions."""
         self.closed.set()
+
+    def release(self) -> None:
+        """End this copy only (another replica may serve the session): the backend sessions
+        its links joined go on."""
+        self._ending = False
+        self.closed.set()
+
+    def _changed(self) -> None:
+        if self.on_changed is not None:
+            self.on_changed()
+
+    def take(self, record: SessionRecord) -> None:
+        """Another replica changed the session: its log level, and the backend sessions it
+        made anew (this copy's links follow, rather than meet a 404 and make yet another)."""
+        self.joined = record
+        self.log_level = record.log_level
+        for name, state in record.backends.items():
+            link = self.links.get(name)
+            if isinstance(link, HttpBackendLink) and link.session_id != state.session_id:
+                link.session_id = state.session_id
+
+    def next_record(self, owner: str) -> SessionRecord:
+        """What another replica needs to serve this session (see :mod:`.session_records`),
+        one version after the last this copy wrote or joined."""
+        self._record_version = max(self._record_version,
+                                   self.joined.version if self.joined is not None else 0) + 1
+        backends = {name: BackendSession(link.session_id, link.revision.version,
+                                         link.server_capabilities, link.server_info,
+                                         link.instructions)
+                    for name, link in self.links.items()
+                    if isinstance(link, HttpBackendLink) and link.session_id is not None}
+        return SessionRecord(
+            id=self.id, issuer=self.identity.key[0], subject=self.identity.key[1],
+            client_key=self.client_key, revision=self.revision.version,
+            client_capabilities=self.client_capabilities, client_info=self.client_info,
+            log_level=self.log_level, backends=backends,
+            owner=self.joined.owner if self.joined is not None else owner,
+            version=self._record_version)
 
     def stop_calls(self, reason: str) -> None:
         """End every request being answered: each gets a JSON-RPC error saying ``reason``
@@ -625,6 +694,7 @@ class ClientSession:
             return _error(request.id, INVALID_PARAMS,
                           f"params.level must be one of {', '.join(LOG_LEVELS)}")
         self.log_level = params["level"]
+        self._changed()
         async with trio.open_nursery() as nursery:
             for link in self.links.values():
                 # A 2026-07-28 backend has no logging capability: the level goes in _meta.

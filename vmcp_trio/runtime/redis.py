@@ -74,6 +74,11 @@ class RedisConnection:
         self.on_task_restart: Callable[[str], None] | None = None
         """Told when a subscription task is renewed (the restarts metric)."""
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection was made (commands may still fail: Redis may be down)."""
+        return self._client is not None
+
     def key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
 

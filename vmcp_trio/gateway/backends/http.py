@@ -15,6 +15,15 @@ Failure rules:
   cancelled call sends ``notifications/cancelled`` to the backend so it can stop work.
 * The GET stream is a supervised task: it reconnects with backoff (and ``Last-Event-ID``); 405
   means the backend has none.
+
+Shared sessions (``sessionStorage: redis``): another replica's copy of a client session *joins*
+the backend session this link made (:meth:`HttpBackendLink.join`: the session id and what
+``initialize`` settled, from the session record), with request ids drawn from a random range of
+its own so that two replicas never send the backend the same id in one session. A copy that is
+only let go of (:meth:`HttpBackendLink.release`) leaves the backend session alone; the end of
+the client session ends it (:meth:`HttpBackendLink.aclose`: DELETE). When the backend forgets
+the session and the link initializes again, :attr:`HttpBackendLink.on_new_session` is told, so
+the record (and the other replicas) follow.
 """
 
 from __future__ import annotations
@@ -22,6 +31,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import random
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -76,6 +87,8 @@ class HttpBackendLink(HttpLinkFields):
         self._closed = False
         self._listen_parser = SSEParser(self.max_event_bytes)
         """The GET stream's parser: its last event id and ``retry:`` outlive a reconnect."""
+        self.on_new_session: Callable[[], None] | None = None
+        """Told when the link initialized a new backend session in place of a lost one."""
 
     # --- setup --------------------------------------------------------------------------------
 
@@ -90,6 +103,19 @@ class HttpBackendLink(HttpLinkFields):
         except trio.TooSlowError:
             raise BackendError(self.name, f"did not answer initialize within "
                                           f"{self.timeout:g}s") from None
+        if listen:
+            supervisor.start_soon(f"backend {self.name} GET stream", self._listen)
+
+    def join(self, supervisor: Supervisor, client_capabilities: dict[str, Any],
+             joined: tuple[str, Revision, dict[str, Any], dict[str, Any], str | None], *,
+             listen: bool = False) -> None:
+        """Take part in a backend session another replica made: ``joined`` is its session id,
+        revision, capabilities, server info and instructions. No request is sent."""
+        self._client_capabilities = client_capabilities
+        (self.session_id, self.revision, self.server_capabilities, self.server_info,
+         self.instructions) = joined
+        self._ids = itertools.count(random.randrange(2**32, 2**50))  # noqa: S311 (not a secret)
+        self._generation += 1
         if listen:
             supervisor.start_soon(f"backend {self.name} GET stream", self._listen)
 
@@ -110,6 +136,8 @@ class HttpBackendLink(HttpLinkFields):
             if self._generation == seen_generation:  # nobody else did it meanwhile
                 log.warning("backend %s lost our session; initializing again", self.name)
                 await self._initialize()
+                if self.on_new_session is not None:
+                    self.on_new_session()
 
     # --- HTTP exchange -----------------------------------------------------------------------
 
@@ -271,6 +299,10 @@ class HttpBackendLink(HttpLinkFields):
     def _retry_hint(self) -> float | None:
         retry = self._listen_parser.retry
         return retry / 1000 if retry else None
+
+    def release(self) -> None:
+        """Stop using the link, leaving the backend session to the other replicas' copies."""
+        self._closed = True
 
     async def aclose(self) -> None:
         """End the backend session (DELETE; a 405 or an unreachable backend is fine)."""

@@ -28,6 +28,7 @@ import trio
 from ...auth.outgoing.caller import Caller
 from ...auth.outgoing.strategies import CredentialError, OutgoingStrategy
 from ...http.client import HttpClient
+from ...protocol.revisions import Revision
 from ...resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
 from ...runtime.supervisor import Supervisor
 from .base import BackendError, BackendLink, CredentialHook, FallbackToLegacy, Sink
@@ -114,6 +115,25 @@ class BackendLinks:
         if not process.ready.is_set():
             raise BackendError(name, f"is not running ({process.last_error or 'starting'})")
         return StdioBackendLink(process, owner, timeout=timeout)
+
+    def join(self, name: str, joined: tuple[str, Revision, dict[str, Any], dict[str, Any],
+                                            str | None], *,
+             capabilities: dict[str, Any], sink: Sink, caller: Callable[[], Caller | None],
+             supervisor: Supervisor) -> BackendLink | None:
+        """A link of a client session's copy that joins the backend session another replica
+        made (``joined``: its id, revision, capabilities, server info, instructions); None
+        when the backend cannot be joined so (not a Streamable HTTP backend now: connect
+        anew)."""
+        endpoint = self.endpoints.get(name)
+        if (not isinstance(endpoint, HttpEndpoint) or endpoint.transport != "streamable-http"
+                or name in self.legacy_backends):
+            return None
+        link = HttpBackendLink(name, endpoint.url, self.client, session_sink=sink,
+                               credentials=SessionCredentials(name, self.strategies[name],
+                                                              caller),
+                               timeout=self.timeout(name))
+        link.join(supervisor, capabilities, joined)
+        return link
 
     async def connect_http(self, name: str, endpoint: HttpEndpoint, supervisor: Supervisor,
                            capabilities: dict[str, Any], sink: Sink, timeout: float, *,

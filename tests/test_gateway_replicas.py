@@ -1,0 +1,167 @@
+"""Several replicas of one gateway sharing a Redis (``sessionStorage: redis``), in this process:
+three real gateways (hypercorn), a real redis-server, and an MCP SDK backend that speaks only
+the handshake revisions (so its sessions are what the replicas must share)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from vmcp_trio.app.parts import GatewayProcess
+from vmcp_trio.auth.identity import Identity
+from vmcp_trio.auth.outgoing.caller import Caller
+from vmcp_trio.http.client import HttpClient
+
+from .fixtures.redis_cluster import redis_command, running_redis
+from .fixtures.sdk_servers import BackendState, make_server, serving
+from .gateway_helpers import RawClient, running_gateway
+
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+FLEET_SECRET = "replicas-share-this-secret-of-40-bytes!!"
+
+
+def replica_docs(backend_url: str, redis_port: int) -> list[dict[str, Any]]:
+    meta = {"namespace": "team"}
+    return [
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPGroup",
+         "metadata": {"name": "g", **meta}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+         "metadata": {"name": "numbers", **meta},
+         "spec": {"groupRef": {"name": "g"}, "url": backend_url}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet", **meta},
+         "stringData": {"hmac": FLEET_SECRET}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "VirtualMCPServer",
+         "metadata": {"name": "gw", **meta},
+         "spec": {"groupRef": {"name": "g"}, "incomingAuth": {"type": "anonymous"},
+                  "sessionStorage": {"provider": "redis",
+                                     "address": f"127.0.0.1:{redis_port}",
+                                     "hmacSecretRefs": [{"name": "fleet", "key": "hmac"}]}}},
+    ]
+
+
+@pytest.fixture
+def redis_port(tmp_path: Path) -> Iterator[int]:
+    with running_redis(tmp_path) as (_, port):
+        yield port
+
+
+@asynccontextmanager
+async def replicas(redis_port: int, count: int = 3
+                   ) -> AsyncIterator[tuple[list[tuple[str, GatewayProcess]], BackendState]]:
+    server, state = make_server("numbers")
+    async with AsyncExitStack() as stack:
+        backend = await stack.enter_async_context(serving(server, state, handshake_only=True))
+        running = [await stack.enter_async_context(running_gateway(
+            replica_docs(backend, redis_port))) for _ in range(count)]
+        for _, process in running:  # each has its Redis connection before the test starts
+            assert process.shared is not None
+            with trio.fail_after(10):
+                while await process.shared.not_ready() is not None:
+                    await trio.sleep(0.05)
+        yield running, state
+
+
+async def eventually(check: Any, timeout: float = 5.0) -> None:
+    with trio.fail_after(timeout):
+        while not check():
+            await trio.sleep(0.02)
+
+
+async def test_any_replica_serves_the_next_request_of_a_session(redis_port: int) -> None:
+    """A session made on one replica is served by every replica, round robin, with one backend
+    session behind it (the copies join it: one initialize at the backend)."""
+    async with replicas(redis_port) as (running, state):
+        client = RawClient(running[0][0])
+        assert (await client.initialize()).status == 200
+        session = client.session_id
+        assert session is not None
+        for call in range(30):
+            client.url = running[call % 3][0]
+            reply = await client.request("tools/call", {"name": "numbers_add",
+                                                        "arguments": {"a": call, "b": 1}})
+            assert reply.status == 200, reply.body
+            assert reply.result["structuredContent"]["total"] == call + 1
+        calls = [(backend_session, request_id) for method, backend_session, request_id
+                 in zip(state.methods, state.sessions, state.ids, strict=True)
+                 if method == "tools/call"]
+        assert len(calls) == 30
+        assert len({backend_session for backend_session, _ in calls}) == 1  # one session
+        assert len({request_id for _, request_id in calls}) == 30  # ids never collide
+        for _, process in running:
+            assert session in process.gateway.sessions
+        await client.aclose()
+
+
+async def test_a_change_reaches_every_copy_and_delete_ends_them_all(redis_port: int) -> None:
+    async with replicas(redis_port) as (running, state):
+        (a_url, a), (b_url, b), (c_url, c) = running
+        client = RawClient(a_url)
+        await client.initialize()
+        session = client.session_id
+        assert session is not None
+        client.url = b_url
+        reply = await client.request("logging/setLevel", {"level": "error"})
+        assert reply.status == 200
+        await eventually(lambda: a.gateway.sessions[session].log_level == "error")
+        client.url = c_url
+        assert (await client.request("tools/list")).status == 200  # C holds a copy too
+        assert c.gateway.sessions[session].log_level == "error"  # from the record
+        assert await client.delete() == 204
+        await eventually(lambda: session not in a.gateway.sessions
+                         and session not in b.gateway.sessions)
+        for url in (a_url, b_url, c_url):
+            client.url = url
+            assert (await client.request("tools/list")).status == 404
+        await client.aclose()
+
+
+async def test_records_are_sealed_and_only_their_identity_takes_them(redis_port: int) -> None:
+    async with replicas(redis_port, count=1) as (running, _):
+        url, process = running[0]
+        client = RawClient(url)
+        await client.initialize()
+        session = client.session_id
+        assert session is not None and process.shared is not None
+        keys = redis_command(redis_port, "KEYS", "*")
+        [key] = [k for k in keys if "session:" in k]
+        assert key == f"vmcp:session:{{team:gw}}:session:{session}"
+        stored = redis_command(redis_port, "GET", key)
+        link = process.gateway.sessions[session].links["numbers"]
+        backend_session = getattr(link, "session_id", None)
+        assert backend_session and backend_session not in stored and "numbers" not in stored
+        sharing = process.shared.sharing
+        mine = process.gateway.sessions[session].caller
+        assert (await sharing.load(session, mine)) is not None
+        other = Caller(Identity("https://issuer.example", "mallory"))
+        assert await sharing.load(session, other) is None
+        # Moved under another session's key, it does not open.
+        redis_command(redis_port, "SET", key.replace(session, "x" * 32), stored)
+        assert await sharing.load("x" * 32, mine) is None
+        await client.aclose()
+
+
+async def test_without_redis_a_new_session_stays_where_it_was_made(redis_port: int,
+                                                                   tmp_path: Path) -> None:
+    """Redis away: initialize still works on the replica that gets it (others cannot take the
+    session: 404), and readiness says why."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, _b) = running
+        with contextlib.suppress(ConnectionError):  # it answers by closing the connection
+            redis_command(redis_port, "SHUTDOWN", "NOSAVE")
+        client = RawClient(a_url)
+        assert (await client.initialize()).status == 200
+        assert (await client.request("tools/list")).status == 200
+        client.url = b_url
+        assert (await client.request("tools/list")).status == 404
+        http = HttpClient()
+        status, _, body = await http.request("GET", a_url.removesuffix("/mcp") + "/readyz")
+        assert status == 503 and b"session storage is unreachable" in body
+        await http.aclose()
+        await client.aclose()

@@ -1,0 +1,104 @@
+"""The replicas of one gateway: who is alive, and what they tell each other (Redis pub/sub).
+
+With ``sessionStorage: redis`` every replica of a gateway holds a :class:`Fleet` on the shared
+Redis. Rules it keeps:
+
+* Each replica has a random id for its life (:attr:`Fleet.replica`) and proves it is alive with
+  a key ``replica:<id>`` renewed every ``heartbeat`` seconds that expires after three of them:
+  a replica killed without a word is known dead within that bound (:meth:`Fleet.alive`).
+* Messages are small JSON objects on one channel (``fleet``) with a ``kind``, the sender and,
+  for a message meant for one replica, its id; every replica hears every message and drops its
+  own and those addressed to another (a fleet is a handful of replicas, not hundreds).
+* A handler runs in the subscription's task: it must not block (it may start work elsewhere).
+  A handler that fails is logged and the subscription goes on.
+* Redis unavailable: sending raises :class:`~vmcp_trio.runtime.redis.StorageUnavailable` (the
+  caller decides what that costs); the heartbeat keeps trying, and until it succeeds again the
+  other replicas take this one for dead.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import trio
+
+from ..runtime.redis import RedisConnection, StorageUnavailable, milliseconds
+
+__all__ = ["Fleet", "Handler"]
+
+log = logging.getLogger("vmcp.fleet")
+
+CHANNEL = "fleet"
+MAX_MESSAGE_BYTES = 64 * 1024
+Handler = Callable[[dict[str, Any]], None]
+
+
+class Fleet:
+    def __init__(self, redis: RedisConnection, *, heartbeat: float = 2.0) -> None:
+        self.redis = redis
+        self.replica = secrets.token_hex(4)
+        self.heartbeat = heartbeat
+        self._handlers: dict[str, Handler] = {}
+        redis.subscribe("fleet messages", CHANNEL, self._heard)
+
+    def on(self, kind: str, handler: Handler) -> None:
+        """Call ``handler`` with each message of ``kind`` another replica sends this one."""
+        self._handlers[kind] = handler
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep this replica's heartbeat (a supervised task)."""
+        task_status.started()
+        key, ttl = self.redis.key("replica", self.replica), milliseconds(3 * self.heartbeat)
+        failing: str | None = None
+        while True:
+            try:
+                await self.redis.do(lambda r: r.set(key, "1", px=ttl))
+                failing = None
+            except StorageUnavailable as exc:
+                if failing is None and self.redis.connected:  # once per outage
+                    log.warning("replica %s: heartbeat not written (the others take this "
+                                "replica for dead until it is): %s", self.replica, exc)
+                failing = str(exc)
+            await trio.sleep(self.heartbeat)
+
+    async def alive(self, replica: str) -> bool:
+        """Whether ``replica`` kept its heartbeat (this replica always is)."""
+        if replica == self.replica:
+            return True
+        return bool(await self.redis.do(lambda r: r.exists([self.redis.key("replica",
+                                                                           replica)])))
+
+    async def announce(self, kind: str, **fields: Any) -> None:
+        """Tell every other replica."""
+        await self._send({"kind": kind, **fields})
+
+    async def tell(self, replica: str, kind: str, **fields: Any) -> None:
+        """Tell one replica (it alone acts on it)."""
+        await self._send({"kind": kind, "to": replica, **fields})
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        data = orjson.dumps({**message, "from": self.replica}).decode()
+        if len(data) > MAX_MESSAGE_BYTES:
+            raise ValueError(f"a fleet message of {len(data)} bytes is too large")
+        await self.redis.publish(CHANNEL, data)
+
+    def _heard(self, data: str) -> None:
+        try:
+            message = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            log.warning("a fleet message that is not JSON was dropped")
+            return
+        if (not isinstance(message, dict) or message.get("from") == self.replica
+                or message.get("to", self.replica) != self.replica):
+            return
+        handler = self._handlers.get(str(message.get("kind")))
+        if handler is None:
+            return
+        try:
+            handler(message)
+        except Exception as exc:  # one message's fault: the subscription goes on
+            log.error("fleet message %r failed", str(message.get("kind"))[:40], exc_info=exc)
