@@ -1,7 +1,13 @@
 # syntax=docker/dockerfile:1
 # vmcp-trio image: `docker build -t vmcp-trio .`
-#   docker run -p 4483:4483 -v "$PWD/examples:/etc/vmcp:ro" vmcp-trio \
-#     serve --config /etc/vmcp --host 0.0.0.0
+#   docker run -p 4483:4483 -v "$PWD/my-gateway:/etc/vmcp:ro" vmcp-trio
+# serves the one VirtualMCPServer of the folder my-gateway/ (every *.yaml, *.yml, *.json in it);
+# when the folder holds several, name one with -e VMCP_NAME=NAME (or the flags in full:
+# serve --config /etc/vmcp --host 0.0.0.0 --name NAME). The port is VMCP_PORT (default 4483):
+# change it with -e VMCP_PORT=8080 -p 8080:8080, not with --port, so the HEALTHCHECK follows.
+# Every `vmcp serve` flag can come from VMCP_<FLAG> the same way (VMCP_LOG_FORMAT=json, ...).
+# A gateway with anonymous incoming auth is refused on 0.0.0.0 unless
+# -e VMCP_ALLOW_ANONYMOUS_ON_NETWORK=true says that is meant (use incomingAuth oidc instead).
 # Stage 1 builds a wheel and a virtual environment; stage 2 copies only the environment, so no
 # compiler, pip cache or source tree reaches the final image.
 
@@ -20,11 +26,13 @@ LABEL org.opencontainers.image.title="vmcp-trio" \
 RUN groupadd --system --gid 10001 vmcp \
     && useradd --system --uid 10001 --gid vmcp --home-dir /nonexistent --shell /usr/sbin/nologin vmcp
 COPY --from=build /opt/vmcp /opt/vmcp
-ENV PATH="/opt/vmcp/bin:$PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+ENV PATH="/opt/vmcp/bin:$PATH" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+    VMCP_PORT=4483
 USER 10001:10001
 EXPOSE 4483
-# The slim image has no curl: probe /health with the interpreter that is already there.
+# The slim image has no curl: probe /health with the interpreter that is already there, on the
+# port `vmcp serve` listens on (it reads VMCP_PORT itself: the CMD needs no --port).
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
-    CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:4483/health', timeout=2).status == 200 else 1)"]
+    CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('VMCP_PORT', '4483'); sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:' + port + '/health', timeout=2).status == 200 else 1)"]
 ENTRYPOINT ["vmcp"]
 CMD ["serve", "--config", "/etc/vmcp", "--host", "0.0.0.0"]

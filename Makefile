@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FUZZ_SECONDS ?= 60
 
-.PHONY: test pytest lint fuzz clean run peers mcp1 bench redis
+.PHONY: test pytest lint fuzz clean run peers mcp1 bench packages
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
@@ -18,12 +18,13 @@ $(STAMP): pyproject.toml
 ## test: lint, then the whole test suite (what .ci/run runs)
 test: lint pytest
 
-pytest: $(STAMP) peers mcp1 redis
+pytest: $(STAMP) peers mcp1 packages
 	$(BIN)/pytest
 
-## redis: Debian redis-server + redis-sentinel (7.0) for the Redis tests (no-op when installed)
-redis: $(STAMP)
-	$(BIN)/python scripts/redis_install.py
+## packages: Debian redis-server + redis-sentinel (7.0) and haproxy for the tests that run
+## them (no-op when installed)
+packages: $(STAMP)
+	$(BIN)/python scripts/system_packages.py
 
 ## peers: npm test peers (conformance suite, server-everything, inspector) with `npm ci`
 peers: $(STAMP)

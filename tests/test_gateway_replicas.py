@@ -100,7 +100,7 @@ async def test_any_replica_serves_the_next_request_of_a_session(redis_port: int)
 
 
 async def test_a_change_reaches_every_copy_and_delete_ends_them_all(redis_port: int) -> None:
-    async with replicas(redis_port) as (running, state):
+    async with replicas(redis_port) as (running, _):
         (a_url, a), (b_url, b), (c_url, c) = running
         client = RawClient(a_url)
         await client.initialize()

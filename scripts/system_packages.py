@@ -1,6 +1,7 @@
-"""Install Redis and Sentinel (Debian `redis-server`, `redis-sentinel`) for the Redis tests.
+"""Install the system programs the tests run for real: Redis and Sentinel (Debian
+`redis-server`, `redis-sentinel`) and haproxy (the load balancer in front of the replicas).
 
-Idempotent: when both binaries are on PATH it prints nothing and exits 0. Otherwise it runs
+Idempotent: when every binary is on PATH it prints nothing and exits 0. Otherwise it runs
 `apt-get install` (and `apt-get update` only when the install fails without it), as root or
 through `sudo -n`. Tests start their own servers on free ports, so any system service the
 package started (Redis on 6379, Sentinel on 26379) is stopped again afterwards.
@@ -15,8 +16,8 @@ import subprocess
 import sys
 import time
 
-PACKAGES = ["redis-server", "redis-sentinel"]
-BINARIES = ["redis-server", "redis-sentinel", "redis-cli"]
+PACKAGES = ["redis-server", "redis-sentinel", "haproxy"]
+BINARIES = ["redis-server", "redis-sentinel", "redis-cli", "haproxy"]
 SERVICES = [("redis-sentinel", 26379), ("redis-server", 6379)]
 
 
@@ -41,7 +42,7 @@ def _listening(port: int) -> bool:
 
 def _run(prefix: list[str], args: list[str]) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    print("redis:", " ".join(args), flush=True)
+    print("packages:", " ".join(args), flush=True)
     return subprocess.run([*prefix, *args], env=env, capture_output=True, text=True,
                           timeout=900, check=False)
 
@@ -51,7 +52,7 @@ def _stop_services(prefix: list[str], before: dict[int, bool]) -> None:
     for service, port in SERVICES:
         if before[port] or not _listening(port):
             continue
-        print(f"redis: stopping the {service} service the package started on port {port}",
+        print(f"packages: stopping the {service} service the package started on port {port}",
               flush=True)
         if shutil.which("systemctl") and os.path.isdir("/run/systemd/system"):
             subprocess.run([*prefix, "systemctl", "disable", "--now", service],
@@ -66,7 +67,7 @@ def _stop_services(prefix: list[str], before: dict[int, bool]) -> None:
             subprocess.run(["redis-cli", "-p", str(port), "shutdown", "nosave"],
                            capture_output=True, check=False, timeout=30)
         if _listening(port):
-            print(f"redis: warning: something still listens on 127.0.0.1:{port}", flush=True)
+            print(f"packages: warning: something still listens on 127.0.0.1:{port}", flush=True)
 
 
 def main() -> int:
@@ -74,13 +75,14 @@ def main() -> int:
         return 0
     prefix = _prefix()
     if prefix is None:
-        print("redis: redis-server/redis-sentinel are missing and this user cannot install them "
-              "(not root, no sudo). Install the Debian packages "
+        print("packages: some of redis-server, redis-sentinel, haproxy are missing and this user "
+              "cannot install them (not root, no sudo). Install the Debian packages "
               f"{' '.join(PACKAGES)} (apt-get install {' '.join(PACKAGES)}).", file=sys.stderr)
         return 1
     if not shutil.which("apt-get"):
-        print("redis: redis-server/redis-sentinel are missing and there is no apt-get; install "
-              "Redis 7 (redis-server, redis-sentinel, redis-cli) by other means.",
+        print("packages: some of redis-server, redis-sentinel, haproxy are missing and there is "
+              "no apt-get; install Redis 7 (redis-server, redis-sentinel, redis-cli) and haproxy "
+              "by other means.",
               file=sys.stderr)
         return 1
     before = {port: _listening(port) for _, port in SERVICES}
@@ -89,22 +91,20 @@ def main() -> int:
     if result.returncode != 0:
         update = _run(prefix, ["apt-get", "update"])
         if update.returncode != 0:
-            print(f"redis: apt-get update failed:\n{update.stdout}{update.stderr}",
+            print(f"packages: apt-get update failed:\n{update.stdout}{update.stderr}",
                   file=sys.stderr)
             return 1
         result = _run(prefix, install)
     if result.returncode != 0:
-        print(f"redis: apt-get install failed:\n{result.stdout}{result.stderr}", file=sys.stderr)
+        print(f"packages: apt-get install failed:\n{result.stdout}{result.stderr}", file=sys.stderr)
         return 1
     _stop_services(prefix, before)
     if not _have_all():
         missing = [name for name in BINARIES if not shutil.which(name)]
-        print(f"redis: installed {' '.join(PACKAGES)} but {', '.join(missing)} not on PATH "
+        print(f"packages: installed {' '.join(PACKAGES)} but {', '.join(missing)} not on PATH "
               f"(PATH={os.environ.get('PATH', '')})", file=sys.stderr)
         return 1
-    version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
-                             check=False, timeout=30).stdout.strip()
-    print(f"redis: installed ({version})", flush=True)
+    print(f"packages: installed {' '.join(PACKAGES)}", flush=True)
     return 0
 
 
