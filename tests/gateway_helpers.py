@@ -103,6 +103,30 @@ async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
         stop.set()
 
 
+FLEET_SECRET = "replicas-share-this-secret-of-40-bytes!!"
+
+
+def replica_docs(backend_url: str, redis_port: int) -> list[dict[str, Any]]:
+    """A gateway ``team/gw`` over one backend ``numbers`` whose replicas share the Redis on
+    ``redis_port`` (anonymous incoming auth: loopback only)."""
+    meta = {"namespace": "team"}
+    return [
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPGroup",
+         "metadata": {"name": "g", **meta}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+         "metadata": {"name": "numbers", **meta},
+         "spec": {"groupRef": {"name": "g"}, "url": backend_url}},
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet", **meta},
+         "stringData": {"hmac": FLEET_SECRET}},
+        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "VirtualMCPServer",
+         "metadata": {"name": "gw", **meta},
+         "spec": {"groupRef": {"name": "g"}, "incomingAuth": {"type": "anonymous"},
+                  "sessionStorage": {"provider": "redis",
+                                     "address": f"127.0.0.1:{redis_port}",
+                                     "hmacSecretRefs": [{"name": "fleet", "key": "hmac"}]}}},
+    ]
+
+
 @dataclass
 class Reply:
     status: int

@@ -20,31 +20,9 @@ from vmcp_trio.http.client import HttpClient
 
 from .fixtures.redis_cluster import redis_command, running_redis
 from .fixtures.sdk_servers import BackendState, make_server, serving
-from .gateway_helpers import RawClient, running_gateway
+from .gateway_helpers import RawClient, replica_docs, running_gateway
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-
-FLEET_SECRET = "replicas-share-this-secret-of-40-bytes!!"
-
-
-def replica_docs(backend_url: str, redis_port: int) -> list[dict[str, Any]]:
-    meta = {"namespace": "team"}
-    return [
-        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPGroup",
-         "metadata": {"name": "g", **meta}},
-        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
-         "metadata": {"name": "numbers", **meta},
-         "spec": {"groupRef": {"name": "g"}, "url": backend_url}},
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "fleet", **meta},
-         "stringData": {"hmac": FLEET_SECRET}},
-        {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "VirtualMCPServer",
-         "metadata": {"name": "gw", **meta},
-         "spec": {"groupRef": {"name": "g"}, "incomingAuth": {"type": "anonymous"},
-                  "sessionStorage": {"provider": "redis",
-                                     "address": f"127.0.0.1:{redis_port}",
-                                     "hmacSecretRefs": [{"name": "fleet", "key": "hmac"}]}}},
-    ]
-
 
 @pytest.fixture
 def redis_port(tmp_path: Path) -> Iterator[int]:

@@ -18,13 +18,9 @@ a 5xx from the gateway, whatever the test does.
 from __future__ import annotations
 
 import json
-import os
-import selectors
-import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -38,13 +34,10 @@ from mcp.shared.exceptions import MCPError
 
 from vmcp_trio.app.parts import GatewayProcess
 
+from .fixtures.sdk1 import running_sdk1
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import quickstart_docs, running_gateway
-from .helpers import stop_process
 
-ROOT = Path(__file__).resolve().parent.parent
-SDK1_PYTHON = ROOT / ".venv-mcp1" / "bin" / "python"
-SDK1_SERVER = Path(__file__).resolve().parent / "fixtures" / "sdk1_server.py"
 GROUP = "quickstart"
 TIMEOUT = 30  # seconds for one test's whole conversation; each request has its own below
 REQUEST_TIMEOUT = 10.0
@@ -57,33 +50,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprec
 @pytest.fixture(scope="module")
 def sdk1_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The URL of a 1.x FastMCP server started for this module (stopped at its end)."""
-    if not SDK1_PYTHON.exists():
-        pytest.fail(f"{SDK1_PYTHON} is missing: run `make mcp1` (scripts/mcp1_venv.py)")
-    stderr_path = tmp_path_factory.mktemp("sdk1") / "stderr.txt"
-    with stderr_path.open("w") as stderr:
-        process = subprocess.Popen(
-            [str(SDK1_PYTHON), str(SDK1_SERVER), "--port", "0"], stdout=subprocess.PIPE,
-            stderr=stderr, stdin=subprocess.DEVNULL, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    try:
-        url = _ready_url(process, 30)
-        if url is None:
-            pytest.fail("the 1.x server did not start; its stderr ends with:\n"
-                        + stderr_path.read_text()[-2000:])
+    with running_sdk1(tmp_path_factory.mktemp("sdk1")) as url:
         yield url
-    finally:
-        stop_process(process, 5)
-
-
-def _ready_url(process: subprocess.Popen[str], timeout: float) -> str | None:
-    """The URL from the server's ``ready <url>`` line, waiting at most ``timeout`` seconds."""
-    assert process.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            return None
-    line = process.stdout.readline().strip()
-    return line.split()[1] if line.startswith("ready http://127.0.0.1:") else None
 
 
 # --- the gateway with every backend -----------------------------------------------------------

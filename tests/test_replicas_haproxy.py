@@ -1,0 +1,102 @@
+"""Three ``vmcp serve`` processes behind haproxy (``balance roundrobin``, no stickiness), sharing
+one redis-server (``sessionStorage: redis``), in front of the official SDK 1.x server (it speaks
+only the handshake revisions: its sessions are what the replicas share). The official SDK 2.x
+client talks to haproxy alone, as a client of a production deployment would."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from .fixtures.haproxy import running_haproxy
+from .fixtures.redis_cluster import running_redis
+from .fixtures.sdk1 import running_sdk1
+from .gateway_helpers import StatelessClient, replica_docs
+from .serve_helpers import Served, serving
+
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+
+@dataclass
+class Deployment:
+    url: str
+    """The balancer's ``/mcp``."""
+    replicas: list[Served]
+
+    def served(self, rpc: str) -> list[int]:
+        """How many access records for JSON-RPC method ``rpc`` each replica wrote."""
+        return [len(re.findall(rf"rpc={re.escape(rpc)}\b", replica.log()))
+                for replica in self.replicas]
+
+    async def served_since(self, before: list[int], rpc: str, total: int) -> list[int]:
+        """How many more each replica served than ``before``, once ``total`` more are written
+        (access records are written every half second)."""
+        with trio.move_on_after(3):
+            while sum(self.served(rpc)) - sum(before) < total:
+                await trio.sleep(0.1)
+        return [a - b for a, b in zip(self.served(rpc), before, strict=True)]
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    workdir = tmp_path_factory.mktemp("replicas")
+    with ExitStack() as stack:
+        _, redis_port = stack.enter_context(running_redis(workdir))
+        backend = stack.enter_context(running_sdk1(workdir))
+        docs = replica_docs(backend, redis_port)
+        replicas = []
+        for index in range(3):
+            (workdir / f"r{index}").mkdir()
+            replicas.append(stack.enter_context(serving(docs, workdir / f"r{index}")))
+        ports = [int(replica.base.rsplit(":", 1)[1]) for replica in replicas]
+        base = stack.enter_context(running_haproxy(workdir, ports))
+        yield Deployment(f"{base}/mcp", replicas)
+        for replica in replicas:
+            assert "Traceback" not in replica.log(), replica.log()[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_one_session_is_served_by_every_replica(deployment: Deployment, mode: str) -> None:
+    """The SDK client's session (``legacy``: a handshake session; ``auto``: whatever the client
+    and gateway agree on) makes 30 calls through the balancer; every replica serves some, and
+    every answer is right."""
+    before = deployment.served("tools/call")
+    async with httpx2.AsyncClient() as http, Client(
+            streamable_http_client(deployment.url, http_client=http), mode=mode) as client:
+        tools = await client.list_tools()
+        assert "numbers_add" in {tool.name for tool in tools.tools}
+        for call in range(30):
+            result = await client.call_tool("numbers_add", {"a": call, "b": 2})
+            assert not result.is_error, result
+            assert result.structured_content == {"result": call + 2}
+    spread = await deployment.served_since(before, "tools/call", 30)
+    assert sum(spread) == 30 and all(count >= 5 for count in spread), spread
+
+
+async def test_stateless_requests_go_anywhere(deployment: Deployment) -> None:
+    """2026-07-28 requests carry no session: round robin spreads them, each answered."""
+    client = StatelessClient(deployment.url)
+    before = deployment.served("tools/call")
+    for call in range(9):
+        reply = await client.call("numbers_add", {"a": call, "b": 1})
+        assert reply.status == 200
+        assert reply.messages[-1]["result"]["structuredContent"] == {"result": call + 1}
+    assert await deployment.served_since(before, "tools/call", 9) == [3, 3, 3]
+    await client.http.aclose()
+
+
+def test_the_replicas_agree_on_one_backend_session_per_client_session(
+        deployment: Deployment, tmp_path: Path) -> None:
+    """The joins are logged: each replica that served a session it did not make says it took
+    it over (from the replica that made it)."""
+    joined = [replica.log().count("taken over from replica") for replica in deployment.replicas]
+    assert sum(joined) >= 2, joined
