@@ -108,7 +108,7 @@ async def test_records_are_sealed_and_only_their_identity_takes_them(redis_port:
         session = client.session_id
         assert session is not None and process.shared is not None
         keys = redis_command(redis_port, "KEYS", "*")
-        [key] = [k for k in keys if "session:" in k]
+        [key] = [k for k in keys if k.endswith(f":session:{session}")]
         assert key == f"vmcp:session:{{team:gw}}:session:{session}"
         stored = redis_command(redis_port, "GET", key)
         link = process.gateway.sessions[session].links["numbers"]
@@ -142,4 +142,31 @@ async def test_without_redis_a_new_session_stays_where_it_was_made(redis_port: i
         status, _, body = await http.request("GET", a_url.removesuffix("/mcp") + "/readyz")
         assert status == 503 and b"session storage is unreachable" in body
         await http.aclose()
+        await client.aclose()
+
+
+async def test_a_stream_resumes_at_another_replica_while_its_own_still_answers(
+        redis_port: int) -> None:
+    """The client reads part of a call's SSE stream at A and leaves; its ``Last-Event-ID``
+    reaches B, which replays what A logged and follows A's log to the answer (A is alive: B
+    takes nothing over)."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, b) = running
+        client = RawClient(a_url)
+        await client.initialize()
+        first = await client.request("tools/call", {"name": "numbers_slow",
+                                                    "arguments": {"steps": 12}},
+                                     stop_after=4)
+        seen = [event.id for event in first.events]
+        assert first.status == 200 and len(seen) == 4 and all(seen)
+        client.url = b_url
+        rest = await client.get(last_event_id=seen[-1], timeout=15)
+        messages = rest.messages
+        logged = [m["params"]["data"] for m in messages
+                  if m.get("method") == "notifications/message"]
+        assert logged == [f"numbers log {step}" for step in range(5, 13)]  # none lost, no repeat
+        assert messages[-1]["result"]["content"][0]["text"] == "numbers finished 12 steps"
+        assert [event.id for event in rest.events][0] > seen[-1]
+        session = b.gateway.sessions[client.session_id or ""]
+        assert session.streams.get(seen[-1].rpartition(".")[0]) is not None  # continued at B
         await client.aclose()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from .fixtures.haproxy import running_haproxy
-from .fixtures.redis_cluster import running_redis
+from .fixtures.redis_cluster import redis_command, running_redis
 from .fixtures.sdk1 import running_sdk1
 from .gateway_helpers import StatelessClient, replica_docs
 from .serve_helpers import Served, serving
@@ -31,6 +31,12 @@ class Deployment:
     url: str
     """The balancer's ``/mcp``."""
     replicas: list[Served]
+    redis_port: int
+
+    def replica(self, replica_id: str) -> Served:
+        """The process of the replica whose id is ``replica_id`` (each logs it at start)."""
+        [found] = [r for r in self.replicas if f"replica {replica_id}:" in r.log()]
+        return found
 
     def served(self, rpc: str) -> list[int]:
         """How many access records for JSON-RPC method ``rpc`` each replica wrote."""
@@ -46,12 +52,12 @@ class Deployment:
         return [a - b for a, b in zip(self.served(rpc), before, strict=True)]
 
 
-@pytest.fixture(scope="module")
-def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
-    workdir = tmp_path_factory.mktemp("replicas")
+@contextmanager
+def deployed(workdir: Path) -> Iterator[Deployment]:
+    """Redis, the resumable SDK 1.x backend, three replicas and haproxy, in ``workdir``."""
     with ExitStack() as stack:
         _, redis_port = stack.enter_context(running_redis(workdir))
-        backend = stack.enter_context(running_sdk1(workdir))
+        backend = stack.enter_context(running_sdk1(workdir, "--resumable"))
         docs = replica_docs(backend, redis_port)
         replicas = []
         for index in range(3):
@@ -59,9 +65,15 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
             replicas.append(stack.enter_context(serving(docs, workdir / f"r{index}")))
         ports = [int(replica.base.rsplit(":", 1)[1]) for replica in replicas]
         base = stack.enter_context(running_haproxy(workdir, ports))
-        yield Deployment(f"{base}/mcp", replicas)
+        yield Deployment(f"{base}/mcp", replicas, redis_port)
         for replica in replicas:
             assert "Traceback" not in replica.log(), replica.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]:
+    with deployed(tmp_path_factory.mktemp("replicas")) as running:
+        yield running
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
@@ -100,3 +112,34 @@ def test_the_replicas_agree_on_one_backend_session_per_client_session(
     it over (from the replica that made it)."""
     joined = [replica.log().count("taken over from replica") for replica in deployment.replicas]
     assert sum(joined) >= 2, joined
+
+
+async def test_a_call_whose_replica_is_killed_finishes_on_another(tmp_path: Path) -> None:
+    """A long call with progress; the replica answering it is SIGKILLed halfway. The client's
+    SDK reconnects with ``Last-Event-ID``; the balancer sends that to another replica, which
+    replays what was logged, notices the dead replica (its heartbeat stops), takes the call
+    over and resumes the backend's stream where the dead one left it: the rest of the progress
+    and the answer arrive, and the call succeeds."""
+    with deployed(tmp_path) as running:
+        progress: list[float] = []
+        killed: list[Served] = []
+
+        async def on_progress(done: float, total: float | None, message: str | None) -> None:
+            progress.append(done)
+            if done == 5 and not killed:
+                [call_key] = redis_command(running.redis_port, "KEYS", "*:call:*")
+                owner = redis_command(running.redis_port, "HGET", call_key, "owner")
+                killed.append(running.replica(owner))
+                killed[0].kill()
+
+        async with httpx2.AsyncClient() as http, Client(
+                streamable_http_client(running.url, http_client=http), mode="legacy") as client:
+            with trio.fail_after(40):
+                result = await client.call_tool("numbers_slow", {"steps": 25, "pause": 0.2},
+                                                progress_callback=on_progress)
+        assert killed, "the call ended before a replica could be killed"
+        assert not result.is_error, result
+        assert result.content[0].text == "v1 finished 25 steps"  # type: ignore[union-attr]
+        assert max(progress) == 25 and progress.index(25) > progress.index(5)
+        survivors = [r for r in running.replicas if not r.killed]
+        assert any("taking over its call" in r.log() for r in survivors)

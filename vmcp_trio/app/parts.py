@@ -36,6 +36,7 @@ from ..authserver.storage.memory import MemoryStorage
 from ..authserver.storage.redis import RedisStorage
 from ..gateway.backends.links import BackendLinks
 from ..gateway.backends.stdio import StdioProcess
+from ..gateway.call_log import CallLog
 from ..gateway.core import Gateway
 from ..gateway.fleet import Fleet
 from ..gateway.server import GatewayApp, ReadinessCheck
@@ -71,15 +72,19 @@ class SharedParts:
     redis: RedisConnection
     fleet: Fleet
     sharing: SessionSharing
+    call_log: CallLog
     exchange_cache: SharedExchangeCache
 
     def supervised(self) -> list[NamedTask]:
         return [("session storage connection", self.redis.run),
-                ("replica heartbeat", self.fleet.run)]
+                ("replica heartbeat", self.fleet.run),
+                ("call log writer", self.call_log.run)]
 
     async def not_ready(self) -> str | None:
         problem = await self.redis.unreachable()
-        return None if problem is None else f"the session storage is unreachable: {problem}"
+        if problem is not None:
+            return f"the session storage is unreachable: {problem}"
+        return None if self.fleet.beating else "the replica's heartbeat is not written yet"
 
 
 def shared_parts(plan: GatewayPlan, settings: GatewaySettings) -> SharedParts | None:
@@ -91,7 +96,9 @@ def shared_parts(plan: GatewayPlan, settings: GatewaySettings) -> SharedParts | 
     redis = RedisConnection(storage, storage.key_prefix)
     fleet = Fleet(redis)
     records = SessionRecords(redis, secrets, ttl=settings.session_idle_ttl)
-    return SharedParts(redis, fleet, SessionSharing(records, fleet),
+    call_log = CallLog(redis, fleet, ttl=settings.session_idle_ttl,
+                       max_events=settings.stream_buffer_events)
+    return SharedParts(redis, fleet, SessionSharing(records, fleet), call_log,
                        SharedExchangeCache(redis, secrets))
 
 
@@ -229,7 +236,7 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
     links = BackendLinks(plan, http, strategies, stdio)
     gateway = Gateway(plan, settings, links, metrics)
     if shared is not None:
-        gateway.share(shared.sharing)
+        gateway.share(shared.sharing, shared.call_log)
     app = GatewayApp(gateway, authenticator,
                      extra_endpoints=authserver.handle if authserver else None,
                      readiness=readiness_of(authserver, shared))

@@ -34,13 +34,16 @@ from ..protocol.revisions import STATELESS, Revision, revision
 from ..protocol.tasks import TASKS_EXTENSION, declares_tasks
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
+from ..runtime.redis import StorageUnavailable
 from .backends.links import BackendLinks
 from .backends.stdio import RELAY_CAPABILITIES
+from .call_log import CallLog
 from .health import HealthMonitor
 from .mrtr import RequestStateSigner
 from .session import ClientSession, SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
+from .streams import EventStream
 from .tasks import TaskIds
 
 __all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions",
@@ -121,11 +124,14 @@ class Gateway:
         self._adopting: dict[str, trio.Event] = {}
         """Sessions being copied from their record now (one copy per session)."""
 
-    def share(self, sharing: SessionSharing) -> None:
-        """Serve the handshake sessions every replica records (before :meth:`run`)."""
+    def share(self, sharing: SessionSharing, call_log: CallLog) -> None:
+        """Serve the handshake sessions every replica records, and log their calls answered
+        over SSE so that any replica can resume them (before :meth:`run`)."""
         self.sharing = sharing
         sharing.on_ended = self._ended_elsewhere
         sharing.on_changed = self._changed_elsewhere
+        self.services.call_log = call_log
+        self.services.stream_key_prefix = sharing.fleet.replica
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the sessions until cancelled (a supervised task)."""
@@ -133,6 +139,8 @@ class Gateway:
             self._sessions_nursery = nursery
             if self.sharing is not None:
                 self.sharing.start(nursery)
+                log.info("replica %s: sessions shared through the session storage",
+                         self.sharing.fleet.replica)
             task_status.started()
             await trio.sleep_forever()
 
@@ -231,6 +239,23 @@ class Gateway:
         finally:
             del self._adopting[session_id]
             done.set()
+
+    async def continue_logged(self, session: ClientSession, key: str,
+                              seq: int) -> EventStream | None:
+        """The stream ``key`` of ``session`` after ``seq``, continued here from its call's log
+        (another replica began it; :mod:`.call_log`); None when no call was logged so."""
+        call_log = self.services.call_log
+        if call_log is None or session.revision.stateless:
+            return None
+        try:
+            called = await call_log.call(session.id, key)
+        except StorageUnavailable:
+            return None
+        if called is None:
+            return None
+        stream = session.streams.continued(key, seq + 1)
+        session.spawn(call_log.follow, session.id, stream, session.resume_call)
+        return stream
 
     async def end_session(self, session: ClientSession) -> None:
         """The client ended the session (DELETE): here and, shared, on every replica."""

@@ -5,7 +5,8 @@ Redis. Rules it keeps:
 
 * Each replica has a random id for its life (:attr:`Fleet.replica`) and proves it is alive with
   a key ``replica:<id>`` renewed every ``heartbeat`` seconds that expires after three of them:
-  a replica killed without a word is known dead within that bound (:meth:`Fleet.alive`).
+  a replica killed without a word is known dead within that bound (:meth:`Fleet.alive`). A
+  replica is not ready (``/readyz``) before its first heartbeat is written.
 * Messages are small JSON objects on one channel (``fleet``) with a ``kind``, the sender and,
   for a message meant for one replica, its id; every replica hears every message and drops its
   own and those addressed to another (a fleet is a handful of replicas, not hundreds).
@@ -43,6 +44,9 @@ class Fleet:
         self.replica = secrets.token_hex(4)
         self.heartbeat = heartbeat
         self._handlers: dict[str, Handler] = {}
+        self.beating = False
+        """The heartbeat was written (until then this replica is not ready: the others would
+        take it for dead)."""
         redis.subscribe("fleet messages", CHANNEL, self._heard)
 
     def on(self, kind: str, handler: Handler) -> None:
@@ -57,13 +61,14 @@ class Fleet:
         while True:
             try:
                 await self.redis.do(lambda r: r.set(key, "1", px=ttl))
-                failing = None
+                failing, self.beating = None, True
             except StorageUnavailable as exc:
                 if failing is None and self.redis.connected:  # once per outage
                     log.warning("replica %s: heartbeat not written (the others take this "
                                 "replica for dead until it is): %s", self.replica, exc)
                 failing = str(exc)
-            await trio.sleep(self.heartbeat)
+            # Failing (or not connected yet): again soon, the others take this one for dead.
+            await trio.sleep(self.heartbeat if failing is None else min(self.heartbeat, 0.2))
 
     async def alive(self, replica: str) -> bool:
         """Whether ``replica`` kept its heartbeat (this replica always is)."""

@@ -7,7 +7,8 @@
 * Notifications and responses -> 202. A request is answered by the
   :class:`~.responder.Responder`: JSON when quick, else SSE. The work belongs to the session, not
   the connection: a client that disconnects can resume the stream by GET with ``Last-Event-ID``.
-* GET opens the session's standalone stream (or resumes a stream); DELETE ends the session.
+* GET opens the session's standalone stream (or resumes a stream: this replica's, or with shared
+  sessions one another replica logged); DELETE ends the session.
 
 What comes before (Origin and Host checks, authentication, the body's size and JSON-RPC
 syntax) is done by :class:`~.server.GatewayApp`.
@@ -224,10 +225,11 @@ class HandshakeFront:
         note(session=session.id[:8])
         stream, after = session.streams.standalone, session.streams.standalone.delivered
         last_event_id = request.header("last-event-id")
-        if last_event_id is not None:
-            parsed = parse_event_id(last_event_id)
-            resumed = session.streams.get(parsed[0]) if parsed else None
-            if resumed is not None and parsed is not None:
+        parsed = parse_event_id(last_event_id) if last_event_id is not None else None
+        if parsed is not None:
+            resumed = (session.streams.get(parsed[0])
+                       or await self.gateway.continue_logged(session, *parsed))
+            if resumed is not None:
                 stream, after = resumed, parsed[1]
         await self.responder.pump(request, send, session, stream, after,
                                   _session_headers(session))

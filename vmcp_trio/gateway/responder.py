@@ -11,7 +11,8 @@ Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests
   response stream starts with a priming event, so the client can resume it at once.
 * The client leaving: in the handshake revisions the work goes on (the stream can be resumed
   with ``Last-Event-ID``); in 2026-07-28, closing the response stream cancels the request
-  (``cancel_on_close``).
+  (``cancel_on_close``). With shared sessions a handshake call answered over SSE is logged
+  (:mod:`.call_log`), so that it can be resumed at another replica too.
 
 :meth:`Responder.pump` writes a stream's events to one connection: also the GET stream and the
 2026-07-28 listen stream. One connection per stream at a time; a session ending ends them all.
@@ -111,6 +112,9 @@ class Responder:
             return
         if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
             stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
+        call_log = session.services.call_log
+        if call_log is not None and not session.revision.stateless:
+            call_log.start(session.id, stream, request_id)  # another replica may resume it
         await self.pump(http, send, session, stream, -1, headers)
         if work_scope is not None and not stream.finished:
             work_scope.cancel()

@@ -43,6 +43,7 @@ from ..protocol.jsonrpc import (
     RequestId,
     Response,
     encode,
+    encode_error,
 )
 from ..protocol.log_levels import LOG_LEVELS, level_wanted
 from ..protocol.revisions import Revision, revision
@@ -70,6 +71,7 @@ from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .backends.links import BackendLinks
 from .backends.stateless import StatelessBackendLink
+from .call_log import LOST, CallLog, LoggedCall
 from .health import HealthMonitor
 from .mrtr import (
     ParkedCall,
@@ -156,6 +158,10 @@ class SessionServices:
     max_requests: int = 64
     """Requests of one session at work at once."""
     workload: Workload = field(default_factory=Workload)
+    call_log: CallLog | None = None
+    """Shared sessions: where calls answered over SSE are logged (:mod:`.call_log`)."""
+    stream_key_prefix: str = ""
+    """Shared sessions: the replica's id, before each response stream's key."""
 
 
 @dataclass
@@ -216,7 +222,8 @@ class ClientSession:
         self.failed_backends: dict[str, str] = {}
         self.streams = StreamRegistry(
             max_events=services.stream_buffer_events,
-            retry_ms=services.sse_retry_ms if revision.primes_streams else None)
+            retry_ms=services.sse_retry_ms if revision.primes_streams else None,
+            key_prefix=services.stream_key_prefix)
         self.last_active = trio.current_time()
         self.open_connections = 0
         self.closed = trio.Event()
@@ -582,8 +589,15 @@ class ClientSession:
         try:
             with tracing.backend_span(request.method, target if isinstance(target, str)
                                       else None, link.name) as span:
-                reply = await link.call(request.method, tracing.inject_meta(params),
-                                        self._call_sink(link, call))
+                if isinstance(link, HttpBackendLink) and self.services.call_log is not None:
+                    stream = call.stream  # logged: where to resume the backend's stream
+                    reply = await link.call(
+                        request.method, tracing.inject_meta(params), self._call_sink(link, call),
+                        on_position=lambda bid, event_id: stream.note_position(link.name, bid,
+                                                                                event_id))
+                else:
+                    reply = await link.call(request.method, tracing.inject_meta(params),
+                                            self._call_sink(link, call))
                 if isinstance(reply, ErrorResponse):
                     span.fail(str(reply.error.code), reply.error.message)
         finally:
@@ -593,6 +607,33 @@ class ClientSession:
         if isinstance(reply, Response):
             return Response(request.id, reply.result)
         return ErrorResponse(request.id, reply.error)
+
+    async def resume_call(self, stream: EventStream, called: LoggedCall) -> None:
+        """Finish a call another replica was answering when it died (:mod:`.call_log`): the
+        rest of the backend's stream from where that replica left it, onto ``stream`` (the
+        reply under the client's id); the error when it cannot be had."""
+        link = self.links.get(called.backend or "")
+        if (not isinstance(link, HttpBackendLink) or called.backend_request_id is None
+                or not called.backend_event_id):
+            stream.push(encode_error(INTERNAL_ERROR, LOST, called.request_id))
+            return
+        call = Call(stream, backend=link.name)
+        self._calls_on[link] += 1
+        try:
+            reply = await link.resume(
+                called.backend_request_id, called.backend_event_id, self._call_sink(link, call),
+                on_position=lambda bid, event_id: stream.note_position(link.name, bid,
+                                                                        event_id))
+            answer: Response | ErrorResponse = (
+                Response(called.request_id, reply.result) if isinstance(reply, Response)
+                else ErrorResponse(called.request_id, reply.error))
+        except BackendError as exc:
+            answer = backend_error(called.request_id, exc.backend, exc.detail)
+        finally:
+            self._calls_on[link] -= 1
+            if not self._calls_on[link]:
+                del self._calls_on[link]
+        stream.push(encode(answer))
 
     def _link(self, backend: str) -> BackendLink:
         link = self.links.get(backend)

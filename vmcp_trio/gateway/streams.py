@@ -12,6 +12,10 @@ Rules kept here (Streamable HTTP, handshake revisions):
   deliver a stream with a hole in it.
 * A response stream is *finished* once its final response is pushed; it is forgotten when that has
   been delivered, or when the session ends. The standalone stream lives as long as the session.
+* Shared sessions: response stream keys start with the replica's id (unique across the fleet);
+  a stream given a *mirror* (:class:`StreamMirror`, :mod:`.call_log`) tells it every event
+  from the one it holds on, so another replica can resume it; a stream another replica began is
+  continued here under its own key, numbered from where that replica's log ends.
 
 No HTTP here: :meth:`EventStream.follow` yields encoded SSE events; the server writes them.
 """
@@ -20,14 +24,27 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 import trio
 
+from ..protocol.jsonrpc import RequestId
 from ..protocol.sse import encode_event
 
-__all__ = ["EventStream", "StreamGap", "StreamRegistry", "parse_event_id"]
+__all__ = ["EventStream", "StreamGap", "StreamMirror", "StreamRegistry", "parse_event_id"]
 
 STANDALONE = "g"
+
+
+class StreamMirror(Protocol):
+    """Where a stream's events are also kept (without blocking: it queues them)."""
+
+    def event(self, seq: int, payload: bytes, retry: int | None) -> None: ...
+
+    def position(self, backend: str, request_id: RequestId, event_id: str) -> None:
+        """Where the backend's own stream for this call stands (to resume it elsewhere)."""
+
+    def finished(self) -> None: ...
 
 
 class StreamGap(Exception):
@@ -42,13 +59,19 @@ def parse_event_id(event_id: str) -> tuple[str, int] | None:
 
 
 class EventStream:
-    def __init__(self, key: str, *, max_events: int = 256, retry_ms: int | None = None) -> None:
+    def __init__(self, key: str, *, max_events: int = 256, retry_ms: int | None = None,
+                 first_seq: int = 0) -> None:
         self.key = key
         self.max_events = max_events
         self.retry_ms = retry_ms
         self._events: deque[tuple[int, bytes, int | None]] = deque()
         """(sequence, JSON-RPC payload or b"" for a priming event, retry)"""
-        self._next = 0
+        self._next = first_seq
+        self._first_seq = first_seq
+        self._mirror: StreamMirror | None = None
+        self.position: tuple[str, RequestId, str] | None = None
+        """The backend, its request id and its stream's latest event id, for a call whose
+        backend stream can be resumed."""
         self._changed = trio.Event()
         self.finished = False
         self.delivered = -1
@@ -69,14 +92,43 @@ class EventStream:
         """The priming event (id, empty data): the client can resume from it at once."""
         self._append(b"", self.retry_ms)
 
+    def append_logged(self, payload: bytes, retry: int | None) -> None:
+        """An event another replica logged (a priming event keeps its ``retry``)."""
+        self._append(payload, retry)
+
     def finish(self) -> None:
         self.finished = True
+        if self._mirror is not None:
+            self._mirror.finished()
         self._wake()
+
+    @property
+    def mirrored(self) -> bool:
+        return self._mirror is not None
+
+    def mirror_to(self, mirror: StreamMirror, *, replay: bool = True) -> None:
+        """Tell ``mirror`` every later event (and the end), and with ``replay`` the events
+        held now too."""
+        self._mirror = mirror
+        for seq, payload, retry in self._events if replay else ():
+            mirror.event(seq, payload, retry)
+        if self.position is not None:
+            mirror.position(*self.position)
+        if self.finished:
+            mirror.finished()
+
+    def note_position(self, backend: str, request_id: RequestId, event_id: str) -> None:
+        """Where the backend's response stream for this call stands."""
+        self.position = (backend, request_id, event_id)
+        if self._mirror is not None:
+            self._mirror.position(backend, request_id, event_id)
 
     def _append(self, payload: bytes, retry: int | None) -> None:
         if self.finished:
             raise RuntimeError(f"stream {self.key} is finished")
         self._events.append((self._next, payload, retry))
+        if self._mirror is not None:
+            self._mirror.event(self._next, payload, retry)
         self._next += 1
         if len(self._events) > self.max_events:
             self._events.popleft()
@@ -100,7 +152,7 @@ class EventStream:
 
     async def wait_event(self) -> None:
         """Return once the stream has an event or is finished."""
-        while self._next == 0 and not self.finished:
+        while self._next == self._first_seq and not self.finished:
             await self._changed.wait()
 
     async def follow(self, after: int = -1) -> AsyncIterator[bytes]:
@@ -138,28 +190,40 @@ class StreamRegistry:
     """The streams of one session, by key; bounded in number."""
 
     def __init__(self, *, max_streams: int = 1024, max_events: int = 256,
-                 retry_ms: int | None = None) -> None:
+                 retry_ms: int | None = None, key_prefix: str = "") -> None:
         self.max_streams = max_streams
         self.max_events = max_events
         self.retry_ms = retry_ms
+        self.key_prefix = key_prefix
+        """Before each response stream's key: the replica's id when sessions are shared."""
         self._streams: dict[str, EventStream] = {}
         self._counter = 0
         self.standalone = self._add(STANDALONE)
 
-    def _add(self, key: str) -> EventStream:
-        stream = EventStream(key, max_events=self.max_events, retry_ms=self.retry_ms)
+    def _add(self, key: str, first_seq: int = 0) -> EventStream:
+        stream = EventStream(key, max_events=self.max_events, retry_ms=self.retry_ms,
+                             first_seq=first_seq)
         self._streams[key] = stream
         return stream
 
-    def open(self) -> EventStream:
-        """A new response stream. The oldest delivered streams make room; if every stream is
-        still undelivered the oldest one is dropped (its client can no longer resume it)."""
+    def _make_room(self) -> None:
+        """The oldest delivered streams make room; if every stream is still undelivered the
+        oldest one is dropped (its client can no longer resume it)."""
         self._forget_drained()
         if len(self._streams) >= self.max_streams:
             oldest = next(k for k in self._streams if k != STANDALONE)
             del self._streams[oldest]
+
+    def open(self) -> EventStream:
+        """A new response stream."""
+        self._make_room()
         self._counter += 1
-        return self._add(f"r{self._counter}")
+        return self._add(f"{self.key_prefix}r{self._counter}")
+
+    def continued(self, key: str, first_seq: int) -> EventStream:
+        """A stream another replica began, continued here from ``first_seq``."""
+        self._make_room()
+        return self._add(key, first_seq)
 
     def _forget_drained(self) -> None:
         for key in [k for k, s in self._streams.items() if k != STANDALONE and s.drained]:

@@ -61,11 +61,15 @@ from .base import (
 )
 from .replies import ACCEPT_BOTH, HttpLinkFields, consume_sse, content_type, read_json_reply
 
-__all__ = ["HttpBackendLink"]
+__all__ = ["HttpBackendLink", "Position"]
 
 log = logging.getLogger("vmcp.backend.http")
 
 MAX_RESUME_ATTEMPTS = 3
+
+
+Position = Callable[[RequestId, str], None]
+"""Told a call's backend request id and its response stream's latest event id."""
 
 
 class _SessionLost(Exception):
@@ -154,7 +158,8 @@ class HttpBackendLink(HttpLinkFields):
         return headers
 
     async def _exchange(self, message: dict[str, Any], request_id: RequestId | None,
-                        sink: Sink | None, *, initializing: bool = False
+                        sink: Sink | None, *, initializing: bool = False,
+                        on_position: Position | None = None
                         ) -> Response | ErrorResponse | None:
         """POST one message; the response for ``request_id`` (None for notifications)."""
         headers = await self._headers(initializing=initializing)
@@ -168,12 +173,13 @@ class HttpBackendLink(HttpLinkFields):
                     session_id = response.header("mcp-session-id")
                     if session_id is not None:
                         self.session_id = session_id
-                return await self._read_reply(response, request_id, sink)
+                return await self._read_reply(response, request_id, sink, on_position)
         except HttpError as exc:
             raise BackendError(self.name, f"is unreachable: {exc}") from None
 
     async def _read_reply(self, response: HttpResponse, request_id: RequestId | None,
-                          sink: Sink | None) -> Response | ErrorResponse | None:
+                          sink: Sink | None, on_position: Position | None = None
+                          ) -> Response | ErrorResponse | None:
         if response.status == 404 and self.session_id is not None:
             raise _SessionLost
         if response.status == 202 or (request_id is None and response.status < 300):
@@ -187,19 +193,31 @@ class HttpBackendLink(HttpLinkFields):
         if media == "application/json":
             return await read_json_reply(self.name, response, self.max_body)
         if media == "text/event-stream":
-            return await self._read_stream(response, request_id, sink or self.session_sink)
+            return await self._read_stream(response, request_id, sink or self.session_sink,
+                                           on_position)
         raise BackendError(self.name, f"answered with unexpected content type "
                                       f"{media[:60]!r} (HTTP {response.status})")
 
     async def _read_stream(self, response: HttpResponse, request_id: RequestId | None,
-                           sink: Sink) -> Response | ErrorResponse | None:
+                           sink: Sink, on_position: Position | None = None
+                           ) -> Response | ErrorResponse | None:
         parser = SSEParser(self.max_event_bytes)
+        on_event_id = (None if on_position is None or request_id is None
+                       else lambda event_id: on_position(request_id, event_id))
+        reply = await consume_sse(self.name, response, parser, request_id, sink,
+                                  on_event_id=on_event_id)
+        if reply is not None or request_id is None:
+            return reply
+        # The stream ended without our response: resume it if the backend gave event ids.
+        return await self._resume_stream(parser, request_id, sink, on_event_id)
+
+    async def _resume_stream(self, parser: SSEParser, request_id: RequestId, sink: Sink,
+                             on_event_id: Callable[[str], None] | None
+                             ) -> Response | ErrorResponse:
+        """GET the rest of a response stream from ``parser.last_event_id`` (bounded attempts,
+        honouring the backend's ``retry:``) until the response to ``request_id``."""
         attempts = 0
         while True:
-            reply = await consume_sse(self.name, response, parser, request_id, sink)
-            if reply is not None or request_id is None:
-                return reply
-            # The stream ended without our response: resume it if the backend gave event ids.
             if parser.last_event_id is None or attempts >= MAX_RESUME_ATTEMPTS:
                 raise BackendError(self.name, "closed the response stream before answering")
             attempts += 1
@@ -212,16 +230,38 @@ class HttpBackendLink(HttpLinkFields):
                     if resumed.status != 200:
                         raise BackendError(self.name, f"refused to resume a response stream "
                                                       f"(HTTP {resumed.status})")
-                    reply = await consume_sse(self.name, resumed, parser, request_id, sink)
+                    reply = await consume_sse(self.name, resumed, parser, request_id, sink,
+                                              on_event_id=on_event_id)
                     if reply is not None:
                         return reply
             except HttpError as exc:
                 raise BackendError(self.name, f"is unreachable: {exc}") from None
 
+    async def resume(self, request_id: RequestId, last_event_id: str, sink: Sink, *,
+                     on_position: Position | None = None) -> Response | ErrorResponse:
+        """The rest of a call another replica began on this backend session (it died): its
+        response stream from ``last_event_id``, until the response to ``request_id`` (the
+        backend's id). Raises :class:`BackendError`."""
+        parser = SSEParser(self.max_event_bytes)
+        parser.last_event_id = last_event_id
+        on_event_id = (None if on_position is None
+                       else lambda event_id: on_position(request_id, event_id))
+        try:
+            with trio.fail_after(self.timeout):
+                return await self._resume_stream(parser, request_id, sink, on_event_id)
+        except trio.TooSlowError:
+            await self._cancel_remote(request_id, "timed out")
+            raise BackendError(self.name, f"did not finish a resumed call within "
+                                          f"{self.timeout:g}s") from None
+
     # --- the link's operations -----------------------------------------------------------------
 
     async def call(self, method: str, params: dict[str, Any] | None,
-                   sink: Sink) -> Response | ErrorResponse:
+                   sink: Sink, *, on_position: Position | None = None
+                   ) -> Response | ErrorResponse:
+        """Forward a request (see :class:`~.base.BackendLink`); ``on_position`` is told the
+        backend's request id and the id of each event of its response stream (where another
+        replica would resume it)."""
         request_id: RequestId = next(self._ids)
         message = Request(request_id, method, params).to_dict()
         try:
@@ -229,7 +269,8 @@ class HttpBackendLink(HttpLinkFields):
                 for attempt in (1, 2):
                     generation = self._generation
                     try:
-                        reply = await self._exchange(message, request_id, sink)
+                        reply = await self._exchange(message, request_id, sink,
+                                                     on_position=on_position)
                     except _SessionLost:
                         if attempt == 2:
                             raise BackendError(self.name, "lost the session again after "

@@ -8,6 +8,7 @@ one message and get back either ``application/json`` (the response) or ``text/ev
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ...http.client import HttpClient, HttpError, HttpResponse
@@ -85,15 +86,20 @@ def _parse_event(backend: str, data: str, request_id: RequestId | None) -> Messa
 
 
 async def consume_sse(backend: str, response: HttpResponse, parser: SSEParser,
-                      request_id: RequestId | None, sink: Sink) -> Response | ErrorResponse | None:
+                      request_id: RequestId | None, sink: Sink, *,
+                      on_event_id: Callable[[str], None] | None = None
+                      ) -> Response | ErrorResponse | None:
     """Read an SSE stream until the response to ``request_id`` (returned); every other request
     or notification goes to ``sink``. An answer to any other id is dropped: the backend was not
     asked it on this stream, and passed on it could stand in for another of the client's
-    requests. None when the stream ended (or broke) first."""
+    requests. None when the stream ended (or broke) first. ``on_event_id`` is told the id of
+    each event taken (where a resume would start), once the event was handled."""
     try:
         async for chunk in response.iter_bytes():
             for event in parser.feed(chunk):
                 if not event.data:
+                    if on_event_id is not None and event.id:
+                        on_event_id(event.id)
                     continue  # priming event
                 message = _parse_event(backend, event.data, request_id)
                 if message is None:
@@ -105,6 +111,8 @@ async def consume_sse(backend: str, response: HttpResponse, parser: SSEParser,
                              "stream; dropped", backend, message.id)
                     continue
                 await sink(message)
+                if on_event_id is not None and event.id:
+                    on_event_id(event.id)
     except (HttpError, SSEError) as exc:
         log.info("backend %s stream broke: %s", backend, exc)
     return None
