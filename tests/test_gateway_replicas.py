@@ -7,9 +7,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
@@ -17,6 +19,7 @@ from vmcp_trio.app.parts import GatewayProcess
 from vmcp_trio.auth.identity import Identity
 from vmcp_trio.auth.outgoing.caller import Caller
 from vmcp_trio.http.client import HttpClient
+from vmcp_trio.protocol.sse import SSEParser
 
 from .fixtures.redis_cluster import redis_command, running_redis
 from .fixtures.sdk_servers import BackendState, make_server, serving
@@ -166,7 +169,111 @@ async def test_a_stream_resumes_at_another_replica_while_its_own_still_answers(
                   if m.get("method") == "notifications/message"]
         assert logged == [f"numbers log {step}" for step in range(5, 13)]  # none lost, no repeat
         assert messages[-1]["result"]["content"][0]["text"] == "numbers finished 12 steps"
-        assert [event.id for event in rest.events][0] > seen[-1]
+        first_id, last_seen = rest.events[0].id or "", seen[-1] or ""
+        assert int(first_id.rpartition(".")[2]) == int(last_seen.rpartition(".")[2]) + 1
         session = b.gateway.sessions[client.session_id or ""]
         assert session.streams.get(seen[-1].rpartition(".")[0]) is not None  # continued at B
+        await client.aclose()
+
+
+async def test_a_clients_answer_at_another_replica_reaches_the_one_that_asked(
+        redis_port: int) -> None:
+    """The backend asks the client (elicitation) during a call at A; the client posts its
+    answer to B: B sends it to A (the relayed id names A), and the call finishes."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, _b) = running
+        client = RawClient(a_url)
+        await client.initialize({"elicitation": {}})
+        answer_to = RawClient(b_url)
+        answer_to.session_id = client.session_id
+        call = {"jsonrpc": "2.0", "id": "ask", "method": "tools/call",
+                "params": {"name": "numbers_ask", "arguments": {"question": "colour?"}}}
+        messages: list[dict[str, Any]] = []
+        with trio.fail_after(15):
+            async with client.http.stream("POST", client.url, headers=client.headers(),
+                                          body=orjson.dumps(call)) as response:
+                parser = SSEParser()
+                async for chunk in response.iter_bytes():
+                    for event in parser.feed(chunk):
+                        message = orjson.loads(event.data) if event.data else {}
+                        messages.append(message)
+                        if message.get("method") == "elicitation/create":
+                            reply = await answer_to.post({
+                                "jsonrpc": "2.0", "id": message["id"], "result": {
+                                    "action": "accept", "content": {"answer": "blue"}}})
+                            assert reply.status == 202
+        [asked] = [m for m in messages if m.get("method") == "elicitation/create"]
+        assert asked["id"].startswith("vmcp-") and asked["id"].count("-") == 2
+        assert messages[-1]["result"]["content"][0]["text"] == "accept:blue"
+        await client.aclose()
+        await answer_to.aclose()
+
+
+async def test_a_cancellation_at_another_replica_stops_the_call(redis_port: int) -> None:
+    async with replicas(redis_port, count=2) as (running, state):
+        (a_url, _a), (b_url, _b) = running
+        client = RawClient(a_url)
+        await client.initialize()
+        canceller = RawClient(b_url)
+        canceller.session_id = client.session_id
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(client.request, "tools/call", {
+                "name": "numbers_sleepy", "arguments": {"seconds": 30}}, timeout=30))
+            with trio.fail_after(10):
+                await state.sleepy_started.wait()
+            assert (await canceller.notify("notifications/cancelled",
+                                           {"requestId": 1})).status == 202
+            with trio.fail_after(10):
+                await state.sleepy_cancelled.wait()
+            nursery.cancel_scope.cancel()
+        await client.aclose()
+        await canceller.aclose()
+
+
+async def test_a_backend_notification_reaches_the_get_stream_at_another_replica(
+        redis_port: int) -> None:
+    """A listens to the backend session (it made the session); the client's GET stream is at
+    B: what the backend sends on its own stream reaches the client through B."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, b) = running
+        client = RawClient(a_url)
+        await client.initialize()
+        session_id = client.session_id or ""
+        watcher = RawClient(b_url)
+        watcher.session_id = session_id
+        heard: list[dict[str, Any]] = []
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                heard.extend((await watcher.get(stop_after=1, timeout=15)).messages)
+
+            nursery.start_soon(watch)
+            await eventually(lambda: session_id in b.gateway.sessions
+                             and b.gateway.sessions[session_id].streams.standalone.followed)
+            client.url = b_url  # the call too goes through B: the backend answers A's GET
+            reply = await client.request("tools/call", {"name": "numbers_touch",
+                                                        "arguments": {"uri": "numbers://x"}})
+            assert reply.status == 200
+        assert heard and heard[0]["method"] == "notifications/resources/updated"
+        assert heard[0]["params"]["uri"] == "numbers://x"
+        await client.aclose()
+        await watcher.aclose()
+
+
+async def test_a_replica_listens_when_the_listener_is_gone(redis_port: int) -> None:
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, b) = running
+        client = RawClient(a_url)
+        await client.initialize()
+        session_id = client.session_id or ""
+        [key] = [k for k in redis_command(redis_port, "KEYS", "*")
+                 if k.endswith(f":listener:{session_id}")]
+        redis_command(redis_port, "SET", key, "deadbeef")  # a replica with no heartbeat
+        client.url = b_url
+        assert (await client.request("tools/list")).status == 200
+        assert b.shared is not None
+        await eventually(lambda: redis_command(redis_port, "GET", key) == b.shared.fleet.replica
+                         if b.shared else False)
+        link = b.gateway.sessions[session_id].links["numbers"]
+        assert getattr(link, "_listening", False)
         await client.aclose()

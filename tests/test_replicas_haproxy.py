@@ -64,8 +64,8 @@ def deployed(workdir: Path) -> Iterator[Deployment]:
             (workdir / f"r{index}").mkdir()
             replicas.append(stack.enter_context(serving(docs, workdir / f"r{index}")))
         ports = [int(replica.base.rsplit(":", 1)[1]) for replica in replicas]
-        base = stack.enter_context(running_haproxy(workdir, ports))
-        yield Deployment(f"{base}/mcp", replicas, redis_port)
+        balancer = stack.enter_context(running_haproxy(workdir, ports))
+        yield Deployment(f"{balancer.base}/mcp", replicas, redis_port)
         for replica in replicas:
             assert "Traceback" not in replica.log(), replica.log()[-3000:]
 

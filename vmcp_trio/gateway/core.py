@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from functools import partial
 from typing import Any
 
 import trio
@@ -130,6 +131,8 @@ class Gateway:
         self.sharing = sharing
         sharing.on_ended = self._ended_elsewhere
         sharing.on_changed = self._changed_elsewhere
+        sharing.on_client_message = self._client_message_from_elsewhere
+        sharing.on_note = self._note_from_elsewhere
         self.services.call_log = call_log
         self.services.stream_key_prefix = sharing.fleet.replica
 
@@ -272,6 +275,18 @@ class Gateway:
         session, sharing = self.sessions.get(session_id), self.sharing
         if session is not None and sharing is not None and self._sessions_nursery is not None:
             self._sessions_nursery.start_soon(self._refresh, sharing, session)
+
+    def _note_from_elsewhere(self, session_id: str, payload: bytes) -> None:
+        """A backend message another replica put on the session's standalone stream: the
+        client's GET stream may be here (only then is it put on this copy's)."""
+        session = self.sessions.get(session_id)
+        if session is not None and session.streams.standalone.followed:
+            session.streams.standalone.push(payload)
+
+    def _client_message_from_elsewhere(self, session_id: str, message: Message) -> None:
+        session = self.sessions.get(session_id)
+        if session is not None and not session.closed.is_set() and self._sessions_nursery:
+            self._sessions_nursery.start_soon(partial(session.receive, message, forwarded=True))
 
     async def _refresh(self, sharing: SessionSharing, session: ClientSession) -> None:
         record = await sharing.load(session.id, session.caller)

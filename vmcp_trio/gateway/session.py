@@ -9,8 +9,9 @@ What the client sees is one server. Requests are answered from the aggregated ca
 to one backend under the backend's own names; ``logging/setLevel`` and ``notifications/roots/
 list_changed`` go to every backend. Messages a backend sends during a call go on that call's
 response stream; others go on the session's standalone stream. Server-to-client requests get a
-session-unique id (``vmcp-<n>``) on the way out, and the client's answer goes back to the backend
-that asked under the backend's id.
+session-unique id (``vmcp-<n>``; with shared sessions ``vmcp-<replica>-<n>``, so that an answer
+posted to another replica is sent to this one) on the way out, and the client's answer goes back
+to the backend that asked under the backend's id.
 """
 
 from __future__ import annotations
@@ -264,6 +265,16 @@ class ClientSession:
         """Told when something the session record holds changed here."""
         self._ending = True
         """Closing ends the session (its backend sessions too); False: only this copy."""
+        self.relay_prefix = (f"vmcp-{services.stream_key_prefix}-" if services.stream_key_prefix
+                             else "vmcp-")
+        """Before the ids of the requests this copy relays to the client (with shared sessions
+        they name the replica, where the client's answer must go)."""
+        self.on_note: Callable[[bytes], None] | None = None
+        """Shared sessions: told each backend message this copy put on the standalone stream
+        (the client's GET may be at another replica)."""
+        self.on_elsewhere: Callable[[Message], None] | None = None
+        """Shared sessions: told a client's answer, or cancellation, of a request this copy
+        does not hold (another replica relayed or answers it)."""
         self._record_version = 0
 
     # --- lifetime ------------------------------------------------------------------------------
@@ -427,6 +438,15 @@ class ClientSession:
     def _changed(self) -> None:
         if self.on_changed is not None:
             self.on_changed()
+
+    def listen_to_backends(self) -> None:
+        """Listen on the GET streams of the backend sessions this copy joined (the replica
+        that listened is gone)."""
+        if self._supervisor is None or self.closed.is_set():
+            return
+        for link in self.links.values():
+            if isinstance(link, HttpBackendLink):
+                link.listen(self._supervisor)
 
     def take(self, record: SessionRecord) -> None:
         """Another replica changed the session: its log level, and the backend sessions it
@@ -752,11 +772,17 @@ class ClientSession:
 
     # --- the client's notifications and answers --------------------------------------------------
 
-    async def receive(self, message: Message) -> None:
-        """A notification or response POSTed by the client."""
+    async def receive(self, message: Message, *, forwarded: bool = False) -> None:
+        """A notification or response POSTed by the client (``forwarded``: at another replica,
+        which passed it here)."""
         if isinstance(message, Response | ErrorResponse):
             target = self._relayed.pop(str(message.id), None)
             if target is None:
+                relayed_elsewhere = (str(message.id).startswith("vmcp-")
+                                     and not str(message.id).startswith(self.relay_prefix))
+                if relayed_elsewhere and self.on_elsewhere is not None and not forwarded:
+                    self.on_elsewhere(message)
+                    return
                 log.info("session %s: answer to unknown request %r ignored", self.id[:8],
                          message.id)
                 return
@@ -773,6 +799,8 @@ class ClientSession:
             scope = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
             if scope is not None:
                 scope.cancel()
+            elif self.on_elsewhere is not None and not forwarded:
+                self.on_elsewhere(message)  # it may be at work at another replica
         elif message.method == "notifications/roots/list_changed":
             for link in list(self.links.values()):
                 try:
@@ -851,7 +879,7 @@ class ClientSession:
                 await link.answer(message.id, _error(
                     message.id, INVALID_REQUEST, "too many requests are waiting for the client"))
                 return
-            relay_id = f"vmcp-{next(self._relay_ids)}"
+            relay_id = f"{self.relay_prefix}{next(self._relay_ids)}"
             self._relayed[relay_id] = (link, message.id)
             message = Request(relay_id, message.method, message.params)
         elif (isinstance(message, Notification) and message.method == "notifications/cancelled"
@@ -873,7 +901,10 @@ class ClientSession:
             level = call.stateless.log_level if call.stateless is not None else self.log_level
             if not level_wanted((message.params or {}).get("level"), level):
                 return  # below the level the client asked for (2026-07-28: or none asked)
-        stream.push(encode(message))
+        payload = encode(message)
+        stream.push(payload)
+        if stream is self.streams.standalone and self.on_note is not None:
+            self.on_note(payload)
 
     # --- 2026-07-28 ----------------------------------------------------------------------------
 

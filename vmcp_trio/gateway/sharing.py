@@ -15,6 +15,14 @@ sessions are shared. Rules it keeps:
   copy let go for idleness is only released: the session goes on elsewhere, and its record
   expires after the idle TTL once no replica renews it (a copy renews it at most every quarter
   of the TTL, so an active session costs no Redis round trip per request).
+* One replica *listens* on the backend sessions' GET streams (the one that made the session,
+  named under ``listener:<session>``): what a backend sends there is put on that replica's
+  standalone stream and announced, and a replica whose copy has the client's GET stream open
+  now puts it on its own. When the listener's heartbeat is gone, a replica serving the session
+  takes the role over (compare-and-set), at most one check per session every three heartbeats.
+* A client's answer to a request another replica relayed (its id names that replica) is sent
+  to that replica; a cancellation of a request this copy does not hold is announced to all (the
+  one at work on it stops). Passed on once: what arrives from another replica is not passed on.
 * Redis unavailable: a new session goes on on this replica (a warning says the others cannot
   take it now); a change not written is written with the next one; nothing waits longer than
   the Redis timeouts.
@@ -23,12 +31,16 @@ sessions are shared. Rules it keeps:
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
+from functools import partial
 
+import orjson
 import trio
 
 from ..auth.outgoing.caller import Caller
-from ..runtime.redis import StorageUnavailable
+from ..protocol.jsonrpc import ErrorResponse, JsonRpcError, Message, Response, decode_message
+from ..runtime.redis import StorageUnavailable, milliseconds
 from .fleet import Fleet
 from .session import ClientSession
 from .session_records import SessionRecord, SessionRecords
@@ -37,6 +49,14 @@ __all__ = ["SessionSharing", "shareable_id"]
 
 log = logging.getLogger("vmcp.sessions")
 
+_CLAIM_LISTENER = """
+local current = redis.call('GET', KEYS[1])
+if (current or '') == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
@@ -55,8 +75,16 @@ class SessionSharing:
         """Told of each session another replica ended."""
         self.on_changed: Callable[[str], None] | None = None
         """Told of each session whose record another replica changed."""
+        self.on_client_message: Callable[[str, Message], None] | None = None
+        """Told of each client message another replica passed on (session id, message)."""
         fleet.on("session-ended", lambda message: self._heard(self.on_ended, message))
         fleet.on("session-changed", lambda message: self._heard(self.on_changed, message))
+        self.on_note: Callable[[str, bytes], None] | None = None
+        """Told of each backend message another replica put on a session's standalone
+        stream (session id, the encoded message)."""
+        fleet.on("client-message", self._heard_client_message)
+        fleet.on("session-note", self._heard_note)
+        self._listener_checked: dict[str, float] = {}
 
     def start(self, nursery: trio.Nursery) -> None:
         """Where the background writes run (the gateway's sessions nursery)."""
@@ -73,7 +101,14 @@ class SessionSharing:
     async def created(self, session: ClientSession) -> None:
         """Record a new session (before its ``initialize`` is answered)."""
         session.on_changed = lambda: self._spawn(self._write, session, True)
+        session.on_elsewhere = partial(self._pass_on, session.id)
+        session.on_note = partial(self._announce_note, session.id)
         await self._write(session, False)
+        try:
+            key, ttl = self._listener_key(session.id), milliseconds(self.records.ttl)
+            await self.records.redis.do(lambda r: r.set(key, self.fleet.replica, px=ttl))
+        except StorageUnavailable as exc:
+            log.warning("session %s: its listener was not recorded: %s", session.id[:8], exc)
 
     async def _write(self, session: ClientSession, announce: bool) -> None:
         record = session.next_record(self.fleet.replica)
@@ -88,16 +123,46 @@ class SessionSharing:
                         "it now: %s", session.id[:8], exc)
 
     def used(self, session: ClientSession) -> None:
-        """A request of ``session`` arrived here: renew its record now and then."""
-        if trio.current_time() - self._renewed.get(session.id, 0.0) > self.records.ttl / 4:
-            self._renewed[session.id] = trio.current_time()
+        """A request of ``session`` arrived here: renew its record now and then, and (a copy)
+        see now and then that someone listens to its backends."""
+        now = trio.current_time()
+        if now - self._renewed.get(session.id, 0.0) > self.records.ttl / 4:
+            self._renewed[session.id] = now
             self._spawn(self._renew, session.id)
+        if (session.joined is not None
+                and now - self._listener_checked.get(session.id, -math.inf)
+                > 3 * self.fleet.heartbeat):
+            self._listener_checked[session.id] = now
+            self._spawn(self._check_listener, session)
+
+    def _listener_key(self, session_id: str) -> str:
+        return self.records.redis.key("listener", session_id)
 
     async def _renew(self, session_id: str) -> None:
         try:
             await self.records.renew(session_id)
+            key, ttl = self._listener_key(session_id), milliseconds(self.records.ttl)
+            await self.records.redis.do(lambda r: r.pexpire(key, ttl))
         except StorageUnavailable as exc:
             log.info("session %s: its record was not renewed: %s", session_id[:8], exc)
+
+    async def _check_listener(self, session: ClientSession) -> None:
+        key = self._listener_key(session.id)
+        try:
+            listener = await self.records.redis.do(lambda r: r.get(key))
+            if listener == self.fleet.replica or (listener is not None
+                                                  and await self.fleet.alive(str(listener))):
+                return
+            ttl = milliseconds(self.records.ttl)
+            claimed = await self.records.redis.do(lambda r: r.eval(
+                _CLAIM_LISTENER, keys=[key], args=[listener or "", self.fleet.replica, ttl]))
+        except StorageUnavailable as exc:
+            log.info("session %s: its listener was not checked: %s", session.id[:8], exc)
+            return
+        if claimed:
+            log.warning("session %s: the replica listening to its backends (%s) is gone; "
+                        "listening here", session.id[:8], listener)
+            session.listen_to_backends()
 
     async def ended(self, session: ClientSession) -> None:
         """The client ended ``session`` (DELETE): every replica's copy ends."""
@@ -111,6 +176,7 @@ class SessionSharing:
 
     def forget(self, session_id: str) -> None:
         self._renewed.pop(session_id, None)
+        self._listener_checked.pop(session_id, None)
 
     # --- other replicas' sessions ---------------------------------------------------------------
 
@@ -129,6 +195,58 @@ class SessionSharing:
         """A copy of another replica's session now serves here."""
         self._renewed[session.id] = trio.current_time()
         session.on_changed = lambda: self._spawn(self._write, session, True)
+        session.on_elsewhere = partial(self._pass_on, session.id)
+        session.on_note = partial(self._announce_note, session.id)
+
+    # --- the standalone stream ------------------------------------------------------------------
+
+    def _announce_note(self, session_id: str, payload: bytes) -> None:
+        self._spawn(self._send_note, session_id, payload)
+
+    async def _send_note(self, session_id: str, payload: bytes) -> None:
+        try:
+            await self.fleet.announce("session-note", session=session_id,
+                                      payload=payload.decode())
+        except (StorageUnavailable, ValueError) as exc:
+            log.info("session %s: a backend message was not shared: %s", session_id[:8], exc)
+
+    def _heard_note(self, data: dict[str, object]) -> None:
+        session, payload = data.get("session"), data.get("payload")
+        if self.on_note is not None and isinstance(session, str) and isinstance(payload, str):
+            self.on_note(session, payload.encode())
+
+    # --- client messages for another replica ----------------------------------------------------
+
+    def _pass_on(self, session_id: str, message: Message) -> None:
+        """Send a client's answer to the replica that relayed its request (named in its id), or
+        announce a cancellation to all."""
+        replica = None
+        if isinstance(message, Response | ErrorResponse):
+            replica = str(message.id).removeprefix("vmcp-").partition("-")[0]
+        self._spawn(self._send_client_message, session_id, replica, message)
+
+    async def _send_client_message(self, session_id: str, replica: str | None,
+                                   message: Message) -> None:
+        fields = {"session": session_id, "message": message.to_dict()}
+        try:
+            if replica:
+                await self.fleet.tell(replica, "client-message", **fields)
+            else:
+                await self.fleet.announce("client-message", **fields)
+        except (StorageUnavailable, ValueError) as exc:
+            log.warning("session %s: a client message for another replica was lost: %s",
+                        session_id[:8], exc)
+
+    def _heard_client_message(self, data: dict[str, object]) -> None:
+        session, message = data.get("session"), data.get("message")
+        if self.on_client_message is None or not isinstance(session, str):
+            return
+        try:
+            decoded = decode_message(orjson.dumps(message))
+        except JsonRpcError:
+            log.warning("a client message passed on by another replica does not decode")
+            return
+        self.on_client_message(session, decoded)
 
     def _spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
         if self._nursery is not None:

@@ -91,6 +91,7 @@ class HttpBackendLink(HttpLinkFields):
         self._closed = False
         self._listen_parser = SSEParser(self.max_event_bytes)
         """The GET stream's parser: its last event id and ``retry:`` outlive a reconnect."""
+        self._listening = False
         self.on_new_session: Callable[[], None] | None = None
         """Told when the link initialized a new backend session in place of a lost one."""
 
@@ -108,6 +109,12 @@ class HttpBackendLink(HttpLinkFields):
             raise BackendError(self.name, f"did not answer initialize within "
                                           f"{self.timeout:g}s") from None
         if listen:
+            self.listen(supervisor)
+
+    def listen(self, supervisor: Supervisor) -> None:
+        """Listen on the backend session's GET stream (once), for unrelated messages."""
+        if not self._listening:
+            self._listening = True
             supervisor.start_soon(f"backend {self.name} GET stream", self._listen)
 
     def join(self, supervisor: Supervisor, client_capabilities: dict[str, Any],
@@ -121,7 +128,7 @@ class HttpBackendLink(HttpLinkFields):
         self._ids = itertools.count(random.randrange(2**32, 2**50))  # noqa: S311 (not a secret)
         self._generation += 1
         if listen:
-            supervisor.start_soon(f"backend {self.name} GET stream", self._listen)
+            self.listen(supervisor)
 
     async def _initialize(self) -> None:
         self.session_id = None
