@@ -41,7 +41,7 @@ lint: $(STAMP)
 	$(BIN)/hadolint Dockerfile
 
 ## bench: every benchmark in bench/; results in bench/results/latest.json
-bench: $(STAMP)
+bench: $(STAMP) packages
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/run.py
 

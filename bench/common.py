@@ -128,7 +128,7 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def _open(url: str, auth: bytes = b"") -> tuple[trio.SocketStream, bytes, bytes]:
+async def open_session(url: str, auth: bytes = b"") -> tuple[trio.SocketStream, bytes, bytes]:
     """A connection and an initialized session: (stream, host header, session headers);
     ``auth`` is a header line sent with every request (``authorization: Bearer ...\r\n``)."""
     parts = urlsplit(url)
@@ -198,7 +198,7 @@ async def generate_load(url: str, *, sessions: int, warmup: float, duration: flo
     path = urlsplit(url).path
 
     async def worker() -> None:
-        stream, host, extra = await _open(url, auth)
+        stream, host, extra = await open_session(url, auth)
         while not state["stop"]:
             body = orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
                                  "params": {"name": "echo", "arguments": {"text": text}}})
@@ -302,7 +302,7 @@ async def fixed_calls(url: str, *, auths: Sequence[bytes], calls: int) -> LoadRe
 
     sessions = []
     for auth in auths:
-        stream, host, extra = await _open(url, auth)
+        stream, host, extra = await open_session(url, auth)
         await _exchange(stream, _request(path, host, extra, call_body()))
         sessions.append((stream, host, extra))
 
