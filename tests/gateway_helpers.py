@@ -106,9 +106,12 @@ async def running_gateway(docs: list[dict[str, Any]] | None = None, *,
 FLEET_SECRET = "replicas-share-this-secret-of-40-bytes!!"
 
 
-def replica_docs(backend_url: str, redis_port: int) -> list[dict[str, Any]]:
+def replica_docs(backend_url: str, redis_port: int | None = None, *,
+                 storage: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """A gateway ``team/gw`` over one backend ``numbers`` whose replicas share the Redis on
-    ``redis_port`` (anonymous incoming auth: loopback only)."""
+    ``redis_port`` (or the ``sessionStorage`` connection block ``storage``: a Sentinel, say;
+    anonymous incoming auth: loopback only)."""
+    connection = storage or {"address": f"127.0.0.1:{redis_port}"}
     meta = {"namespace": "team"}
     return [
         {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPGroup",
@@ -121,8 +124,7 @@ def replica_docs(backend_url: str, redis_port: int) -> list[dict[str, Any]]:
         {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "VirtualMCPServer",
          "metadata": {"name": "gw", **meta},
          "spec": {"groupRef": {"name": "g"}, "incomingAuth": {"type": "anonymous"},
-                  "sessionStorage": {"provider": "redis",
-                                     "address": f"127.0.0.1:{redis_port}",
+                  "sessionStorage": {"provider": "redis", **connection,
                                      "hmacSecretRefs": [{"name": "fleet", "key": "hmac"}]}}},
     ]
 

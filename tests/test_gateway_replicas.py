@@ -21,7 +21,7 @@ from vmcp_trio.auth.outgoing.caller import Caller
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.sse import SSEParser
 
-from .fixtures.redis_cluster import redis_command, running_redis
+from .fixtures.redis_cluster import redis_command, running_redis, running_redis_cluster
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import RawClient, replica_docs, running_gateway
 
@@ -34,13 +34,14 @@ def redis_port(tmp_path: Path) -> Iterator[int]:
 
 
 @asynccontextmanager
-async def replicas(redis_port: int, count: int = 3
+async def replicas(redis_port: int | None, count: int = 3, *,
+                   storage: dict[str, Any] | None = None
                    ) -> AsyncIterator[tuple[list[tuple[str, GatewayProcess]], BackendState]]:
     server, state = make_server("numbers")
     async with AsyncExitStack() as stack:
         backend = await stack.enter_async_context(serving(server, state, handshake_only=True))
         running = [await stack.enter_async_context(running_gateway(
-            replica_docs(backend, redis_port))) for _ in range(count)]
+            replica_docs(backend, redis_port, storage=storage))) for _ in range(count)]
         for _, process in running:  # each has its Redis connection before the test starts
             assert process.shared is not None
             with trio.fail_after(10):
@@ -277,3 +278,56 @@ async def test_a_replica_listens_when_the_listener_is_gone(redis_port: int) -> N
         link = b.gateway.sessions[session_id].links["numbers"]
         assert getattr(link, "_listening", False)
         await client.aclose()
+
+
+async def test_a_sentinel_failover_under_traffic_loses_no_session(tmp_path: Path) -> None:
+    """Four sessions made at A and used at B; the Redis master is killed while their calls go on
+    at A and B. The calls need no Redis (each replica holds its copy): none fails. After the
+    failover, C (which never saw them) takes each one from its record on the new master, and a
+    session made after it is taken by C too."""
+    with running_redis_cluster(tmp_path) as cluster:
+        storage = {"sentinelConfig": {"masterName": cluster.master_name,
+                                      "sentinelAddrs": cluster.sentinel_addrs()}}
+        async with replicas(None, storage=storage) as (running, _):
+            (a_url, _a), (b_url, _b), (c_url, _c) = running
+            clients = []
+            for _index in range(4):
+                client = RawClient(a_url)
+                await client.initialize()
+                client.url = b_url
+                assert (await client.request("tools/list")).status == 200
+                clients.append(client)
+            outcomes: list[int] = []
+            failover_done = trio.Event()
+
+            async def traffic(client: RawClient) -> None:
+                turn = 0
+                while not failover_done.is_set():
+                    client.url = (a_url, b_url)[turn % 2]
+                    turn += 1
+                    reply = await client.request("tools/call", {
+                        "name": "numbers_add", "arguments": {"a": turn, "b": 1}})
+                    ok = reply.status == 200 and "result" in reply.messages[-1]
+                    outcomes.append(200 if ok else reply.status)
+                    await trio.sleep(0.05)
+
+            async with trio.open_nursery() as nursery:
+                for client in clients:
+                    nursery.start_soon(traffic, client)
+                await trio.sleep(0.5)
+                old = await trio.to_thread.run_sync(cluster.kill_master)
+                await trio.to_thread.run_sync(cluster.wait_for_failover, old)
+                await trio.sleep(1.0)
+                failover_done.set()
+            assert len(outcomes) > 40 and set(outcomes) == {200}, outcomes
+            for client in clients:
+                client.url = c_url
+                with trio.fail_after(15):
+                    while (await client.request("tools/list")).status != 200:
+                        await trio.sleep(0.2)  # until C's connection found the new master
+            late = RawClient(a_url)
+            assert (await late.initialize()).status == 200
+            late.url = c_url
+            assert (await late.request("tools/list")).status == 200
+            for client in [*clients, late]:
+                await client.aclose()
