@@ -23,7 +23,7 @@ from vmcp_trio.protocol.sse import SSEParser
 
 from .fixtures.redis_cluster import redis_command, running_redis, running_redis_cluster
 from .fixtures.sdk_servers import BackendState, make_server, serving
-from .gateway_helpers import RawClient, replica_docs, running_gateway
+from .gateway_helpers import RawClient, StatelessClient, replica_docs, running_gateway
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -331,3 +331,33 @@ async def test_a_sentinel_failover_under_traffic_loses_no_session(tmp_path: Path
             assert (await late.request("tools/list")).status == 200
             for client in [*clients, late]:
                 await client.aclose()
+
+
+async def test_a_2026_retry_at_another_replica_continues_the_parked_call(
+        redis_port: int) -> None:
+    """A 2026-07-28 call at A parks on the handshake backend's question (elicitation) and
+    answers with an InputRequiredResult; the client's retry goes to B, which passes it to A
+    (the requestState names A): the same backend call completes, and its answer comes back
+    through B."""
+    async with replicas(redis_port, count=2) as (running, state):
+        (a_url, _a), (b_url, _b) = running
+        client = StatelessClient(a_url)
+        first = (await client.call("numbers_ask", {"question": "colour?"})).result
+        assert first["resultType"] == "input_required"
+        (key, question), = first["inputRequests"].items()
+        assert question["method"] == "elicitation/create"
+        asks = state.methods.count("tools/call")
+        retry_at = StatelessClient(b_url)
+        done = await retry_at.call("numbers_ask", {"question": "colour?"},
+                                   inputResponses={key: {"action": "accept",
+                                                         "content": {"answer": "blue"}}},
+                                   requestState=first["requestState"])
+        assert done.result["content"][0]["text"] == "accept:blue"
+        assert state.methods.count("tools/call") == asks  # the same call, not a new one
+        again = await retry_at.call("numbers_ask", {"question": "colour?"},
+                                    inputResponses={key: {"action": "accept",
+                                                          "content": {"answer": "blue"}}},
+                                    requestState=first["requestState"])
+        assert again.messages[-1]["error"]["code"] == -32602  # over: single use, everywhere
+        await client.http.aclose()
+        await retry_at.http.aclose()

@@ -30,8 +30,9 @@ import trio
 
 from .. import __version__
 from ..auth.outgoing.caller import Caller
-from ..protocol.jsonrpc import Message
+from ..protocol.jsonrpc import ErrorResponse, Message, Request, Response
 from ..protocol.revisions import STATELESS, Revision, revision
+from ..protocol.stateless import StatelessContext
 from ..protocol.tasks import TASKS_EXTENSION, declares_tasks
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
@@ -41,6 +42,7 @@ from .backends.stdio import RELAY_CAPABILITIES
 from .call_log import CallLog
 from .health import HealthMonitor
 from .mrtr import RequestStateSigner
+from .parked_relay import ParkedRelay
 from .session import ClientSession, SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
@@ -124,6 +126,8 @@ class Gateway:
         """Shared sessions (:meth:`share`); None: this process's sessions are its own."""
         self._adopting: dict[str, trio.Event] = {}
         """Sessions being copied from their record now (one copy per session)."""
+        self.parked_relay: ParkedRelay | None = None
+        """Shared sessions: 2026-07-28 retries passed to the replica holding their call."""
 
     def share(self, sharing: SessionSharing, call_log: CallLog) -> None:
         """Serve the handshake sessions every replica records, and log their calls answered
@@ -135,6 +139,8 @@ class Gateway:
         sharing.on_note = self._note_from_elsewhere
         self.services.call_log = call_log
         self.services.stream_key_prefix = sharing.fleet.replica
+        self.parked_relay = ParkedRelay(sharing.fleet)
+        self.parked_relay.continue_here = self._continue_parked
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the sessions until cancelled (a supervised task)."""
@@ -144,6 +150,8 @@ class Gateway:
                 self.sharing.start(nursery)
                 log.info("replica %s: sessions shared through the session storage",
                          self.sharing.fleet.replica)
+            if self.parked_relay is not None:
+                self.parked_relay.start(nursery)
             task_status.started()
             await trio.sleep_forever()
 
@@ -193,6 +201,9 @@ class Gateway:
             assert self._sessions_nursery is not None
             session = ClientSession(self.services, "stateless-" + secrets.token_urlsafe(12),
                                     STATELESS, RELAY_CAPABILITIES, {}, caller)
+            if self.parked_relay is not None:
+                session.parked_elsewhere = partial(self._parked_elsewhere, self.parked_relay,
+                                                   session)
             self.stateless_sessions[key] = session
             await self._sessions_nursery.start(session.run)
             return session
@@ -282,6 +293,25 @@ class Gateway:
         session = self.sessions.get(session_id)
         if session is not None and session.streams.standalone.followed:
             session.streams.standalone.push(payload)
+
+    @staticmethod
+    async def _parked_elsewhere(relay: ParkedRelay, session: ClientSession, call_id: str,
+                                request: Request, context: StatelessContext,
+                                stream: EventStream) -> Response | ErrorResponse | None:
+        holder = relay.holder(call_id)
+        if holder is None:
+            return None
+        return await relay.retry(holder, session.identity.key, request, context, stream)
+
+    async def _continue_parked(self, identity: tuple[str, str], request: Request,
+                               context: StatelessContext,
+                               stream: EventStream) -> Response | ErrorResponse | None:
+        """A retry another replica passed here: the parked call goes on in the identity's
+        context (None: no such context here)."""
+        session = self.stateless_sessions.get(identity)
+        if session is None or session.closed.is_set():
+            return None
+        return await session.handle_stateless(request, stream, context)
 
     def _client_message_from_elsewhere(self, session_id: str, message: Message) -> None:
         session = self.sessions.get(session_id)

@@ -34,7 +34,8 @@ __all__ = ["Fleet", "Handler"]
 log = logging.getLogger("vmcp.fleet")
 
 CHANNEL = "fleet"
-MAX_MESSAGE_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+"""A message's bound (a parked call's reply passed back may be a whole tool result)."""
 Handler = Callable[[dict[str, Any]], None]
 
 

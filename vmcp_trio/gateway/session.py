@@ -272,6 +272,10 @@ class ClientSession:
         self.on_note: Callable[[bytes], None] | None = None
         """Shared sessions: told each backend message this copy put on the standalone stream
         (the client's GET may be at another replica)."""
+        self.parked_elsewhere: Callable[[str, Request, StatelessContext, EventStream],
+                                        Awaitable[Response | ErrorResponse | None]] | None = None
+        """Shared sessions, 2026-07-28: a retry whose parked call another replica holds goes
+        there (None back: the call id names this replica)."""
         self.on_elsewhere: Callable[[Message], None] | None = None
         """Shared sessions: told a client's answer, or cancellation, of a request this copy
         does not hold (another replica relayed or answers it)."""
@@ -1041,6 +1045,10 @@ class ClientSession:
             call_id = signer.verify(params["requestState"], self.identity.key, request.method,
                                     digest)
             parked = self.parked.get(call_id or "")
+            if parked is None and call_id is not None and self.parked_elsewhere is not None:
+                elsewhere = await self.parked_elsewhere(call_id, request, context, stream)
+                if elsewhere is not None:
+                    return elsewhere
             if parked is None:
                 return _error(request.id, INVALID_PARAMS, "params.requestState is invalid, "
                               "altered, expired or for other params")
@@ -1052,8 +1060,9 @@ class ClientSession:
             await parked.answer(responses)
         else:
             self._expire_parked()
-            parked = ParkedCall(secrets.token_urlsafe(12),
-                                trio.current_time() + signer.ttl)
+            prefix = self.services.stream_key_prefix  # shared: the id names this replica
+            parked = ParkedCall(f"{prefix}.{secrets.token_urlsafe(12)}" if prefix
+                                else secrets.token_urlsafe(12), trio.current_time() + signer.ttl)
             parked.call = Call(stream, context, parked)
             try:
                 self.spawn(self._run_parked, parked, request)
