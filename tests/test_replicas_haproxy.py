@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,10 +17,12 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from .authserver_helpers import Stack, as_docs, call, mcp_status, tokens
 from .fixtures.haproxy import running_haproxy
+from .fixtures.idp import Idp
 from .fixtures.redis_cluster import redis_command, running_redis
 from .fixtures.sdk1 import running_sdk1
-from .gateway_helpers import StatelessClient, replica_docs
+from .gateway_helpers import RawClient, StatelessClient, replica_docs, running_gateway
 from .serve_helpers import Served, serving
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -86,10 +88,10 @@ async def test_one_session_is_served_by_every_replica(deployment: Deployment, mo
             streamable_http_client(deployment.url, http_client=http), mode=mode) as client:
         tools = await client.list_tools()
         assert "numbers_add" in {tool.name for tool in tools.tools}
-        for call in range(30):
-            result = await client.call_tool("numbers_add", {"a": call, "b": 2})
+        for turn in range(30):
+            result = await client.call_tool("numbers_add", {"a": turn, "b": 2})
             assert not result.is_error, result
-            assert result.structured_content == {"result": call + 2}
+            assert result.structured_content == {"result": turn + 2}
     spread = await deployment.served_since(before, "tools/call", 30)
     assert sum(spread) == 30 and all(count >= 5 for count in spread), spread
 
@@ -98,10 +100,10 @@ async def test_stateless_requests_go_anywhere(deployment: Deployment) -> None:
     """2026-07-28 requests carry no session: round robin spreads them, each answered."""
     client = StatelessClient(deployment.url)
     before = deployment.served("tools/call")
-    for call in range(9):
-        reply = await client.call("numbers_add", {"a": call, "b": 1})
+    for turn in range(9):
+        reply = await client.call("numbers_add", {"a": turn, "b": 1})
         assert reply.status == 200
-        assert reply.messages[-1]["result"]["structuredContent"] == {"result": call + 1}
+        assert reply.messages[-1]["result"]["structuredContent"] == {"result": turn + 1}
     assert await deployment.served_since(before, "tools/call", 9) == [3, 3, 3]
     await client.http.aclose()
 
@@ -143,3 +145,51 @@ async def test_a_call_whose_replica_is_killed_finishes_on_another(tmp_path: Path
         assert max(progress) == 25 and progress.index(25) > progress.index(5)
         survivors = [r for r in running.replicas if not r.killed]
         assert any("taking over its call" in r.log() for r in survivors)
+
+
+async def test_a_login_through_the_balancer_spans_the_replicas(
+        upstreams: tuple[int, Idp, Idp], tmp_path: Path) -> None:
+    """The embedded authorization server behind haproxy: three replicas (in this process)
+    share its storage and the sessions through one Redis, and haproxy holds the issuer's
+    address. Registration, authorize, both upstream callbacks and the token request each land
+    on the next replica; the login completes, the token serves a session spread over all
+    three, refreshes, and once revoked at one replica it is refused at every one."""
+    port, corp, hub = upstreams
+    issuer = f"http://127.0.0.1:{port}"
+    with ExitStack() as stack:
+        _, redis_port = stack.enter_context(running_redis(tmp_path))
+        docs = as_docs(issuer, corp, hub, storage={
+            "type": "redis", "redis": {"addr": f"127.0.0.1:{redis_port}"}})
+        vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+        vmcp["spec"]["sessionStorage"] = {"provider": "redis",
+                                          "address": f"127.0.0.1:{redis_port}"}
+        async with AsyncExitStack() as gateways:
+            running = [await gateways.enter_async_context(running_gateway(docs))
+                       for _ in range(3)]
+            ports = [int(url.rsplit(":", 1)[1].removesuffix("/mcp")) for url, _ in running]
+            balancer = await trio.to_thread.run_sync(
+                stack.enter_context, running_haproxy(tmp_path, ports, port=port))
+            front = Stack(issuer, f"{balancer.base}/mcp", corp, hub)
+            client_id, answer, _ = await tokens(front)
+            client = RawClient(front.mcp)
+            client.token = answer["access_token"]
+            assert (await client.initialize()).status == 200
+            for turn in range(6):
+                reply = await client.request("tools/call", {"name": "clock_echo",
+                                                            "arguments": {"message": str(turn)}})
+                assert reply.result["content"][0]["text"] == str(turn)
+            assert all(client.session_id in process.gateway.sessions for _, process in running)
+            status, _, refreshed = await call(front, "POST", "/oauth/token", form={
+                "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
+                "client_id": client_id})
+            assert status == 200 and refreshed["access_token"] != answer["access_token"]
+            status, _, _ = await call(front, "POST", "/oauth/revoke", form={
+                "token": refreshed["refresh_token"], "client_id": client_id})
+            assert status == 200
+            with trio.fail_after(5):
+                while await mcp_status(front, refreshed["access_token"]) != 401:
+                    await trio.sleep(0.1)
+            for _ in running:  # round robin: one refusal from each replica
+                assert await mcp_status(front, refreshed["access_token"]) == 401
+            await client.aclose()
+            await trio.to_thread.run_sync(stack.close)
