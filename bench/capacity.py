@@ -40,6 +40,7 @@ from common import (  # type: ignore[import-not-found]
     emit,
     floor_command,
     free_port,
+    gateway_config,
     load_arguments,
     measure_phase,
     open_session,
@@ -55,9 +56,9 @@ RESULTS = ROOT / "bench" / "results"
 FLEET_SECRET = "capacity-bench-fleet-secret-of-40-bytes!"
 
 
-def config(workdir: Path, backend: str, redis_port: int | None) -> Path:
-    shared = "" if redis_port is None else f"""
-  sessionStorage:
+def config(backend: str, redis_port: int | None) -> Path:
+    """The bench's gateway, with ``sessionStorage`` on the Redis at ``redis_port`` if any."""
+    shared = "" if redis_port is None else f"""  sessionStorage:
     provider: redis
     address: "127.0.0.1:{redis_port}"
     hmacSecretRefs: [{{name: fleet, key: hmac}}]
@@ -65,28 +66,9 @@ def config(workdir: Path, backend: str, redis_port: int | None) -> Path:
 apiVersion: v1
 kind: Secret
 metadata: {{name: fleet}}
-stringData: {{hmac: "{FLEET_SECRET}"}}"""
-    path = workdir / ("shared.yaml" if redis_port else "memory.yaml")
-    path.write_text(f"""
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPGroup
-metadata: {{name: bench}}
----
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPServer
-metadata: {{name: floor}}
-spec: {{groupRef: {{name: bench}}, url: "{backend}"}}
----
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: VirtualMCPServer
-metadata: {{name: bench}}
-spec:
-  groupRef: {{name: bench}}
-  incomingAuth: {{type: anonymous}}
-  aggregation: {{conflictResolution: manual}}
-  operational: {{failureHandling: {{healthCheckInterval: 1h, healthCheckTimeout: 10s}}}}{shared}
-""", encoding="utf-8")
-    return path
+stringData: {{hmac: "{FLEET_SECRET}"}}
+"""
+    return gateway_config(backend, more=shared)
 
 
 @contextmanager
@@ -143,7 +125,7 @@ async def hold_streams(url: str, sessions: list[bytes], pid: int) -> int:
 
 def memory_phase(workdir: Path, backend: str, redis_port: int) -> dict[str, float]:
     sessions, streams = 500, 200
-    with replicas(1, config(workdir, backend, redis_port)) as [(process, port)]:
+    with replicas(1, config(backend, redis_port)) as [(process, port)]:
         url = f"http://127.0.0.1:{port}/mcp"
         trio.run(open_sessions, url, 20)  # warm: first allocations, imports
         time.sleep(1)
@@ -158,7 +140,7 @@ def memory_phase(workdir: Path, backend: str, redis_port: int) -> dict[str, floa
 
 def load_phase(workdir: Path, args: Any, backend: str, count: int,
                redis_port: int | None) -> dict[str, float]:
-    with replicas(count, config(workdir, backend, redis_port)) as running, \
+    with replicas(count, config(backend, redis_port)) as running, \
             running_haproxy(workdir, [port for _, port in running], cpu=1) as balancer:
         pids = {f"vmcp{index}": process.pid for index, (process, _) in enumerate(running)}
         pids["haproxy"] = balancer.pid

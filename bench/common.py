@@ -82,9 +82,11 @@ def started(cmd: Sequence[str], *, cpu: int | None, ready_line: str | None = Non
             process.wait()
 
 
-def gateway_config(backend_url: str, incoming: str = "{type: anonymous}") -> Path:
+def gateway_config(backend_url: str, incoming: str = "{type: anonymous}", *,
+                   more: str = "") -> Path:
     """One VirtualMCPServer in front of one URL backend, names unprefixed; ``incoming`` is the
-    ``incomingAuth`` block (YAML flow style)."""
+    ``incomingAuth`` block (YAML flow style); ``more``: YAML appended to the gateway's spec
+    (more of its fields, indented by two, then further documents)."""
     text = f"""
 apiVersion: toolhive.stacklok.dev/v1alpha1
 kind: MCPGroup
@@ -103,7 +105,7 @@ spec:
   incomingAuth: {incoming}
   aggregation: {{conflictResolution: manual}}
   operational: {{failureHandling: {{healthCheckInterval: 1h, healthCheckTimeout: 10s}}}}
-"""
+{more}"""
     handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False)  # noqa: SIM115
     handle.write(text)
     handle.close()
