@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from vmcp_trio.resources.durations import Duration
-from vmcp_trio.resources.plan import MemoryStorage
+from vmcp_trio.resources.plan import HttpEndpoint, MemoryStorage, NoOutgoingAuth
 from vmcp_trio.resources.problems import Severity
 
 from .helpers import (
@@ -46,7 +46,7 @@ ENUMS = [
     ("embedded-auth-server.yaml", VMCP, None, "spec.outgoingAuth.backends.jira.type",
      "spec.outgoingAuth.backends.jira.type", "'externalAuthConfigRef' or 'discovered'"),
     ("embedded-auth-server.yaml", EXT, "github-inject", "spec.type", "spec.type",
-     "'upstreamInject' or 'tokenExchange'"),
+     "'upstreamInject', 'tokenExchange', 'unauthenticated'"),
     ("embedded-auth-server.yaml", VMCP, None, f"{PROVIDERS}.0.type",
      f"{PROVIDERS}[0].type", "'oauth2' or 'oidc'"),
     ("anonymous.yaml", "MCPServer", "notes", "spec.transport", "spec.transport",
@@ -477,10 +477,27 @@ def test_url_and_command_are_exclusive(anonymous: Docs) -> None:
     expect_error(validate(anonymous), "one-of", "spec.command", kind="MCPServer")
 
 
-def test_args_need_a_command(anonymous: Docs) -> None:
-    set_field(resource(anonymous, "MCPServer", "notes"), "spec.args", ["--verbose"])
-    expect_error(validate(anonymous), "unused-field", "spec.args",
+def test_working_dir_needs_a_command(anonymous: Docs) -> None:
+    set_field(resource(anonymous, "MCPServer", "notes"), "spec.workingDir", "/srv")
+    expect_error(validate(anonymous), "unused-field", "spec.workingDir",
                  contains="only with spec.command")
+
+
+def test_args_and_env_without_a_command_belong_to_the_image(anonymous: Docs) -> None:
+    """ToolHive passes them to the container: accepted, with a warning saying where the
+    backend is then reached."""
+    notes = resource(anonymous, "MCPServer", "notes")
+    set_field(notes, "spec.args", ["--verbose"])
+    set_field(notes, "spec.env", [{"name": "LOG_LEVEL", "value": "debug"}])
+    result = validate(anonymous)
+    assert result.ok
+    (warning,) = matching(result, rule="image-args")
+    assert (warning.path, warning.name) == ("spec.args", "notes")
+    assert "args and env without spec.command belong to the container image" in warning.message
+    assert "reached at spec.url" in warning.message
+    del_field(notes, "spec.url")
+    (warning,) = matching(validate(anonymous), rule="image-args")
+    assert "at its in-cluster URL (--backend-url-template)" in warning.message
 
 
 @pytest.mark.parametrize(("command", "env", "fragment"), [
@@ -707,21 +724,72 @@ def test_unknown_metadata_field(anonymous: Docs) -> None:
 
 
 def test_unknown_kind(anonymous: Docs) -> None:
-    anonymous.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}})
-    expect_error(validate(anonymous), "kind", "kind", contains="unknown kind 'ConfigMap'")
+    anonymous.append({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": "MCPWidget",
+                      "metadata": {"name": "x"}})
+    expect_error(validate(anonymous), "kind", "kind", contains="unknown kind 'MCPWidget'")
+
+
+@pytest.mark.parametrize(("api_version", "kind"), [
+    ("v1", "ConfigMap"), ("v1", "Namespace"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("v1", "Service")])
+def test_documents_of_other_api_groups_are_skipped(anonymous: Docs, api_version: str,
+                                                   kind: str) -> None:
+    """A folder of Kubernetes manifests loads as it is: what is not ToolHive's is a note."""
+    anonymous.append({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"},
+                      "spec": {"anything": True}})
+    result = validate(anonymous)
+    assert result.ok and len(result.plans) == 1
+    (note,) = matching(result, rule="skipped-kind")
+    assert note.severity is Severity.WARNING and (note.kind, note.path) == (kind, "kind")
+    assert note.message == (f"{kind} of {api_version} is not a resource of "
+                            "toolhive.stacklok.dev: skipped")
+
+
+@pytest.mark.parametrize("kind", ["MCPRemoteProxy", "MCPServerEntry", "MCPToolConfig",
+                                  "MCPTelemetryConfig", "MCPAuthzConfig",
+                                  "VirtualMCPCompositeToolDefinition", "MCPRegistry",
+                                  "EmbeddingServer", "MCPWebhookConfig"])
+def test_toolhive_kinds_not_implemented_yet(anonymous: Docs, kind: str) -> None:
+    anonymous.append({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": kind,
+                      "metadata": {"name": "x"}, "spec": {"remoteUrl": "https://x.example"}})
+    expect_error(validate(anonymous), "not-implemented", "kind", kind=kind, name="x",
+                 contains=f"{kind} is not implemented yet")
+
+
+@pytest.mark.parametrize("version", ["v1beta1", "v1alpha1"])
+def test_both_api_versions_mean_the_same(anonymous: Docs, version: str) -> None:
+    """v1alpha1 loads as v1beta1 does, with ToolHive's deprecation as one warning per
+    resource."""
+    for doc in anonymous:
+        doc["apiVersion"] = f"toolhive.stacklok.dev/{version}"
+    result = validate(anonymous)
+    assert result.ok and result.plans == validate(example_docs("anonymous.yaml")).plans
+    deprecated = matching(result, rule="deprecated-api-version")
+    assert len(deprecated) == (len(anonymous) if version == "v1alpha1" else 0)
+    for problem in deprecated:
+        assert problem.severity is Severity.WARNING and problem.path == "apiVersion"
+        assert problem.message == ("toolhive.stacklok.dev/v1alpha1 is deprecated in ToolHive "
+                                   "(since v0.23); use toolhive.stacklok.dev/v1beta1, the same "
+                                   "schema")
 
 
 def test_wrong_api_version_and_the_api_group_flag(anonymous: Docs) -> None:
     for doc in anonymous:
-        doc["apiVersion"] = "example.org/v1alpha1"
+        doc["apiVersion"] = "example.org/v1beta1"
     expect_error(validate(anonymous), "api-version", "apiVersion",
-                 contains="must be toolhive.stacklok.dev/v1alpha1 for kind MCPGroup (or run "
-                          "with --api-group example.org)")
+                 contains="must be toolhive.stacklok.dev/v1beta1 or "
+                          "toolhive.stacklok.dev/v1alpha1 for kind MCPGroup (or run with "
+                          "--api-group example.org)")
     assert validate(anonymous, api_group="example.org").ok
+    for doc in anonymous:
+        doc["apiVersion"] = "example.org/v1alpha1"
+    deprecated = matching(validate(anonymous, api_group="example.org"),
+                          rule="deprecated-api-version")
+    assert "example.org/v1alpha1 is deprecated" in deprecated[0].message
 
 
 def test_wrong_version(anonymous: Docs) -> None:
-    vmcp(anonymous)["apiVersion"] = "toolhive.stacklok.dev/v1beta1"
+    vmcp(anonymous)["apiVersion"] = "toolhive.stacklok.dev/v1"
     expect_error(validate(anonymous), "api-version", "apiVersion", kind=VMCP)
 
 
@@ -796,3 +864,207 @@ def test_auth_server_that_incoming_auth_ignores_is_a_warning(embedded: Docs) -> 
     assert result.ok
     assert matching(result, rule="auth-server-unused", path="spec.authServerConfig",
                     severity=Severity.WARNING)
+
+
+# --- ToolHive's shapes of every release (toolhive/FIELDS.md) ------------------------------------
+
+
+def test_group_ref_as_a_string_or_an_object(anonymous: Docs) -> None:
+    """ToolHive up to v0.19 wrote ``groupRef: name`` on MCPServer; from v0.20 ``{name}``."""
+    expected = validate(anonymous).plans
+    for doc in anonymous:
+        if doc["kind"] in ("MCPServer", VMCP):
+            doc["spec"]["groupRef"] = "dev-tools"
+    assert validate(anonymous).plans == expected
+    vmcp(anonymous)["spec"]["groupRef"] = "no-such-group"
+    expect_error(validate(anonymous), "reference", "spec.groupRef.name", kind=VMCP,
+                 contains="refers to MCPGroup dev/no-such-group")
+
+
+def test_settings_under_config_mean_the_same(anonymous: Docs) -> None:
+    """v0.6.17-v0.19 wrote the group and the settings under spec.config."""
+    expected = validate(anonymous).plans
+    spec = vmcp(anonymous)["spec"]
+    spec["config"] = {"groupRef": spec.pop("groupRef")["name"],
+                      "aggregation": spec.pop("aggregation")}
+    result = validate(anonymous)
+    assert result.ok and result.plans == expected
+    spec["config"]["aggregation"]["conflictResolutionConfig"]["prefixFormat"] = "{server}_"
+    expect_error(validate(anonymous), "prefix-format",
+                 "spec.config.aggregation.conflictResolutionConfig.prefixFormat", kind=VMCP)
+
+
+@pytest.mark.parametrize(("field", "top", "inner"), [
+    ("aggregation", {"conflictResolution": "prefix"}, {"conflictResolution": "manual"}),
+    ("operational", {"timeouts": {"default": "10s"}}, {"timeouts": {"default": "5s"}}),
+    ("sessionStorage", {"provider": "memory", "keyPrefix": "x"}, {"provider": "memory"}),
+])
+def test_settings_in_both_places_must_agree(anonymous: Docs, field: str, top: Any,
+                                            inner: Any) -> None:
+    spec = vmcp(anonymous)["spec"]
+    spec[field] = top
+    spec["config"] = {field: inner}
+    expect_error(validate(anonymous), "conflict", f"spec.config.{field}", kind=VMCP,
+                 contains=f"differs from spec.{field}: give it in one place")
+    spec["config"] = {field: spec[field]}
+    assert validate(anonymous).ok
+
+
+def test_config_group_ref_must_agree_with_spec_group_ref(anonymous: Docs) -> None:
+    vmcp(anonymous)["spec"]["config"] = {"groupRef": "other-group"}
+    expect_error(validate(anonymous), "conflict", "spec.config.groupRef", kind=VMCP,
+                 contains="names MCPGroup 'other-group', but spec.groupRef names 'dev-tools'")
+    vmcp(anonymous)["spec"]["config"] = {"groupRef": "dev-tools"}
+    assert validate(anonymous).ok
+
+
+def test_a_gateway_needs_a_group_somewhere(anonymous: Docs) -> None:
+    del_field(vmcp(anonymous), "spec.groupRef")
+    expect_error(validate(anonymous), "required", "spec.groupRef", kind=VMCP,
+                 contains="is required (or spec.config.groupRef)")
+
+
+NOT_IMPLEMENTED = [
+    # (kind, name, field set, value, reported path, what the message names)
+    (VMCP, None, "spec.incomingAuth.authzConfig",
+     {"type": "inline", "inline": {"policies": ["permit(principal, action, resource);"]}},
+     "spec.incomingAuth.authzConfig", "authorization (Cedar policies)"),
+    (VMCP, None, "spec.incomingAuth.authzConfigRef", {"name": "policies"},
+     "spec.incomingAuth.authzConfigRef", "authorization (MCPAuthzConfig)"),
+    (VMCP, None, "spec.config", {"rateLimiting": {"shared": {"maxTokens": 5,
+                                                             "refillPeriod": "1m"}}},
+     "spec.config.rateLimiting", "rate limiting"),
+    (VMCP, None, "spec.config", {"compositeTools": [{"name": "t", "steps": []}]},
+     "spec.config.compositeTools", "composite tools"),
+    (VMCP, None, "spec.compositeToolRefs", [{"name": "t"}], "spec.compositeToolRefs",
+     "composite tools (VirtualMCPCompositeToolDefinition)"),
+    (VMCP, None, "spec.config", {"audit": {"enabled": True}}, "spec.config.audit",
+     "audit logging"),
+    (VMCP, None, "spec.aggregation.tools", [{"workload": "notes", "toolConfigRef": {"name": "x"}}],
+     "spec.aggregation.tools[0].toolConfigRef", "tool filters of an MCPToolConfig"),
+    (VMCP, None, "spec.config", {"passthroughHeaders": ["X-Trace"]},
+     "spec.config.passthroughHeaders", "passthrough headers"),
+    ("MCPServer", "notes", "spec.authzConfig", {"type": "configMap", "configMap": {"name": "a"}},
+     "spec.authzConfig", "authorization (Cedar policies)"),
+    ("MCPServer", "everything", "spec.toolConfigRef", {"name": "filters"},
+     "spec.toolConfigRef", "tool filters and overrides of an MCPToolConfig"),
+]
+
+
+@pytest.mark.parametrize(("kind", "name", "field", "value", "path", "what"), NOT_IMPLEMENTED,
+                         ids=[case[4] for case in NOT_IMPLEMENTED])
+def test_fields_not_implemented_yet_are_errors(anonymous: Docs, kind: str, name: str | None,
+                                               field: str, value: Any, path: str,
+                                               what: str) -> None:
+    """Never silently ignored: the gateway would do less than the manifest says."""
+    set_field(resource(anonymous, kind, name), field, value)
+    expect_error(validate(anonymous), "not-implemented", path, kind=kind,
+                 contains=f"is not implemented yet ({what}): refused rather than ignored")
+
+
+def test_a_feature_switched_off_is_accepted(anonymous: Docs) -> None:
+    vmcp(anonymous)["spec"]["config"] = {"audit": {"enabled": False},
+                                         "codeMode": {"enabled": False}}
+    result = validate(anonymous)
+    assert result.ok and not matching(result, rule="ignored-field")
+
+
+def test_a_server_behind_toolhives_proxy_keeps_the_proxys_features(anonymous: Docs) -> None:
+    """Without url or command the backend is the in-cluster proxy, which enforces them."""
+    notes = resource(anonymous, "MCPServer", "notes")
+    del_field(notes, "spec.url")
+    notes["spec"].update(image="ghcr.io/x/notes:1", resources={"limits": {"cpu": "1"}},
+                         authzConfig={"type": "configMap", "configMap": {"name": "a"}})
+    result = validate(anonymous)
+    assert result.ok
+    assert not matching(result, rule="kubernetes-only")
+
+
+@pytest.mark.parametrize(("field", "value", "path", "why"), [
+    ("spec.config", {"telemetry": {"endpoint": "otel:4317"}}, "spec.config.telemetry",
+     "telemetry (vmcp serves /metrics and traces by its own flags)"),
+    ("spec.telemetryConfigRef", {"name": "otel"}, "spec.telemetryConfigRef", "telemetry"),
+    ("spec.config", {"optimizer": {"maxToolsToReturn": 5}}, "spec.config.optimizer",
+     "the optimizer is not implemented yet"),
+    ("spec.config", {"codeMode": {"enabled": True}}, "spec.config.codeMode",
+     "code mode is not implemented yet"),
+    ("spec.operational.failureHandling.circuitBreaker", {"enabled": True},
+     "spec.operational.failureHandling.circuitBreaker", "the circuit breaker"),
+])
+def test_harmless_fields_are_ignored_with_a_warning(anonymous: Docs, field: str, value: Any,
+                                                    path: str, why: str) -> None:
+    spec = vmcp(anonymous)["spec"]
+    spec.setdefault("operational", {}).setdefault("failureHandling", {})
+    set_field(vmcp(anonymous), field, value)
+    result = validate(anonymous)
+    assert result.ok, "\n".join(map(str, result.problems))
+    (warning,) = matching(result, rule="ignored-field")
+    assert (warning.path, warning.kind) == (path, VMCP)
+    assert warning.message.startswith("is ignored: ") and why in warning.message
+
+
+def test_kubernetes_workload_fields_get_one_warning(anonymous: Docs) -> None:
+    server = resource(anonymous, "MCPServer", "everything")
+    server["spec"].update(image="ghcr.io/x/everything:1", mcpPort=8080,
+                          resources={"limits": {"cpu": "500m"}}, permissionProfile={
+                              "type": "builtin", "name": "network"})
+    vmcp(anonymous)["spec"].update(replicas=2, serviceType="LoadBalancer",
+                                   podTemplateSpec={"spec": {}})
+    result = validate(anonymous)
+    assert result.ok, "\n".join(map(str, result.problems))
+    server_warning, gateway_warning = sorted(matching(result, rule="kubernetes-only"),
+                                             key=lambda p: p.kind or "")
+    assert (server_warning.kind, server_warning.name, server_warning.path) == (
+        "MCPServer", "everything", "spec")
+    assert server_warning.message == (
+        "image, mcpPort, permissionProfile, resources: ignored outside Kubernetes (they shape "
+        "only the workload and ToolHive's proxy in front of it that ToolHive's operator runs)")
+    assert (gateway_warning.kind, gateway_warning.path) == (VMCP, "spec")
+    assert gateway_warning.message.startswith(
+        "podTemplateSpec, replicas, serviceType: ignored outside Kubernetes")
+
+
+@pytest.mark.parametrize("auth_type", ["headerInjection", "bearerToken", "embeddedAuthServer",
+                                       "awsSts", "obo", "xaa"])
+def test_external_auth_types_not_implemented_yet(embedded: Docs, auth_type: str) -> None:
+    config = resource(embedded, EXT, "github-inject")
+    config["spec"] = {"type": auth_type, auth_type: {"anything": "here"}}
+    expect_error(validate(embedded), "not-implemented", "spec.type", kind=EXT,
+                 name="github-inject", contains=f"{auth_type} is not implemented yet")
+
+
+def test_external_auth_block_must_match_the_type(embedded: Docs) -> None:
+    config = resource(embedded, EXT, "github-inject")
+    config["spec"]["headerInjection"] = {"headerName": "X-Key"}
+    expect_error(validate(embedded), "unused-field", "spec.headerInjection", kind=EXT,
+                 contains="must not be set when type is upstreamInject")
+
+
+def test_unauthenticated_external_auth_means_no_credentials(anonymous: Docs) -> None:
+    anonymous.append({"apiVersion": "toolhive.stacklok.dev/v1beta1",
+                      "kind": EXT, "metadata": {"name": "none", "namespace": "dev"},
+                      "spec": {"type": "unauthenticated"}})
+    set_field(resource(anonymous, "MCPServer", "notes"), "spec.externalAuthConfigRef",
+              {"name": "none"})
+    result = validate(anonymous)
+    assert result.ok
+    assert all(b.outgoing == NoOutgoingAuth() for b in result.plans[0].backends)
+
+
+def test_old_port_name_and_proxy_mode_shape_the_in_cluster_url(anonymous: Docs) -> None:
+    notes = resource(anonymous, "MCPServer", "notes")
+    del_field(notes, "spec.url")
+    notes["spec"].update(transport="stdio", port=9090, proxyMode="sse")
+    backend = next(b for b in validate(anonymous).plans[0].backends if b.name == "notes")
+    assert backend.endpoint == HttpEndpoint(
+        "http://mcp-notes-proxy.dev.svc.cluster.local:9090/sse", "sse", in_cluster=True)
+    notes["spec"]["proxyPort"] = 8080
+    expect_error(validate(anonymous), "conflict", "spec.port", name="notes",
+                 contains="differs from spec.proxyPort")
+
+
+def test_env_without_a_value_is_no_variable(anonymous: Docs) -> None:
+    set_field(resource(anonymous, "MCPServer", "everything"), "spec.env", None)
+    result = validate(anonymous)
+    assert result.ok
+    assert result.plans[0].backends[0].endpoint.env == ()  # type: ignore[union-attr]

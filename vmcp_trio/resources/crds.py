@@ -23,6 +23,9 @@ The rules it keeps:
   (``vmcp validate`` refuses them instead). ``uniqueItems`` becomes a ``set`` list.
 * Only scalar defaults are kept (the API server then writes the value the loader would assume);
   ``null``, list and map defaults mean "absent" and are dropped.
+* The fields of ToolHive's CRDs that the loader accepts without acting on them
+  (:mod:`.toolhive_fields`: Kubernetes workload settings, features not implemented yet) are in
+  the schema as free-form, so the API server keeps them as the loader sees them.
 * What a schema cannot say stays with the loader: formats checked by validators (URLs, DNS
   names, ``host:port``), map key patterns, and every rule that relates two fields or documents.
 
@@ -44,6 +47,7 @@ from pydantic_core import core_schema
 from ..defaults import DEFAULT_API_GROUP
 from .fields import DurationText
 from .models import KIND_MODELS, Model
+from .toolhive_fields import accepted_patterns, split_pattern
 
 __all__ = [
     "DEPRECATION_WARNING",
@@ -126,10 +130,26 @@ class _InputSchema(GenerateJsonSchema):
         return dict(_ANY)
 
 
-def spec_schema(model: type[Model]) -> dict[str, Any]:
-    """The structural OpenAPI v3 schema of one spec model."""
+def spec_schema(model: type[Model], kind: str | None = None) -> dict[str, Any]:
+    """The structural OpenAPI v3 schema of one spec model, with the fields the loader accepts
+    for ``kind`` without acting on them."""
     raw = model.model_json_schema(by_alias=True, schema_generator=_InputSchema)
-    return _Converter(raw.get("$defs", {})).convert(raw)
+    schema = _Converter(raw.get("$defs", {})).convert(raw)
+    for pattern in accepted_patterns(kind) if kind else ():
+        _admit(schema, split_pattern(pattern))
+    return schema
+
+
+def _admit(node: dict[str, Any], parts: list[str]) -> None:
+    """Add the free-form field ``parts`` (a path of :func:`split_pattern`) to a schema node."""
+    for part in parts[:-1]:
+        if part == "[]":
+            node = node["items"]
+        elif part == "*":
+            node = node["additionalProperties"]
+        else:
+            node = node["properties"][part]
+    node.setdefault("properties", {})[parts[-1]] = dict(_ANY)
 
 
 class _Converter:
@@ -323,7 +343,7 @@ def _crd(kind: str, model: type[Model], group: str) -> dict[str, Any]:
         "apiVersion": {"type": "string"},
         "kind": {"type": "string"},
         "metadata": {"type": "object"},
-        "spec": spec_schema(model),
+        "spec": spec_schema(model, kind),
         "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
     }
     root: dict[str, Any] = {

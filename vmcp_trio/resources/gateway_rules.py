@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from . import models as m
 from .authserver_rules import resolve_auth_server
 from .durations import Duration
+from .gateway_config import gateway_settings
 from .plan import (
     DEFAULT_SERVICE_ACCOUNT_AUDIENCE,
     AggregationPlan,
@@ -59,8 +60,11 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     spec: m.VirtualMCPServerSpec = gateway.spec
     report = resolver.report
     errors_before = report.error_count
-    group = spec.group_ref.name
-    group_ok = resolver.ref(gateway, ("spec", "groupRef", "name"), "MCPGroup", group) is not None
+    settings = gateway_settings(report, gateway)
+    if settings is None:
+        return None
+    group, group_path = settings.group.value, settings.group.path
+    group_ok = resolver.ref(gateway, group_path, "MCPGroup", group) is not None
     members = sorted(
         (r for r in resolver.of_kind("MCPServer")
          if r.namespace == gateway.namespace and r.spec.group_ref is not None
@@ -68,7 +72,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         key=lambda r: r.name or "",
     )
     if group_ok and not members:
-        report.warn(gateway, ("spec", "groupRef", "name"), "empty-group",
+        report.warn(gateway, group_path, "empty-group",
                     f"MCPGroup {gateway.namespace}/{group} has no MCPServers yet: the gateway "
                     "starts with no backends")
     member_names = [r.name or "" for r in members]
@@ -90,10 +94,13 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         endpoint = resolver.endpoints.get(member.key)
         if outgoing is not None and endpoint is not None:
             backends.append(BackendPlan(member.name or "", endpoint, outgoing))
-    aggregation = _aggregation(resolver, gateway, spec.aggregation, group, member_names)
-    operational = _operational(resolver, gateway, spec.operational, group, member_names)
-    shared = resolve_session_storage(resolver, gateway, spec.session_storage,
-                                     auth_server.hmac_secrets if auth_server else ())
+    aggregation = _aggregation(resolver, gateway, settings.aggregation.value,
+                               settings.aggregation.path, group, member_names)
+    operational = _operational(resolver, gateway, settings.operational.value,
+                               settings.operational.path, group, member_names)
+    shared = resolve_session_storage(resolver, gateway, settings.session_storage.value,
+                                     auth_server.hmac_secrets if auth_server else (),
+                                     settings.session_storage.path)
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
             or operational is None or len(backends) != len(members) or shared is None
@@ -354,11 +361,11 @@ def _check_strategy_context(resolver: Resolver, gateway: Resource,
 # --- aggregation ---------------------------------------------------------------------------------
 
 
-def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregation, group: str,
+def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregation,
+                 path: tuple[PathPart, ...], group: str,
                  member_names: Sequence[str]) -> AggregationPlan | None:
     report = resolver.report
     errors_before = report.error_count
-    path = ("spec", "aggregation")
     config = aggregation.conflict_resolution_config
     config_path = (*path, "conflictResolutionConfig")
     if aggregation.conflict_resolution == "prefix":
@@ -433,11 +440,11 @@ TIMEOUT_RANGE = (Duration.of(seconds=1), Duration.of(hours=1))
 HEALTH_TIMEOUT_RANGE = (Duration.of(ms=100), Duration.of(minutes=5))
 
 
-def _operational(resolver: Resolver, gateway: Resource, operational: m.Operational, group: str,
+def _operational(resolver: Resolver, gateway: Resource, operational: m.Operational,
+                 path: tuple[PathPart, ...], group: str,
                  member_names: Sequence[str]) -> OperationalPlan | None:
     report = resolver.report
     errors_before = report.error_count
-    path = ("spec", "operational")
     defaults = OperationalPlan()
 
     def ranged(where: tuple[PathPart, ...], value: Duration | None, default: Duration,

@@ -4,8 +4,12 @@ These models check shape only: field names (unknown fields are errors), types, e
 fields and single-field formats. Rules that relate fields to each other or to other documents
 live in :mod:`vmcp_trio.resources.rules`, which reports them with exact paths.
 
-Field names are ToolHive's (camelCase) so existing ``toolhive.stacklok.dev/v1alpha1`` manifests of
-these kinds load unchanged. Where ToolHive has a field the seed does not mention and we act on it,
+Field names are ToolHive's (camelCase) so existing ``toolhive.stacklok.dev`` manifests of these
+kinds load unchanged, in the shapes of every release ``toolhive/FIELDS.md`` lists: ``groupRef`` as
+a string or ``{name}``, the gateway settings under ``spec.config`` or directly under ``spec``.
+ToolHive's fields that vmcp accepts without acting on them (Kubernetes workload settings, features
+not implemented yet) are not here: :mod:`.toolhive_fields` sets them aside before these models run.
+Where ToolHive has a field the seed does not mention and we act on it,
 it is here under ToolHive's name (``jwksAllowPrivateIP``, ``insecureAllowHTTP``, ``proxyPort``,
 ``subjectTokenType`` ...). Our standalone extensions are marked "extension".
 """
@@ -36,6 +40,7 @@ __all__ = [
     "AuthServerConfig",
     "Envelope",
     "ExternalAuthConfigSpec",
+    "GatewayConfig",
     "GroupSpec",
     "IncomingAuth",
     "InlineOIDC",
@@ -71,6 +76,18 @@ Scopes = tuple[NonEmpty, ...]
 
 class NameRef(Model):
     name: DnsSubdomain
+
+
+def _name_or_ref(value: object) -> object:
+    """``groupRef: my-group`` (ToolHive up to v0.19) means ``groupRef: {name: my-group}``."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+GroupRef = Annotated[NameRef, BeforeValidator(_name_or_ref)]
+"""A reference to an MCPGroup, written as an object ``{name}`` or as the name alone."""
+
+FreeForm = dict[Str, Any]
+"""A block whose inner fields vmcp does not check yet (its feature is not implemented)."""
 
 
 class SecretKeyRef(Model):
@@ -222,10 +239,22 @@ class UpstreamInject(Model):
     provider_name: DnsLabel
 
 
+ExternalAuthType = Literal["upstreamInject", "tokenExchange", "unauthenticated",
+                           "headerInjection", "bearerToken", "embeddedAuthServer", "awsSts",
+                           "obo", "xaa"]
+"""ToolHive's nine types; the rules say which are not implemented yet."""
+
+
 class ExternalAuthConfigSpec(Model):
-    type: Literal["upstreamInject", "tokenExchange"]
+    type: ExternalAuthType
     upstream_inject: UpstreamInject | None = None
     token_exchange: TokenExchange | None = None
+    header_injection: FreeForm | None = None
+    bearer_token: FreeForm | None = None
+    embedded_auth_server: FreeForm | None = None
+    aws_sts: FreeForm | None = None
+    obo: FreeForm | None = None
+    xaa: FreeForm | None = None
 
 
 # --- embedded authorization server --------------------------------------------------------------
@@ -393,18 +422,33 @@ class Operational(Model):
 # --- kinds -------------------------------------------------------------------------------------
 
 
+class GatewayConfig(Model):
+    """``spec.config``: ToolHive's embedded vMCP configuration (since v0.6.17). The settings it
+    shares with ``spec`` mean the same in either place (:mod:`.gateway_config` merges them)."""
+
+    group_ref: DnsSubdomain | None = None
+    aggregation: Aggregation | None = None
+    operational: Operational | None = None
+    session_storage: SessionStorage | None = None
+
+
 class VirtualMCPServerSpec(Model):
-    group_ref: NameRef
+    group_ref: GroupRef | None = None
+    """Required here or as ``config.groupRef``."""
     incoming_auth: IncomingAuth
     outgoing_auth: OutgoingAuth = Field(default_factory=OutgoingAuth)
     auth_server_config: AuthServerConfig | None = None
     session_storage: SessionStorage | None = None
-    aggregation: Aggregation = Field(default_factory=Aggregation)
-    operational: Operational = Field(default_factory=Operational)
+    aggregation: Aggregation | None = None
+    operational: Operational | None = None
+    config: GatewayConfig | None = None
 
 
 def _env_list_or_map(value: object) -> object:
-    """``env`` as Kubernetes' ``[{name, value}]`` (ToolHive) or as a plain map (extension)."""
+    """``env`` as Kubernetes' ``[{name, value}]`` (ToolHive) or as a plain map (extension);
+    ``env:`` with no value is no variable, as in Kubernetes."""
+    if value is None:
+        return {}
     if not isinstance(value, list):
         return value
     out: dict[object, object] = {}
@@ -424,11 +468,14 @@ EnvName = Annotated[str, Strict(), Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", 
 
 
 class MCPServerSpec(Model):
-    image: NonEmpty | None = None
     transport: Literal["stdio", "streamable-http", "sse"] | None = None
-    group_ref: NameRef | None = None
+    proxy_mode: Literal["sse", "streamable-http"] | None = None
+    """How ToolHive's proxy serves a stdio server in the cluster (the in-cluster URL's path)."""
+    group_ref: GroupRef | None = None
     external_auth_config_ref: NameRef | None = None
     proxy_port: Port | None = None
+    port: Port | None = None
+    """ToolHive's name for ``proxyPort`` up to v0.10."""
     # Standalone extensions: a running server's URL, or a stdio server that vmcp starts.
     url: UrlText | None = None
     command: NonEmpty | None = None
@@ -466,4 +513,5 @@ KIND_MODELS: dict[str, type[Model]] = {
     "MCPExternalAuthConfig": ExternalAuthConfigSpec,
     "MCPOIDCConfig": OIDCConfigSpec,
 }
-"""Spec model of each kind under ``{api_group}/v1alpha1``. Secret is ``v1`` and has no spec."""
+"""Spec model of each kind under ``{api_group}/v1beta1`` and ``/v1alpha1`` (the same schema).
+Secret is ``v1`` and has no spec."""

@@ -27,6 +27,7 @@ from . import models as m
 from .plan import (
     Endpoint,
     HttpEndpoint,
+    NoOutgoingAuth,
     OutgoingPlan,
     SecretValue,
     StdioEndpoint,
@@ -41,6 +42,13 @@ __all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template", "se
 _TEMPLATE_FIELDS = frozenset({"name", "namespace", "port"})
 
 TOKEN_TYPE_URN = "urn:ietf:params:oauth:token-type:"
+
+_AUTH_BLOCKS = {"upstream_inject": "upstreamInject", "token_exchange": "tokenExchange",
+                "header_injection": "headerInjection", "bearer_token": "bearerToken",
+                "embedded_auth_server": "embeddedAuthServer", "aws_sts": "awsSts",
+                "obo": "obo", "xaa": "xaa"}
+"""MCPExternalAuthConfig's strategy blocks: field name to ToolHive's name (and type)."""
+_AUTH_IMPLEMENTED = ("tokenExchange", "upstreamInject", "unauthenticated")
 
 
 def check_url_template(template: str) -> str | None:
@@ -206,16 +214,29 @@ class Resolver:
         if spec.external_auth_config_ref is not None:
             self.ref(resource, (*path, "externalAuthConfigRef", "name"), "MCPExternalAuthConfig",
                      spec.external_auth_config_ref.name)
+        port = spec.proxy_port or spec.port
+        if spec.port is not None and spec.proxy_port is not None and spec.port != spec.proxy_port:
+            self.report.error(resource, (*path, "port"), "conflict",
+                              "differs from spec.proxyPort (port is its name before ToolHive "
+                              "v0.15): set only proxyPort")
         if spec.url is not None and spec.command is not None:
             self.report.error(resource, (*path, "command"), "one-of",
                               "spec.url and spec.command are mutually exclusive: a backend is "
                               "either a running server or a stdio command that vmcp starts")
             return None
         if spec.command is None:
-            for field, alias in (("args", "args"), ("env", "env"), ("working_dir", "workingDir")):
-                if getattr(spec, field):
-                    self.report.error(resource, (*path, alias), "unused-field",
-                                      "is used only with spec.command")
+            if spec.working_dir is not None:
+                self.report.error(resource, (*path, "workingDir"), "unused-field",
+                                  "is used only with spec.command")
+            image = [alias for alias in ("args", "env") if getattr(spec, alias)]
+            if image:
+                reached = ("at spec.url" if spec.url is not None else
+                           "at its in-cluster URL (--backend-url-template), where ToolHive's "
+                           "operator runs the image")
+                self.report.warn(resource, (*path, image[0]), "image-args",
+                                 f"{' and '.join(image)} without spec.command belong to the "
+                                 f"container image, which vmcp does not run: this backend is "
+                                 f"reached {reached}")
         if spec.command is not None:
             if spec.transport not in (None, "stdio"):
                 self.report.error(resource, (*path, "transport"), "transport",
@@ -235,30 +256,41 @@ class Resolver:
                                     "streamable-http")
         else:
             base = self.url_template.format(name=resource.name, namespace=resource.namespace,
-                                            port=spec.proxy_port or DEFAULT_PROXY_PORT)
-            sse = spec.transport == "sse"
+                                            port=port or DEFAULT_PROXY_PORT)
+            sse = spec.transport == "sse" or (spec.transport in (None, "stdio")
+                                              and spec.proxy_mode == "sse")
             endpoint = HttpEndpoint(base.rstrip("/") + ("/sse" if sse else "/mcp"),
                                     "sse" if sse else "streamable-http", in_cluster=True)
-        if spec.proxy_port is not None and (spec.url or spec.command):
-            self.report.warn(resource, (*path, "proxyPort"), "unused-field",
-                             "is ignored: it only shapes the in-cluster URL, and this server "
-                             "has spec.url or spec.command")
+        for alias, value in (("proxyPort", port), ("proxyMode", spec.proxy_mode)):
+            if value is not None and (spec.url or spec.command):
+                self.report.warn(resource, (*path, alias), "unused-field",
+                                 "is ignored: it only shapes the in-cluster URL, and this "
+                                 "server has spec.url or spec.command")
         return None if resource.broken else endpoint
 
     def _external_auth(self, resource: Resource) -> OutgoingPlan | None:
+        """The strategy of one MCPExternalAuthConfig. The block named like ``type`` is required
+        (``unauthenticated`` has none) and every other type's block is refused; the types
+        vmcp does not implement yet are an error (each is about credentials: never ignored)."""
         spec: m.ExternalAuthConfigSpec = resource.spec
         path = ("spec",)
+        blocks = {alias: getattr(spec, field) is not None
+                  for field, alias in _AUTH_BLOCKS.items()}
+        self._block_matches_type(resource, spec.type, spec.type, blocks.get(spec.type, True),
+                                 {alias: present for alias, present in blocks.items()
+                                  if alias != spec.type})
+        if spec.type not in _AUTH_IMPLEMENTED:
+            self.report.error(resource, (*path, "type"), "not-implemented",
+                              f"{spec.type} is not implemented yet (implemented: "
+                              f"{', '.join(_AUTH_IMPLEMENTED)})")
+            return None
+        if spec.type == "unauthenticated":
+            return NoOutgoingAuth()
         if spec.type == "upstreamInject":
-            self._block_matches_type(resource, spec.type, "upstreamInject",
-                                     spec.upstream_inject is not None,
-                                     {"tokenExchange": spec.token_exchange is not None})
             if spec.upstream_inject is None:
                 return None
             return UpstreamInjectAuth(spec.upstream_inject.provider_name,
                                       f"{resource.namespace}/{resource.name}")
-        self._block_matches_type(resource, spec.type, "tokenExchange",
-                                 spec.token_exchange is not None,
-                                 {"upstreamInject": spec.upstream_inject is not None})
         exchange = spec.token_exchange
         if exchange is None:
             return None

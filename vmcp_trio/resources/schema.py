@@ -3,6 +3,18 @@
 pydantic checks the shape; this module turns each of its errors into a problem with our field
 path, rule id and wording. Values are quoted only for enum mismatches (never secret) so that no
 message can echo a secret that was typed into the wrong field.
+
+Which documents are resources, by apiVersion and kind:
+
+* ``{api_group}/v1beta1`` and ``{api_group}/v1alpha1`` hold the same schema, as in ToolHive since
+  v0.23. A v1alpha1 resource gets one ``deprecated-api-version`` warning naming ToolHive's
+  deprecation; it loads all the same.
+* ToolHive kinds that vmcp does not implement yet (:data:`NOT_IMPLEMENTED_KINDS`) are an error
+  per document (``not-implemented``): a manifest that relies on them would mean less here.
+* Any other document outside the API group (Namespace, ConfigMap, ServiceAccount, RBAC,
+  Deployment, Service...: everything but a ``v1`` Secret) is skipped with a ``skipped-kind``
+  warning, so a folder of Kubernetes manifests loads as it is. An unknown kind inside the group
+  is an error.
 """
 
 from __future__ import annotations
@@ -19,10 +31,18 @@ from .loading import SourceDocument
 from .models import KIND_MODELS, Envelope, Model, SecretResource
 from .problems import PathPart
 from .report import Report, Resource
+from .toolhive_fields import set_aside
 
-__all__ = ["DEFAULT_API_GROUP", "parse_documents"]
+__all__ = ["DEFAULT_API_GROUP", "NOT_IMPLEMENTED_KINDS", "parse_documents"]
 
-API_VERSION = "v1alpha1"
+API_VERSIONS = ("v1beta1", "v1alpha1")
+"""Served versions, the first current; ToolHive deprecated v1alpha1 in v0.23."""
+
+NOT_IMPLEMENTED_KINDS = frozenset({
+    "MCPRemoteProxy", "MCPServerEntry", "MCPToolConfig", "MCPTelemetryConfig", "MCPAuthzConfig",
+    "VirtualMCPCompositeToolDefinition", "MCPRegistry", "EmbeddingServer", "MCPWebhookConfig",
+})
+"""ToolHive's kinds that vmcp does not implement yet."""
 
 _TYPE_NAMES = {
     "string_type": "must be a string",
@@ -149,6 +169,30 @@ def _validate(model: type[M], data: Any, report: Report, resource: Resource,
         return None
 
 
+def _check_api_version(report: Report, resource: Resource, kind: str, api: Any,
+                       api_group: str) -> None:
+    """``v1`` for a Secret; a served version of the API group for the other kinds."""
+    if kind == "Secret":
+        if isinstance(api, str) and api != "v1":
+            report.error(resource, ("apiVersion",), "api-version",
+                         "must be v1 for kind Secret")
+        return
+    if not isinstance(api, str):
+        return  # the envelope reports it missing or of the wrong type
+    group, _, version = api.rpartition("/")
+    if group == api_group and version in API_VERSIONS:
+        if version == "v1alpha1":
+            report.warn(resource, ("apiVersion",), "deprecated-api-version",
+                        f"{api_group}/v1alpha1 is deprecated in ToolHive (since v0.23); use "
+                        f"{api_group}/v1beta1, the same schema")
+        return
+    hint = ""
+    if group and group != api_group and version in API_VERSIONS:
+        hint = f" (or run with --api-group {group[:100]})"
+    report.error(resource, ("apiVersion",), "api-version",
+                 f"must be {api_group}/v1beta1 or {api_group}/v1alpha1 for kind {kind}{hint}")
+
+
 def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
                    namespace: str) -> Resource | None:
     """Check one document's envelope and spec shape. None when it is not a resource at all."""
@@ -164,21 +208,23 @@ def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
         report.error(resource, ("kind",), "required",
                      "is required: one of Secret, " + ", ".join(KIND_MODELS))
         return None
-    if kind != "Secret" and kind not in KIND_MODELS:
+    api = body.get("apiVersion")
+    ours = kind == "Secret" or kind in KIND_MODELS or kind in NOT_IMPLEMENTED_KINDS
+    if not ours and isinstance(api, str) and api.rpartition("/")[0] != api_group:
+        report.warn(resource, ("kind",), "skipped-kind",
+                    f"{kind[:64]} of {api[:100]} is not a resource of {api_group}: skipped")
+        return None
+    if kind in NOT_IMPLEMENTED_KINDS:
+        report.error(resource, ("kind",), "not-implemented",
+                     f"{kind} is not implemented yet: vmcp cannot act on this document (remove "
+                     "it, or the gateway would do less than the manifest says)")
+        return None
+    if not ours:
         known = ", ".join(("Secret", *KIND_MODELS))
         report.error(resource, ("kind",), "kind",
                      f"unknown kind {kind[:64]!r}: expected one of {known}")
         return None
-
-    expected = "v1" if kind == "Secret" else f"{api_group}/{API_VERSION}"
-    api = body.get("apiVersion")
-    if isinstance(api, str) and api != expected:
-        hint = ""
-        group = api.rpartition("/")[0]
-        if kind != "Secret" and group and group != api_group and api.endswith(f"/{API_VERSION}"):
-            hint = f" (or run with --api-group {group[:100]})"
-        report.error(resource, ("apiVersion",), "api-version",
-                     f"must be {expected} for kind {kind}{hint}")
+    _check_api_version(report, resource, kind, api, api_group)
 
     if kind == "Secret":
         secret = _validate(SecretResource, body, report, resource, ())
@@ -192,7 +238,8 @@ def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
     if raw_spec is None and kind != "MCPGroup":
         report.error(resource, ("spec",), "required", "is required")
         return resource
-    spec = _validate(KIND_MODELS[kind], raw_spec or {}, report, resource, ("spec",))
+    raw_spec = set_aside(kind, raw_spec or {}, report, resource)
+    spec = _validate(KIND_MODELS[kind], raw_spec, report, resource, ("spec",))
     if envelope is not None and spec is not None:
         resource.spec = spec
         resource.namespace = envelope.metadata.namespace or namespace

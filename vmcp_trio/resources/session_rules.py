@@ -25,20 +25,20 @@ from .resolver import Resolver
 
 __all__ = ["resolve_session_storage"]
 
-PATH: tuple[PathPart, ...] = ("spec", "sessionStorage")
 
 
 def resolve_session_storage(
         resolver: Resolver, gateway: Resource, config: m.SessionStorage | None,
-        auth_server_secrets: tuple[SecretValue, ...]
+        auth_server_secrets: tuple[SecretValue, ...],
+        path: tuple[PathPart, ...] = ("spec", "sessionStorage"),
 ) -> tuple[RedisStorage | None, tuple[SecretValue, ...]] | None:
     """The shared Redis (None: memory) and the fleet's secrets; None when the block is wrong
-    (each problem reported at its field)."""
+    (each problem reported at its field under ``path``, where the block was written)."""
     report = resolver.report
     if config is None:
         return None, auth_server_secrets
     errors_before = report.error_count
-    secrets = secret_list(resolver, gateway, (*PATH, "hmacSecretRefs"),
+    secrets = secret_list(resolver, gateway, (*path, "hmacSecretRefs"),
                           config.hmac_secret_refs, None, "hmac-secret", hmac_secret_problem)
     fleet = secrets or auth_server_secrets
     if config.provider == "memory":
@@ -46,22 +46,22 @@ def resolve_session_storage(
                                                             config.sentinel_config),
                              ("passwordRef", config.password_ref)):
             if value is not None:
-                report.warn(gateway, (*PATH, alias), "unused-field",
+                report.warn(gateway, (*path, alias), "unused-field",
                             "is ignored when provider is memory")
         return (None, fleet) if report.error_count == errors_before else None
     if (config.address is None) == (config.sentinel_config is None):
-        report.error(gateway, PATH, "one-of",
+        report.error(gateway, path, "one-of",
                      "needs exactly one of address (a single Redis, for development) or "
                      "sentinelConfig (production) when provider is redis")
     sentinel = config.sentinel_config
     sentinel_db = sentinel.db if sentinel else None
     if config.db is not None and sentinel_db is not None and config.db != sentinel_db:
-        report.error(gateway, (*PATH, "sentinelConfig", "db"), "conflict",
+        report.error(gateway, (*path, "sentinelConfig", "db"), "conflict",
                      f"is {sentinel_db} but sessionStorage.db is {config.db}; set one of them")
-    password = (resolver.secret(gateway, (*PATH, "passwordRef"), config.password_ref)
+    password = (resolver.secret(gateway, (*path, "passwordRef"), config.password_ref)
                 if config.password_ref is not None else None)
     if not fleet and not config.hmac_secret_refs:
-        report.error(gateway, (*PATH, "hmacSecretRefs"), "required",
+        report.error(gateway, (*path, "hmacSecretRefs"), "required",
                      "is required with provider redis (unless authServerConfig.hmacSecretRefs "
                      "is set): the replicas derive the keys of requestState and task ids from "
                      "it, so that what one replica hands out opens on every other")

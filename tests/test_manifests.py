@@ -1,0 +1,720 @@
+"""Every real ToolHive manifest of ../shared/toolhive/manifests loads, or fails only as listed.
+
+Each file is validated alone, as a user would validate it, plus companions for what it names but
+keeps elsewhere: a Secret for every Secret reference the loader reports missing (placeholder
+values made here, long enough for the rules; an EC key where a signing key is named) and an
+MCPGroup for every missing group. :data:`EXPECTED` lists the files that still fail, each with
+every error and why: a real mistake of that manifest (``Mistake``) or a feature vmcp does not
+implement yet (``NotYet``). Like expected failures, the list is exact both ways: a new error
+fails the test, and so does an entry that no longer happens (the file now loads: remove it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from vmcp_trio.resources import LoadOptions, ValidationResult, validate_documents
+from vmcp_trio.resources.loading import SourceDocument, load_paths, load_text
+
+from .helpers import ROOT
+
+MANIFESTS = ROOT.parent / "shared" / "toolhive" / "manifests"
+FILES = sorted(p for p in MANIFESTS.rglob("*") if p.suffix in (".yaml", ".yml"))
+OPTIONS = LoadOptions(environ={})
+"""Nothing from the environment of the machine running the tests."""
+
+
+
+@dataclass(frozen=True)
+class NotYet:
+    """Fails because vmcp does not implement ``what`` yet."""
+
+    what: str
+    errors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """Fails because the manifest itself is wrong: ``why``."""
+
+    why: str
+    errors: tuple[str, ...]
+
+
+Expected = NotYet | Mistake
+
+EXPECTED: dict[str, Expected] = {
+    'docs-website/guides-k8s-auth-k8s-03-corporate-oidc-config.yaml': NotYet(
+        'a CA bundle from a ConfigMap',
+        ('MCPOIDCConfig corporate-oidc: spec.inline.caBundleRef [not-implemented]',)),
+    'docs-website/guides-k8s-authorization-k8s-03-mcp-authz-shared.yaml': NotYet(
+        'MCPAuthzConfig',
+        ('MCPAuthzConfig shared-cedar-policies: kind [not-implemented]',)),
+    'docs-website/guides-k8s-customize-tools-01-toolconfig-basic.yaml': NotYet(
+        'MCPToolConfig',
+        ('MCPToolConfig basic-tool-filter: kind [not-implemented]',)),
+    'docs-website/guides-k8s-customize-tools-02-toolconfig-with-overrides.yaml': NotYet(
+        'MCPToolConfig',
+        ('MCPToolConfig github-tools-config: kind [not-implemented]',)),
+    'docs-website/guides-k8s-customize-tools-04-mcpremoteproxy-with-toolconfig.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy github: kind [not-implemented]',)),
+    'docs-website/guides-k8s-customize-tools-05-github-org-scoped-tools.yaml': NotYet(
+        'MCPToolConfig',
+        ('MCPToolConfig github-acme-tools: kind [not-implemented]',
+         'MCPToolConfig github-foocorp-tools: kind [not-implemented]',)),
+    'docs-website/guides-k8s-logging-01.yaml': Mistake(
+        'the placeholder <SERVER_NAME> is not a DNS name',
+        ('MCPServer <SERVER_NAME>: metadata.name [dns-name]',)),
+    'docs-website/guides-k8s-logging-02.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy <SERVER_NAME>: kind [not-implemented]',)),
+    'docs-website/guides-k8s-logging-03.yaml': Mistake(
+        ('placeholders (<SERVER_NAME>) for names, and no spec.incomingAuth (required by '
+         "ToolHive's CRD too); also audit logging is not implemented yet"),
+        ('VirtualMCPServer <SERVER_NAME>: metadata.name [dns-name]',
+         'VirtualMCPServer <SERVER_NAME>: spec.config.audit [not-implemented]',
+         'VirtualMCPServer <SERVER_NAME>: spec.groupRef.name [dns-name]',
+         'VirtualMCPServer <SERVER_NAME>: spec.incomingAuth [required]',)),
+    'docs-website/guides-k8s-migrate-to-v1beta1-02.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig my-telemetry: kind [not-implemented]',)),
+    'docs-website/guides-k8s-migrate-to-v1beta1-03.yaml': Mistake(
+        "a snippet whose spec is elided ('# ...'): an MCPServer needs a spec",
+        ('MCPServer my-server: spec [required]',)),
+    'docs-website/guides-k8s-migrate-to-v1beta1-04.yaml': Mistake(
+        "a snippet whose spec is elided ('# ...'): an MCPServer needs a spec",
+        ('MCPServer my-server: spec [required]',)),
+    'docs-website/guides-k8s-rate-limiting-05-vmcp-ratelimit.yaml': Mistake(
+        ('the placeholder <YOUR_REDIS_ADDRESS> is not host:port; also rate limiting is not '
+         'implemented yet'),
+        ('VirtualMCPServer shared-toolkit: spec.config.rateLimiting [not-implemented]',
+         'VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
+    'docs-website/guides-k8s-redis-session-storage-01-embedded-auth-with-redis.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig embedded-auth-server: spec.type [not-implemented]',)),
+    'docs-website/guides-k8s-redis-session-storage-03-vmcp-with-redis.yaml': NotYet(
+        ('Redis session storage without sessionStorage.hmacSecretRefs (the replicas need '
+         'shared secrets; deriving them is not implemented)'),
+        ('VirtualMCPServer my-vmcp: spec.sessionStorage.hmacSecretRefs [required]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-01-shared-otel-config.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-03-remote-proxy-with-shared-otel.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy analytics-proxy: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-04-otel-config-with-auth.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig otel-with-auth: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-05-telemetry-with-ca-bundle.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-06.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig otel-collector: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-07.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig jaeger-tracing: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-08.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig honeycomb: kind [not-implemented]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-09.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig grafana-cloud: kind [not-implemented]',)),
+    'docs-website/guides-mcp-notion-remote-01-notion-proxy.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer, MCPRemoteProxy',
+        ('MCPExternalAuthConfig notion-embedded-auth: spec.type [not-implemented]',
+         'MCPRemoteProxy notion: kind [not-implemented]',)),
+    'docs-website/guides-registry-configuration-01-mcp-server-with-claims.yaml': Mistake(
+        'a snippet showing only metadata: an MCPServer needs a spec',
+        ('MCPServer deploy-helper: spec [required]',)),
+    'docs-website/guides-registry-configuration-02.yaml': Mistake(
+        'a snippet showing only metadata: an MCPServer needs a spec',
+        ('MCPServer my-mcp-server: spec [required]',)),
+    'docs-website/guides-vmcp-audit-logging-01.yaml': Mistake(
+        ("no spec.incomingAuth (required by ToolHive's CRD too); also audit logging is not "
+         'implemented yet'),
+        ('VirtualMCPServer my-vmcp: spec.config.audit [not-implemented]',
+         'VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
+    'docs-website/guides-vmcp-audit-logging-02.yaml': Mistake(
+        ("no spec.incomingAuth (required by ToolHive's CRD too); also audit logging is not "
+         'implemented yet'),
+        ('VirtualMCPServer my-vmcp: spec.config.audit [not-implemented]',
+         'VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
+    'docs-website/guides-vmcp-composite-tools-01.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition my-workflow: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-02-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition gather-pr-context: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-03-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition investigate-incident: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-04-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition deploy-with-approval: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-05-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition security-scan-report: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-06-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition scan-repositories: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-07-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition optional-security-check: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-08-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition multi-source-data: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-09-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition create-github-issue: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-10-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition image-supply-chain-audit: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-composite-tools-11-VirtualMCPCompositeToolDefinition_resource.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition prepare-pr-review: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-failure-handling-03.yaml': Mistake(
+        'an incomplete snippet: names an MCPOIDCConfig that no document defines',
+        ('VirtualMCPServer production-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
+    'docs-website/guides-vmcp-optimizer-01-embedding-server.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer my-embedding: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-optimizer-03-embedding-server.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer my-embedding: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-optimizer-05-embedding-server-full.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer full-embedding: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-optimizer-06-vmcp-with-optimizer.yaml': Mistake(
+        'an incomplete snippet: names an MCPOIDCConfig that no document defines',
+        ('VirtualMCPServer full-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
+    'docs-website/guides-vmcp-telemetry-and-metrics-01-telemetry-config.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'docs-website/guides-vmcp-telemetry-and-metrics-03.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig jaeger-otel: kind [not-implemented]',)),
+    'docs-website/integrations-aws-sts-01-aws-sts-auth-config.yaml': NotYet(
+        'MCPExternalAuthConfig type awsSts',
+        ('MCPExternalAuthConfig aws-mcp-sts-auth: spec.type [not-implemented]',)),
+    'docs-website/integrations-aws-sts-03-aws-mcp-remote-proxy.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy aws-mcp-proxy: kind [not-implemented]',)),
+    'docs-website/integrations-aws-sts-04-aws-mcp-remote-proxy-combined.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy aws-mcp-proxy: kind [not-implemented]',)),
+    'docs-website/integrations-okta-02-github-mcpserver-oidc.yaml': Mistake(
+        "the placeholder 'YOUR_ISSUER_URL' where URLs belong",
+        ('MCPOIDCConfig okta-oidc: spec.inline.issuer [url]',
+         'MCPOIDCConfig okta-oidc: spec.inline.jwksUrl [url]',)),
+    'docs-website/reference-crds-embeddingserver-01-embeddingserver.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer my-embeddingserver: kind [not-implemented]',)),
+    'docs-website/reference-crds-mcpauthzconfig-01-mcpauthzconfig.yaml': NotYet(
+        'MCPAuthzConfig',
+        ('MCPAuthzConfig my-mcpauthzconfig: kind [not-implemented]',)),
+    'docs-website/reference-crds-mcpexternalauthconfig-01-mcpexternalauthconfig.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig my-mcpexternalauthconfig: spec.type [not-implemented]',)),
+    'docs-website/reference-crds-mcpoidcconfig-01-mcpoidcconfig.yaml': Mistake(
+        'the placeholder <string> where the issuer URL belongs',
+        ('MCPOIDCConfig my-mcpoidcconfig: spec.inline.issuer [url]',)),
+    'docs-website/reference-crds-mcpremoteproxy-01-mcpremoteproxy.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy my-mcpremoteproxy: kind [not-implemented]',)),
+    'docs-website/reference-crds-mcpserverentry-01-mcpserverentry.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry my-mcpserverentry: kind [not-implemented]',)),
+    'docs-website/reference-crds-mcptelemetryconfig-01-mcptelemetryconfig.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig my-mcptelemetryconfig: kind [not-implemented]',)),
+    'docs-website/reference-crds-mcptoolconfig-01-mcptoolconfig.yaml': NotYet(
+        'MCPToolConfig',
+        ('MCPToolConfig my-mcptoolconfig: kind [not-implemented]',)),
+    'docs-website/reference-crds-virtualmcpcompositetooldefinition-01-virtualmcpcompositetooldefinition.yaml':
+        NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition my-virtualmcpcompositetooldefinition: kind '
+         '[not-implemented]',)),
+    'docs-website/reference-crds-virtualmcpserver-01-virtualmcpserver.yaml': Mistake(
+        'the placeholder <string> where the group name belongs',
+        ('VirtualMCPServer my-virtualmcpserver: spec.groupRef.name [dns-name]',)),
+    'docs-website/tutorials-mcp-optimizer-03-embedding-server.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
+    'docs-website-v1alpha1/guides-k8s-auth-k8s-06-embedded-auth-config.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig embedded-auth-server: spec.type [not-implemented]',)),
+    'docs-website-v1alpha1/guides-k8s-auth-k8s-08-embedded-auth-oauth2-config.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig embedded-auth-oauth2: spec.type [not-implemented]',)),
+    'docs-website-v1alpha1/guides-vmcp-composite-tools-01.yaml': NotYet(
+        'composite tools',
+        ('VirtualMCPServer my-vmcp: spec.config.compositeTools [not-implemented]',)),
+    'docs-website-v1alpha1/guides-vmcp-composite-tools-02.yaml': NotYet(
+        'composite tools',
+        ('VirtualMCPServer research-vmcp: spec.config.compositeTools [not-implemented]',)),
+    'docs-website-v1alpha1/guides-vmcp-failure-handling-03.yaml': Mistake(
+        'an incomplete snippet: names an MCPOIDCConfig that no document defines',
+        ('VirtualMCPServer production-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
+    'docs-website-v1alpha1/guides-vmcp-optimizer-05-vmcp-with-optimizer.yaml': Mistake(
+        'spec.groupRef is given twice (a duplicate YAML key)',
+        ('None None:  [duplicate-key]',)),
+    'toolhive-chainsaw/mcpwebhookconfig.extracted.yaml': NotYet(
+        'MCPWebhookConfig',
+        ('MCPWebhookConfig non-existent-webhook-config: kind [not-implemented]',)),
+    'toolhive-chainsaw/st-pod-annotations-mcpserver.yaml': Mistake(
+        "chainsaw's template ($testPrefix) where a DNS name belongs",
+        ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
+    'toolhive-chainsaw/st-sse-mcpserver.yaml': Mistake(
+        "chainsaw's template ($testPrefix) where a DNS name belongs",
+        ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
+    'toolhive-chainsaw/st-stdio-mcpserver.yaml': Mistake(
+        "chainsaw's template ($testPrefix) where a DNS name belongs",
+        ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
+    'toolhive-chainsaw/st-stdio-streamable-http-mcpserver.yaml': Mistake(
+        "chainsaw's template ($testPrefix) where a DNS name belongs",
+        ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
+    'toolhive-chainsaw/st-streamable-http-mcpserver.yaml': Mistake(
+        "chainsaw's template ($testPrefix) where a DNS name belongs",
+        ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-awssts.yaml': NotYet(
+        'MCPExternalAuthConfig type awsSts',
+        ('MCPExternalAuthConfig test-valid-awssts: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-bearertoken.yaml': NotYet(
+        'MCPExternalAuthConfig type bearerToken',
+        ('MCPExternalAuthConfig test-valid-bearertoken: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-embeddedauthserver.yaml':
+        NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig test-valid-embeddedauthserver: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-headerinjection.yaml': NotYet(
+        'MCPExternalAuthConfig type headerInjection',
+        ('MCPExternalAuthConfig test-valid-headerinjection: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-awssts-missing-config.yaml': Mistake(
+        ("deliberately invalid (ToolHive's test expects the API server to reject it): type "
+         'awsSts without its block'),
+        ('MCPExternalAuthConfig test-invalid-awssts: spec.awsSts [required]',
+         'MCPExternalAuthConfig test-invalid-awssts: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-bearertoken-missing-config.yaml':
+        Mistake(
+        ("deliberately invalid (ToolHive's test expects rejection): type bearerToken without "
+         'its block'),
+        ('MCPExternalAuthConfig test-invalid-bearertoken: spec.bearerToken [required]',
+         'MCPExternalAuthConfig test-invalid-bearertoken: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-embeddedauthserver-missing-config.yaml':
+        Mistake(
+        ("deliberately invalid (ToolHive's test expects rejection): type embeddedAuthServer "
+         'without its block'),
+        ('MCPExternalAuthConfig test-invalid-embeddedauthserver: spec.embeddedAuthServer '
+         '[required]',
+         'MCPExternalAuthConfig test-invalid-embeddedauthserver: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-headerinjection-missing-config.yaml':
+        Mistake(
+        ("deliberately invalid (ToolHive's test expects rejection): type headerInjection "
+         'without its block'),
+        ('MCPExternalAuthConfig test-invalid-headerinjection: spec.headerInjection [required]',
+         'MCPExternalAuthConfig test-invalid-headerinjection: spec.type [not-implemented]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-tokenexchange-missing-config.yaml':
+        Mistake(
+        ("deliberately invalid (ToolHive's test expects rejection): type tokenExchange without "
+         'its block'),
+        ('MCPExternalAuthConfig test-invalid-tokenexchange: spec.tokenExchange [required]',)),
+    'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-unauthenticated-with-config.yaml':
+        Mistake(
+        ("deliberately invalid (ToolHive's test expects rejection): type unauthenticated with "
+         'a tokenExchange block'),
+        ('MCPExternalAuthConfig test-invalid-unauthenticated: spec.tokenExchange [unused-field]',)),
+    'toolhive-chainsaw/vmcp-audit-chainsaw-test.extracted.yaml': NotYet(
+        'audit logging',
+        ('VirtualMCPServer test-vmcp-audit-enabled: spec.config.audit [not-implemented]',)),
+    'toolhive-chainsaw/vmcp-controller.yaml': NotYet(
+        'authorization (Cedar policies)',
+        ('VirtualMCPServer test-vmcp-controller: spec.incomingAuth.authzConfig '
+         '[not-implemented]',)),
+    'toolhive-chainsaw/vmcp.extracted.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition bad-tool-ref: kind [not-implemented]',
+         'VirtualMCPCompositeToolDefinition circular-deps: kind [not-implemented]',
+         'VirtualMCPCompositeToolDefinition deploy-workflow: kind [not-implemented]',
+         'VirtualMCPCompositeToolDefinition duplicate-steps: kind [not-implemented]',
+         'VirtualMCPCompositeToolDefinition with-error-handling: kind [not-implemented]',
+         'VirtualMCPCompositeToolDefinition with-parameters: kind [not-implemented]',)),
+    'toolhive-docs/arch-02-core-concepts-01.yaml': Mistake(
+        ('tools[0] has no workload and a filter written as {allow: [...]} (a list of tool '
+         'names in every release); no spec.incomingAuth; also MCPToolConfig filters are not '
+         'implemented yet'),
+        ('VirtualMCPServer team-tools: spec.aggregation.tools[0].filter [type]',
+         'VirtualMCPServer team-tools: spec.aggregation.tools[0].toolConfigRef [not-implemented]',
+         'VirtualMCPServer team-tools: spec.aggregation.tools[0].workload [required]',
+         'VirtualMCPServer team-tools: spec.incomingAuth [required]',)),
+    'toolhive-docs/arch-09-operator-architecture-01.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy bedrock-proxy: kind [not-implemented]',)),
+    'toolhive-docs/arch-17-token-exchange-delegation-01.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
+    'toolhive-docs/arch-17-token-exchange-delegation-02.yaml': Mistake(
+        ('an incomplete snippet: no spec.incomingAuth, an authServerConfig without '
+         'upstreamProviders; also client delegation is not implemented yet'),
+        ('VirtualMCPServer reporting-gateway: spec.authServerConfig.delegateClients '
+         '[not-implemented]',
+         'VirtualMCPServer reporting-gateway: spec.authServerConfig.upstreamProviders [required]',
+         'VirtualMCPServer reporting-gateway: spec.incomingAuth [required]',)),
+    'toolhive-docs/arch-17-token-exchange-delegation-03.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
+    'toolhive-docs/arch-17-token-exchange-delegation-04.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
+    'toolhive-docs/observability-01.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'toolhive-docs/operator-advanced-workflow-patterns-01.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition incident-investigation: kind [not-implemented]',)),
+    'toolhive-docs/operator-advanced-workflow-patterns-02.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition robust-deployment: kind [not-implemented]',)),
+    'toolhive-docs/operator-composite-tools-quick-reference-01.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition my-workflow: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-01.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition deploy-app: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-02.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition simple-deploy: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-03.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition deploy-and-verify: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-04.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition investigate-incident: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-05.yaml': NotYet(
+        'VirtualMCPCompositeToolDefinition',
+        ('VirtualMCPCompositeToolDefinition canary-deployment: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-06.yaml': Mistake(
+        ("no spec.incomingAuth (required by ToolHive's CRD too); also composite tools are not "
+         'implemented yet'),
+        ('VirtualMCPServer production-vmcp: spec.compositeToolRefs [not-implemented]',
+         'VirtualMCPServer production-vmcp: spec.incomingAuth [required]',)),
+    'toolhive-docs/operator-virtualmcpserver-api-01.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry context7: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpserver-api-02.yaml': Mistake(
+        ('outgoingAuth backend type service_account (no such type in any release) with a '
+         'serviceAccount field; also outgoingAuth.default is not implemented yet'),
+        ('VirtualMCPServer engineering-vmcp: spec.compositeTools [not-implemented]',
+         ('VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[1].toolConfigRef '
+          '[not-implemented]'),
+         'VirtualMCPServer engineering-vmcp: spec.incomingAuth.authzConfig [not-implemented]',
+         ('VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.serviceAccount '
+          '[unknown-field]'),
+         'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.type [enum]',
+         'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.default [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpserver-kubernetes-guide-04.yaml': NotYet(
+        'authorization (Cedar policies)',
+        ('VirtualMCPServer my-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpserver-kubernetes-guide-05.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy context7: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpserver-kubernetes-guide-06.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry context7: kind [not-implemented]',)),
+    'toolhive-docs/operator-virtualmcpserver-observability-01.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'toolhive-docs/redis-storage-01.yaml': NotYet(
+        'MCPExternalAuthConfig type embeddedAuthServer',
+        ('MCPExternalAuthConfig my-auth-config: spec.type [not-implemented]',)),
+    'toolhive-docs/vmcp-readme-01.yaml': Mistake(
+        ('config.group (the field is groupRef), an unknown '
+         'config.operational.sessionManagementV2, no spec.incomingAuth'),
+        ('VirtualMCPServer my-vmcp: spec.config.group [unknown-field]',
+         'VirtualMCPServer my-vmcp: spec.config.operational.sessionManagementV2 [unknown-field]',
+         'VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
+    'toolhive-examples/basic-embedding.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer basic-embedding: kind [not-implemented]',)),
+    'toolhive-examples/composite_tool_complex.yaml': NotYet(
+        ('VirtualMCPCompositeToolDefinition, composite tools '
+         '(VirtualMCPCompositeToolDefinition), authorization (Cedar policies)'),
+        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.config.compositeToolRefs [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples/embedding-advanced.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer advanced-embedding: kind [not-implemented]',)),
+    'toolhive-examples/embedding-with-cache.yaml': NotYet(
+        'EmbeddingServer',
+        ('EmbeddingServer embedding-with-cache: kind [not-implemented]',)),
+    'toolhive-examples/mcpexternalauthconfig_minimal.yaml': Mistake(
+        ("snake_case field names (token_url, client_id, client_secret_ref) that no release's "
+         'CRD has: tokenUrl is then missing'),
+        ('MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.client_id [unknown-field]',
+         ('MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.client_secret_ref '
+          '[unknown-field]'),
+         'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.tokenUrl [required]',
+         'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.token_url [unknown-field]',)),
+    'toolhive-examples/mcpserver_fetch_otel.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig basic-telemetry: kind [not-implemented]',)),
+    'toolhive-examples/mcpserver_with_external_auth.yaml': Mistake(
+        ('names MCPExternalAuthConfig oauth-token-exchange, which no file defines (an '
+         'incomplete example)'),
+        ('MCPServer fetch-with-auth: spec.externalAuthConfigRef.name [reference]',)),
+    'toolhive-examples/mcpserverentry_basic.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry context7: kind [not-implemented]',)),
+    'toolhive-examples/mcpserverentry_with_ca_bundle.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry internal-mcp: kind [not-implemented]',)),
+    'toolhive-examples/mcpserverentry_with_header_forward.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry internal-api: kind [not-implemented]',)),
+    'toolhive-examples/toolconfig_basic.yaml': NotYet(
+        'MCPToolConfig',
+        ('MCPToolConfig basic-tool-filter: kind [not-implemented]',)),
+    'toolhive-examples/vmcp_codemode.yaml': NotYet(
+        'authorization (Cedar policies)',
+        ('VirtualMCPServer codemode-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples/vmcp_optimizer_all_options.yaml': NotYet(
+        'EmbeddingServer, authorization (Cedar policies)',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
+         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples/vmcp_optimizer_quickstart.yaml': NotYet(
+        'EmbeddingServer, authorization (Cedar policies)',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
+         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples/vmcp_with_telemetry_ref.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'toolhive-examples-v0.19.0/composite_tool_complex.yaml': NotYet(
+        ('VirtualMCPCompositeToolDefinition, composite tools '
+         '(VirtualMCPCompositeToolDefinition), authorization (Cedar policies)'),
+        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.config.compositeToolRefs [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.19.0/mcpremoteproxy_with_inline_oidc_secretref.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy github-proxy: kind [not-implemented]',)),
+    'toolhive-examples-v0.19.0/mcpserverentry_basic.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry context7: kind [not-implemented]',)),
+    'toolhive-examples-v0.19.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry internal-mcp: kind [not-implemented]',)),
+    'toolhive-examples-v0.19.0/mcpserverentry_with_header_forward.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry internal-api: kind [not-implemented]',)),
+    'toolhive-examples-v0.19.0/vmcp_optimizer_all_options.yaml': NotYet(
+        'EmbeddingServer, authorization (Cedar policies)',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
+         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.19.0/vmcp_optimizer_quickstart.yaml': NotYet(
+        'EmbeddingServer, authorization (Cedar policies)',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
+         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.22.0/composite_tool_complex.yaml': NotYet(
+        ('VirtualMCPCompositeToolDefinition, composite tools '
+         '(VirtualMCPCompositeToolDefinition), authorization (Cedar policies)'),
+        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.config.compositeToolRefs [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.22.0/mcpexternalauthconfig_minimal.yaml': Mistake(
+        ("snake_case field names (token_url, client_id, client_secret_ref) that no release's "
+         'CRD has: tokenUrl is then missing'),
+        ('MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.client_id [unknown-field]',
+         ('MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.client_secret_ref '
+          '[unknown-field]'),
+         'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.tokenUrl [required]',
+         'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.token_url [unknown-field]',)),
+    'toolhive-examples-v0.22.0/mcpserverentry_basic.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry context7: kind [not-implemented]',)),
+    'toolhive-examples-v0.22.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry internal-mcp: kind [not-implemented]',)),
+    'toolhive-examples-v0.22.0/mcpserverentry_with_header_forward.yaml': NotYet(
+        'MCPServerEntry',
+        ('MCPServerEntry internal-api: kind [not-implemented]',)),
+    'toolhive-examples-v0.22.0/toolconfig_basic.yaml': NotYet(
+        'MCPToolConfig',
+        ('MCPToolConfig basic-tool-filter: kind [not-implemented]',)),
+    'toolhive-examples-v0.22.0/vmcp_optimizer_all_options.yaml': NotYet(
+        'EmbeddingServer, authorization (Cedar policies)',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
+         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.22.0/vmcp_optimizer_quickstart.yaml': NotYet(
+        'EmbeddingServer, authorization (Cedar policies)',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
+         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.22.0/vmcp_with_telemetry_ref.yaml': NotYet(
+        'MCPTelemetryConfig',
+        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
+    'toolhive-examples-v0.6.16/composite_tool_complex.yaml': NotYet(
+        ('VirtualMCPCompositeToolDefinition, authorization (Cedar policies), composite tools '
+         '(VirtualMCPCompositeToolDefinition)'),
+        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.compositeToolRefs [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.6.17/composite_tool_complex.yaml': NotYet(
+        ('VirtualMCPCompositeToolDefinition, authorization (Cedar policies), composite tools '
+         '(VirtualMCPCompositeToolDefinition)'),
+        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.compositeToolRefs [not-implemented]',
+         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
+    'toolhive-examples-v0.6.17/mcpremoteproxy_with_inline_oidc_secretref.yaml': NotYet(
+        'MCPRemoteProxy',
+        ('MCPRemoteProxy github-proxy: kind [not-implemented]',)),
+    'toolhive-examples-v0.6.17/mcpserver_with_external_auth.yaml': Mistake(
+        ('names MCPExternalAuthConfig oauth-token-exchange, which no file defines (an '
+         'incomplete example)'),
+        ('MCPServer fetch-with-auth: spec.externalAuthConfigRef.name [reference]',)),
+
+}
+
+
+# --- companions -----------------------------------------------------------------------------------
+
+_MISSING = re.compile(r"refers to (Secret|MCPGroup) ([a-z0-9-]+)/([a-z0-9.-]+),")
+_PATH_PART = re.compile(r'\.?([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\["((?:[^"\\]|\\.)*)"\]')
+
+
+def _walk(body: Any, path: str) -> Any:
+    """The value at a problem's formatted path (``spec.refs[0].name``) of a document."""
+    node = body
+    for match in _PATH_PART.finditer(path):
+        key, index, quoted = match.groups()
+        node = node[int(index)] if index is not None else node[key if key else quoted]
+    return node
+
+
+@cache
+def _signing_key() -> str:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
+
+
+def companions(docs: list[SourceDocument], result: ValidationResult) -> list[dict[str, Any]]:
+    """A Secret per missing Secret reference (by namespace and name, with every key asked for)
+    and an MCPGroup per missing group."""
+    secrets: dict[tuple[str, str], dict[str, str]] = {}
+    groups: set[tuple[str, str]] = set()
+    bodies = {doc.index: doc.body for doc in docs}
+    for problem in result.errors:
+        found = _MISSING.search(problem.message) if problem.rule == "reference" else None
+        if found is None:
+            continue
+        kind, namespace, name = found.groups()
+        if kind == "MCPGroup":
+            groups.add((namespace, name))
+            continue
+        ref_path = problem.path.removesuffix(".name")
+        key = _walk(bodies[problem.document or 0], ref_path)["key"]
+        value = (_signing_key() if "signingKeySecretRefs" in ref_path
+                 else f"placeholder-{name}-{key}-".ljust(48, "x"))
+        secrets.setdefault((namespace, name), {})[key] = value
+    return [
+        *({"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": namespace}, "stringData": data}
+          for (namespace, name), data in sorted(secrets.items())),
+        *({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": "MCPGroup",
+           "metadata": {"name": name, "namespace": namespace}}
+          for namespace, name in sorted(groups)),
+    ]
+
+
+def validate_alone(path: Path) -> ValidationResult:
+    """The file alone, then again with the companions of what it names but does not hold."""
+    docs, problems = load_paths([path])
+    result = validate_documents(docs, OPTIONS, problems)
+    extra = companions(docs, result)
+    if not extra:
+        return result
+    more, more_problems = load_text(yaml.safe_dump_all(extra), "companions.yaml")
+    assert not more_problems
+    return validate_documents([*docs, *more], OPTIONS, problems)
+
+
+def error_keys(result: ValidationResult) -> tuple[str, ...]:
+    """Each error as ``Kind name: path [rule]``, sorted, duplicates once."""
+    return tuple(sorted({f"{p.kind} {p.name}: {p.path} [{p.rule}]" for p in result.errors}))
+
+
+def name_of(path: Path) -> str:
+    return path.relative_to(MANIFESTS).as_posix()
+
+
+# --- the tests -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", FILES, ids=name_of)
+def test_manifest_loads_or_fails_only_as_listed(path: Path) -> None:
+    result = validate_alone(path)
+    expected = EXPECTED.get(name_of(path))
+    got = error_keys(result)
+    if expected is None:
+        assert not got, "\n".join(map(str, result.errors))
+        return
+    assert got, f"{name_of(path)} now loads: remove its entry from EXPECTED"
+    assert got == tuple(sorted(expected.errors)), (
+        "errors differ from EXPECTED:\n" + "\n".join(map(str, result.errors)))
+
+
+def test_every_entry_names_a_manifest() -> None:
+    assert set(EXPECTED) <= {name_of(p) for p in FILES}
+    assert all(entry.errors for entry in EXPECTED.values())
+
+
+def test_the_corpus_is_all_there() -> None:
+    """220 files in 9 folders (their NOTICE.md): a missing file would pass unnoticed."""
+    assert MANIFESTS.is_dir(), f"{MANIFESTS} is missing: ../shared must be beside the repository"
+    assert len(FILES) == 220
+    assert len({p.relative_to(MANIFESTS).parts[0] for p in FILES}) == 9
+
+
+def test_companions_are_made_for_missing_references_only() -> None:
+    text = """\
+apiVersion: toolhive.stacklok.dev/v1beta1
+kind: VirtualMCPServer
+metadata: {name: gw, namespace: tools}
+spec:
+  groupRef: {name: team}
+  incomingAuth: {type: anonymous}
+  sessionStorage:
+    provider: redis
+    address: redis:6379
+    passwordRef: {name: redis, key: password}
+    hmacSecretRefs: [{name: fleet, key: hmac}]
+"""
+    docs, _ = load_text(text, "gw.yaml")
+    made = companions(docs, validate_documents(docs, OPTIONS))
+    assert [(d["kind"], d["metadata"]["name"]) for d in made] == [
+        ("Secret", "fleet"), ("Secret", "redis"), ("MCPGroup", "team")]
+    assert all(d["metadata"]["namespace"] == "tools" for d in made)
+    assert len(made[0]["stringData"]["hmac"]) >= 32
+    more, _ = load_text(yaml.safe_dump_all(made), "companions.yaml")
+    assert validate_documents([*docs, *more], OPTIONS).ok

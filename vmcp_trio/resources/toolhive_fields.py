@@ -1,0 +1,205 @@
+"""ToolHive's fields that vmcp accepts without acting on them, set aside before the models run.
+
+One job: take out of a spec the fields of ToolHive's CRDs that mean nothing to vmcp (yet), and
+say so, so that the strict models see only what vmcp acts on. Each field belongs to one family,
+with its own rule:
+
+* ``kubernetes-only``: one warning per resource, listing them. Fields that shape only the
+  workload ToolHive's operator creates (``toolhive/FIELDS.md``'s "k8s" column: image, resources,
+  ports, replicas, pod template, Service settings, service account, volumes, image pull secrets),
+  and for an MCPServer the settings of the container and of ToolHive's proxy in front of it
+  (``secrets`` as container variables, the proxy's own incoming OIDC, session storage and path
+  prefix). vmcp runs no pod. For an MCPServer reached at its in-cluster URL (neither ``url``
+  nor ``command``) they are not ignored but the operator's business, and pass without a word.
+* ``ignored-field``: a warning per field. Features vmcp does not have yet whose absence changes
+  no security decision and no result a client gets: telemetry (vmcp serves ``/metrics`` and
+  traces by its own flags), the optimizer and its embedding server, code mode, the runtime
+  config's ``name``/``metadata``, ``logLevel``, the circuit breaker, status reporting and tool
+  annotation overrides.
+* ``not-implemented``: an error per field. Features whose absence would make the gateway do
+  less than the manifest says, above all about security: authorization (``authzConfig``,
+  ``authzConfigRef``), rate limiting, audit, webhooks, MCPToolConfig filters, tool exclusion,
+  composite tools, static ``config.backends``, passthrough headers, ``outgoingAuth.default``, the
+  runtime form of incoming/outgoing auth, the authorization server's and MCPOIDCConfig's newer
+  options (client delegation, trusted issuers, CIMD, DCR upstream, CA bundles). They are
+  refused, never silently dropped. A value that turns nothing on (``false``, or a block with
+  ``enabled: false``) is accepted without a word.
+
+An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
+the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
+they pass as the operator's business. A server vmcp reaches directly (``url``) or starts
+(``command``) has no such proxy: there they are not implemented.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from .problems import PathPart
+from .report import Report, Resource
+
+__all__ = ["accepted_patterns", "set_aside", "split_pattern"]
+
+Rule = tuple[str, str]
+"""(field pattern, what it is): dots between keys, ``[]`` for every list item, ``*`` for every
+map key."""
+
+
+def _both(pattern: str, what: str) -> tuple[Rule, Rule]:
+    """A gateway setting ToolHive has under ``spec.config`` and (v0.6.x) directly under ``spec``."""
+    return (pattern, what), (f"config.{pattern}", what)
+
+
+KUBERNETES_ONLY: dict[str, tuple[str, ...]] = {
+    "MCPServer": ("image", "mcpPort", "targetPort", "permissionProfile", "podTemplateSpec",
+                  "replicas", "backendReplicas", "resourceOverrides", "resources",
+                  "serviceAccount", "sessionAffinity", "volumes", "secrets", "endpointPrefix",
+                  "trustProxyHeaders", "sessionStorage", "oidcConfigRef", "oidcConfig"),
+    "VirtualMCPServer": ("imagePullSecrets", "podTemplateSpec", "replicas", "serviceAccount",
+                         "serviceType", "sessionAffinity"),
+}
+
+_TELEMETRY = "telemetry (vmcp serves /metrics and traces by its own flags)"
+
+IGNORED: dict[str, tuple[Rule, ...]] = {
+    "MCPServer": (("telemetry", _TELEMETRY), ("telemetryConfigRef", _TELEMETRY)),
+    "VirtualMCPServer": (
+        *_both("telemetry", _TELEMETRY),
+        ("telemetryConfigRef", _TELEMETRY),
+        ("embeddingServerRef", "the optimizer is not implemented yet"),
+        ("config.optimizer", "the optimizer is not implemented yet"),
+        ("config.codeMode", "code mode is not implemented yet"),
+        ("config.name", "the gateway's name is metadata.name"),
+        ("config.metadata", "the gateway's metadata is metadata"),
+        *_both("operational.logLevel", "the log level is vmcp's --debug flag"),
+        *_both("operational.failureHandling.circuitBreaker",
+               "the circuit breaker is not implemented yet (health checks still mark a failing "
+               "backend unhealthy)"),
+        *_both("operational.failureHandling.statusReportingInterval",
+               "status is reported to Kubernetes only"),
+        *_both("aggregation.tools[].overrides.*.annotations",
+               "tool annotation overrides are not implemented yet"),
+    ),
+}
+
+_AUTH_SERVER_FIELDS = ("cimd", "delegateClients", "trustedIssuers", "primaryUpstreamProvider",
+                       "disableUpstreamTokenInjection", "baselineClientScopes",
+                       "forceConfidentialRedirectUris",
+                       "insecureAllowConfidentialOverLoopbackHTTP",
+                       "allowConfidentialClientRegistration")
+"""``authServerConfig`` fields of ToolHive v0.44 that vmcp's authorization server lacks."""
+
+PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
+    "MCPServer": (
+        ("authzConfig", "authorization (Cedar policies)"),
+        ("authzConfigRef", "authorization (MCPAuthzConfig)"),
+        ("rateLimiting", "rate limiting"),
+        ("toolConfigRef", "tool filters and overrides of an MCPToolConfig"),
+        ("tools", "the tool filter"),
+        ("webhookConfigRef", "webhooks (MCPWebhookConfig)"),
+        ("authServerRef", "an embedded authorization server in front of one backend"),
+        ("audit", "audit logging"),
+    ),
+}
+
+NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
+    "VirtualMCPServer": (
+        ("incomingAuth.authzConfig", "authorization (Cedar policies)"),
+        ("incomingAuth.authzConfigRef", "authorization (MCPAuthzConfig)"),
+        ("outgoingAuth.default", "a default outgoing strategy"),
+        *_both("compositeTools", "composite tools"),
+        *_both("compositeToolRefs", "composite tools (VirtualMCPCompositeToolDefinition)"),
+        *_both("audit", "audit logging"),
+        *_both("aggregation.excludeAllTools", "tool exclusion"),
+        *_both("aggregation.defaultToolVisibility", "tool visibility"),
+        *_both("aggregation.tools[].excludeAll", "tool exclusion"),
+        *_both("aggregation.tools[].toolConfigRef", "tool filters of an MCPToolConfig"),
+        ("passthroughHeaders", "passthrough headers"),
+        ("config.passthroughHeaders", "passthrough headers"),
+        ("config.rateLimiting", "rate limiting"),
+        ("config.backends", "static backends (config.backends)"),
+        ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
+        ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
+        *((f"authServerConfig.{name}", f"the authorization server's {name}")
+          for name in _AUTH_SERVER_FIELDS),
+        ("authServerConfig.upstreamProviders[].oauth2Config.dcrConfig",
+         "dynamic client registration at an upstream provider"),
+    ),
+    "MCPOIDCConfig": (
+        ("inline.caBundleRef", "a CA bundle from a ConfigMap"),
+        ("inline.jwksAuthTokenPath", "an authenticated JWKS request"),
+        ("kubernetesServiceAccount.introspectionUrl", "token introspection"),
+    ),
+}
+
+
+def split_pattern(pattern: str) -> list[str]:
+    """``a.b[].c`` -> ``["a", "b", "[]", "c"]``."""
+    return pattern.replace("[]", ".[]").split(".")
+
+
+def accepted_patterns(kind: str) -> list[str]:
+    """Every field pattern of ``kind`` that this module sets aside (for the CRDs)."""
+    rules = (*IGNORED.get(kind, ()), *PROXY_ENFORCED.get(kind, ()),
+             *NOT_IMPLEMENTED.get(kind, ()))
+    return [*KUBERNETES_ONLY.get(kind, ()), *dict.fromkeys(pattern for pattern, _ in rules)]
+
+
+def _take(node: Any, parts: Sequence[str],
+          at: tuple[PathPart, ...]) -> Iterator[tuple[tuple[PathPart, ...], Any]]:
+    """Remove from ``node`` every value the pattern ``parts`` matches: (its path, the value)."""
+    head, rest = parts[0], parts[1:]
+    if head == "[]":
+        if isinstance(node, list):
+            for index, item in enumerate(node):
+                yield from _take(item, rest, (*at, index))
+        return
+    if not isinstance(node, dict):
+        return
+    keys = [k for k in node if isinstance(k, str)] if head == "*" else [head] * (head in node)
+    for key in keys:
+        if rest:
+            yield from _take(node[key], rest, (*at, key))
+        else:
+            yield (*at, key), node.pop(key)
+
+
+def _inert(value: Any) -> bool:
+    """A value that turns nothing on: ``false``, empty, or a block with ``enabled: false``."""
+    if isinstance(value, dict) and value.get("enabled") is False:
+        return True
+    return value is False or value is None or value in ({}, [], "")
+
+
+def set_aside(kind: str, spec: Any, report: Report, resource: Resource) -> Any:
+    """``spec`` without the fields of this module's tables (a copy), each reported by its rule."""
+    known = (KUBERNETES_ONLY, IGNORED, PROXY_ENFORCED, NOT_IMPLEMENTED)
+    if not isinstance(spec, dict) or not any(kind in table for table in known):
+        return spec
+    spec = copy.deepcopy(spec)
+    proxied = kind == "MCPServer" and "url" not in spec and "command" not in spec
+    k8s = [name for name in KUBERNETES_ONLY.get(kind, ()) if spec.pop(name, None) is not None]
+    for pattern, what in IGNORED.get(kind, ()):
+        for path, value in _take(spec, split_pattern(pattern), ("spec",)):
+            if not _inert(value):
+                report.warn(resource, path, "ignored-field", f"is ignored: {what}")
+    refused = list(NOT_IMPLEMENTED.get(kind, ()))
+    for pattern, what in PROXY_ENFORCED.get(kind, ()):
+        if proxied:
+            spec.pop(pattern, None)
+        else:
+            refused.append((pattern, what))
+    for pattern, what in refused:
+        for path, value in _take(spec, split_pattern(pattern), ("spec",)):
+            if not _inert(value):
+                report.error(resource, path, "not-implemented",
+                             f"is not implemented yet ({what}): refused rather than ignored, so "
+                             "that the gateway never does less than the manifest says")
+    if k8s and not proxied:
+        proxy = " and ToolHive's proxy in front of it" if kind == "MCPServer" else ""
+        report.warn(resource, ("spec",), "kubernetes-only",
+                    f"{', '.join(k8s)}: ignored outside Kubernetes (they shape only the "
+                    f"workload{proxy} that ToolHive's operator runs)")
+    return spec
