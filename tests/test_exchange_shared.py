@@ -141,6 +141,9 @@ async def test_three_replicas_make_one_exchange(provider: Idp, redis_port: int) 
     made slow, so that they all miss while it runs): ONE exchange at the provider, every caller
     gets the same token, and later requests are answered from the caches."""
     replicas = [replica(provider, redis_port) for _ in range(3)]
+    told: list[str] = []
+    for each in replicas:
+        each.cache.on_outcome = told.append  # what the metrics hear
     subject = await subject_token(provider)
     await trio.to_thread.run_sync(lambda: provider.set_exchange_mode("slow", 0.3))
     async with running(replicas):
@@ -154,6 +157,7 @@ async def test_three_replicas_make_one_exchange(provider: Idp, redis_port: int) 
         assert sorted(r.exchanger.exchanges for r in replicas) == [0, 0, 1]
         assert sum(r.cache.hits for r in replicas) == 2  # one Redis read per other replica
         assert all(r.cache.fallbacks == 0 for r in replicas)
+        assert told == ["hit", "hit"]
         assert elapsed < 0.3 + 1.0, f"the others waited {elapsed:.2f} s"
         # Warm: 30 more, from the local caches, no exchange and no new Redis hit.
         again = await ask_concurrently([(replicas[i % 3], subject, "backend-a")

@@ -78,6 +78,10 @@ async def test_any_replica_serves_the_next_request_of_a_session(redis_port: int)
         assert len({request_id for _, request_id in calls}) == 30  # ids never collide
         for _, process in running:
             assert session in process.gateway.sessions
+        adopted = [process.metrics.registry.get_sample_value(
+            "vmcp_shared_session_events_total", {"event": "adopted"}) or 0
+            for _, process in running]
+        assert adopted == [0, 1, 1]  # the copies B and C made (A made the session)
         await client.aclose()
 
 

@@ -6,6 +6,7 @@ client talks to haproxy alone, as a client of a production deployment would."""
 from __future__ import annotations
 
 import re
+import urllib.request
 from collections.abc import Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import dataclass
@@ -145,6 +146,13 @@ async def test_a_call_whose_replica_is_killed_finishes_on_another(tmp_path: Path
         assert max(progress) == 25 and progress.index(25) > progress.index(5)
         survivors = [r for r in running.replicas if not r.killed]
         assert any("taking over its call" in r.log() for r in survivors)
+        taken = 0.0
+        for survivor in survivors:
+            with urllib.request.urlopen(survivor.base + "/metrics", timeout=5) as answer:
+                found = re.search(r'vmcp_shared_session_events_total\{event="taken_over"\} '
+                                  r"(\S+)", answer.read().decode())
+            taken += float(found.group(1)) if found else 0.0
+        assert taken == 1.0
 
 
 async def test_a_login_through_the_balancer_spans_the_replicas(

@@ -243,6 +243,7 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
     process = GatewayProcess(plan, settings, http, metrics, authserver, authenticator,
                              exchangers, links, gateway, app, shared)
     _watch(process)
+    wire_shared(process)
     watch_backends(process, added=set(gateway.health.backends), removed=set())
     return process
 
@@ -256,6 +257,17 @@ def _watch(process: GatewayProcess) -> None:
     metrics.watch(metrics.auth_keys_healthy, lambda: 0.0 if app.auth.health().get(
         "keys", "healthy") != "healthy" else 1.0)
     wire_authserver(process)
+
+
+def wire_shared(process: GatewayProcess) -> None:
+    """The counters of what the replicas share."""
+    shared, metrics = process.shared, process.metrics
+    if shared is None:
+        return
+    shared.call_log.on_event = lambda event: metrics.shared_sessions.labels(event).inc()
+    shared.exchange_cache.on_outcome = (
+        lambda outcome: metrics.exchange_shared.labels(outcome).inc())
+    shared.redis.on_task_restart = metrics.count_restart
 
 
 def wire_authserver(process: GatewayProcess) -> None:

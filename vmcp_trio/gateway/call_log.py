@@ -119,6 +119,9 @@ class CallLog:
         self.max_pending = max_pending
         self.poll = poll
         self.stall_seconds = stall_seconds
+        self.on_event: Callable[[str], None] | None = None
+        """Told ``taken_over`` or ``lost`` for each call another replica was answering (the
+        metrics)."""
         self._pending: dict[tuple[str, str], _Pending] = {}
         self._count = 0
         self._wake = trio.Event()
@@ -233,6 +236,7 @@ class CallLog:
                         log.warning("session %s: replica %s was lost; taking over its call on "
                                     "stream %s", session[:8], called.owner, stream.key)
                         stream.mirror_to(_Mirror(self, session, stream.key), replay=False)
+                        self._told("taken_over")
                         await resume(stream, called)
                         return
                     last_life = trio.current_time()  # another replica took it: follow that one
@@ -243,10 +247,15 @@ class CallLog:
                 await trio.sleep(self.poll)
         except (_Unrecoverable, StorageUnavailable) as exc:
             log.warning("session %s: %s", session[:8], exc)
+            self._told("lost")
             called_id = await self._request_id(session, stream.key)
             stream.push(encode_error(INTERNAL_ERROR, LOST, called_id))
         finally:
             stream.finish()
+
+    def _told(self, event: str) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
 
     async def _request_id(self, session: str, key: str) -> RequestId | None:
         try:

@@ -248,6 +248,7 @@ class Gateway:
             assert self._sessions_nursery is not None
             await self._sessions_nursery.start(session.run)
             sharing.joined(session)
+            self.metrics.shared_sessions.labels("adopted").inc()
             log.info("session %s taken over from replica %s", session.id[:8], record.owner)
             return session
         finally:

@@ -81,6 +81,15 @@ class Metrics:
         self.client_disconnects = Counter("vmcp_client_disconnects", "Clients that left before "
                                           "their request was read or answered",
                                           registry=self.registry)
+        self.shared_sessions = Counter("vmcp_shared_session_events", "What replicas sharing "
+                                       "sessions did, by event: adopted (a copy of another "
+                                       "replica's session), taken_over (a call whose replica "
+                                       "died, resumed here), lost (such a call ended with an "
+                                       "error)", ["event"], registry=self.registry)
+        self.exchange_shared = Counter("vmcp_token_exchange_shared", "Token exchanges answered "
+                                       "through the replicas' shared cache, by outcome: hit "
+                                       "(another replica's token), fallback (Redis away: "
+                                       "exchanged alone)", ["outcome"], registry=self.registry)
 
     def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
         self.requests.labels(method, backend, outcome).inc()

@@ -85,8 +85,14 @@ class SharedExchangeCache:
         """Exchanges made without the fleet because Redis was unavailable (for metrics)."""
         self.hits = 0
         """Tokens answered from Redis (exchanged by another replica, or by this one earlier)."""
+        self.on_outcome: Callable[[str], None] | None = None
+        """Told ``hit`` or ``fallback`` as they happen (the metrics)."""
         self._retry_at: float | None = None
         """During an outage: when (trio clock) to ask Redis again; None while it answers."""
+
+    def _told(self, outcome: str) -> None:
+        if self.on_outcome is not None:
+            self.on_outcome(outcome)
 
     # --- the outage ----------------------------------------------------------------------------
 
@@ -130,6 +136,7 @@ class SharedExchangeCache:
         if found.until <= time.time():
             return None
         self.hits += 1
+        self._told("hit")
         return found
 
     async def get(self, key: str) -> Reusable | None:
@@ -180,6 +187,7 @@ class SharedExchangeCache:
         another one did; ``(None, None)``: exchange without the lock."""
         if self._skipping():
             self.fallbacks += 1
+            self._told("fallback")
             return None, None
         entry_key = self._entry_key(key)
         lock_key = self.redis.key("lock", name)
@@ -199,6 +207,7 @@ class SharedExchangeCache:
                     lock = await self._call(lambda: self.redis.acquire(name, self.lock_ttl))
         except StorageUnavailable:
             self.fallbacks += 1
+            self._told("fallback")
             return None, None
         return lock, None
 
