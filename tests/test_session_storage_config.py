@@ -10,6 +10,7 @@ from typing import Any
 
 from vmcp_trio.resources.problems import Severity
 from vmcp_trio.resources.resolver import secret_variable
+from vmcp_trio.resources.summary import describe_plan
 
 from .helpers import example_docs, expect_error, matching, resource, validate
 
@@ -139,3 +140,16 @@ def test_a_base64_secret_document_still_decodes() -> None:
                  "metadata": {"name": "fleet", "namespace": "dev"}, "data": {"hmac": encoded}})
     result = validate(docs, environ=NO_ENV)
     assert result.ok and result.plans[0].fleet_secrets[0].value == FLEET.encode()
+
+
+def test_the_summary_says_where_sessions_live_and_hides_the_password() -> None:
+    storage = {**REDIS, "passwordRef": {"name": "redis", "key": "password"}}
+    shared = validate(gateway_with(storage, ("fleet", {"hmac": FLEET}),
+                                   ("redis", {"password": "pw-never-shown"})), environ=NO_ENV)
+    text = describe_plan(shared.plans[0])
+    assert ("  sessions: shared by the replicas through redis redis.example:6379, db 0, prefix "
+            "vmcp:session:{dev:dev-gateway}:, password <redacted>; 1 fleet secret(s)") in text
+    assert "pw-never-shown" not in text and FLEET not in text
+    alone = validate(gateway_with(None), environ=NO_ENV)
+    assert ("  sessions: memory, one process (behind a balancer: sticky sessions); keys "
+            "random per process") in describe_plan(alone.plans[0])

@@ -81,6 +81,21 @@ def _backend(backend: BackendPlan, incoming: IncomingPlan) -> str:
     return f"    {backend.name}: {where}\n      outgoing auth: {outgoing}"
 
 
+def _redis(storage: RedisStorage) -> str:
+    where = (f"sentinel master {storage.master_name} via {', '.join(storage.sentinel_addrs)}"
+             if storage.master_name else f"redis {storage.addr}")
+    return (f"{where}, db {storage.db}, prefix {storage.key_prefix}, "
+            f"password {_secret(storage.password)}")
+
+
+def _sessions(plan: GatewayPlan) -> str:
+    secrets = (f"{len(plan.fleet_secrets)} fleet secret(s)" if plan.fleet_secrets
+               else "keys random per process")
+    if plan.session_storage is None:
+        return f"  sessions: memory, one process (behind a balancer: sticky sessions); {secrets}"
+    return f"  sessions: shared by the replicas through {_redis(plan.session_storage)}; {secrets}"
+
+
 def _auth_server(plan: AuthServerPlan) -> list[str]:
     keys = f"{len(plan.signing_keys)} signing key(s)" if plan.signing_keys else "ephemeral keys"
     hmacs = (f"{len(plan.hmac_secrets)} HMAC secret(s)" if plan.hmac_secrets
@@ -93,10 +108,7 @@ def _auth_server(plan: AuthServerPlan) -> list[str]:
     ]
     storage = plan.storage
     if isinstance(storage, RedisStorage):
-        where = (f"sentinel master {storage.master_name} via {', '.join(storage.sentinel_addrs)}"
-                 if storage.master_name else f"redis {storage.addr}")
-        lines.append(f"    storage: {where}, db {storage.db}, prefix {storage.key_prefix}, "
-                     f"password {_secret(storage.password)}")
+        lines.append(f"    storage: {_redis(storage)}")
     else:
         lines.append("    storage: memory (lost on restart)")
     lines.append("    upstream providers (login order):")
@@ -117,6 +129,7 @@ def describe_plan(plan: GatewayPlan) -> str:
         f"  aggregation: {plan.aggregation.conflict_resolution}"
         + (f" ({plan.aggregation.prefix_format!r})"
            if plan.aggregation.conflict_resolution == "prefix" else ""),
+        _sessions(plan),
         f"  backends ({len(plan.backends)}):",
         *(_backend(b, plan.incoming) for b in plan.backends),
     ]
