@@ -43,7 +43,7 @@ from .call_log import CallLog
 from .health import HealthMonitor
 from .mrtr import RequestStateSigner
 from .parked_relay import ParkedRelay
-from .session import ClientSession, SessionServices
+from .session import ClientSession, SessionBusy, SessionClosed, SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
 from .streams import EventStream
@@ -269,7 +269,11 @@ class Gateway:
         if called is None:
             return None
         stream = session.streams.continued(key, seq + 1)
-        session.spawn(call_log.follow, session.id, stream, session.resume_call)
+        try:
+            session.spawn(call_log.follow, session.id, stream, session.resume_call)
+        except (SessionBusy, SessionClosed):  # no room for the follower: as if not logged
+            stream.finish()
+            return None
         return stream
 
     async def end_session(self, session: ClientSession) -> None:
