@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +98,12 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout)
+
+
+def answers_ok(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 now (within 2 s)."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import yaml
 from vmcp_trio.http.client import HttpClient, HttpError
 
 from .gateway_helpers import RawClient
-from .helpers import ROOT, free_port, stop_process
+from .helpers import ROOT, answers_ok, free_port, stop_process
 
 
 @dataclass
@@ -93,7 +92,7 @@ def serving(docs: list[dict[str, Any]], workdir: Path, *flags: str,
     running = Served(f"http://127.0.0.1:{port}/mcp", process, log_path)
     try:
         deadline = time.monotonic() + 30
-        while not _healthy(running.base):
+        while not answers_ok(running.base + "/health"):
             assert process.poll() is None, running.log()
             assert time.monotonic() < deadline, "vmcp did not start:\n" + running.log()
             time.sleep(0.1)
@@ -103,9 +102,3 @@ def serving(docs: list[dict[str, Any]], workdir: Path, *flags: str,
     assert running.killed or process.returncode == 0, running.log()[-3000:]
 
 
-def _healthy(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(base + "/health", timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
