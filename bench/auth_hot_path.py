@@ -11,10 +11,14 @@ Sections (each a function returning ``(metrics, ratios)``, merged into the one J
 * ``authenticate_hit``: the whole per-request step of the gateway for a known JWT
   (``JwtAuthenticator.authenticate``), and ``introspection_hit``: an opaque token whose
   introspection answer is cached (``Introspector.introspect``);
-* ``through_vmcp``: tools/call through two vmcp processes in front of the same floor backend
-  (bench/floor_backend.py), one with anonymous and one with ``oidc`` incoming auth (keys from
-  a local JWKS endpoint; every session presents one token, so the cache is warm), 32 sessions
-  each, vmcp pinned alone on one CPU: the CPU per call of oidc over anonymous (target: <= 1.05).
+* ``cedar_decision``: one authorization decision with the ten Cedar policies of
+  :data:`POLICIES` (``CedarPolicies.allowed``), from its decision cache and made by the Cedar
+  engine (a new argument value each call), in microseconds;
+* ``through_vmcp``: tools/call through three vmcp processes in front of the same floor backend
+  (bench/floor_backend.py): anonymous, ``oidc`` incoming auth (keys from a local JWKS endpoint;
+  every session presents one token, so the cache is warm), and ``oidc`` with the ten Cedar
+  policies; 32 sessions each, vmcp pinned alone on one CPU: the CPU per call of oidc over
+  anonymous (target: <= 1.05), and of oidc with policies over oidc (target: <= 1.05).
 
 Each case runs ``--iterations`` calls per batch, ``--batches`` batches; the cases of one section
 are interleaved batch by batch so that a noisy neighbour slows them alike, and the figure kept is
@@ -34,6 +38,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any
 
+import orjson
 import trio
 from common import (  # type: ignore[import-not-found]
     cpu_seconds,
@@ -60,6 +65,8 @@ from vmcp_trio.auth.jwt import (
     parse_jws,
     verify_signature,
 )
+from vmcp_trio.auth.policy.cedar import CedarPolicies
+from vmcp_trio.auth.policy.mcp_checks import tool_check
 from vmcp_trio.auth.token_cache import VerifiedTokenCache
 
 try:
@@ -107,7 +114,31 @@ def claims() -> dict[str, Any]:
     now = int(time.time())
     return {"iss": ISSUER, "aud": AUDIENCE, "sub": "user-1234", "client_id": "bench-client",
             "scope": "tools:read tools:call", "exp": now + 3600, "iat": now, "nbf": now,
-            "jti": "4f1c1a52-0f9e-4a57-9a0d-3c1c0f6d2b11"}
+            "jti": "4f1c1a52-0f9e-4a57-9a0d-3c1c0f6d2b11", "groups": ["eng", "oncall"],
+            "email": "dev@example.com"}
+
+
+POLICIES = [
+    'permit(principal in THVGroup::"eng", action == Action::"call_tool", resource);',
+    'permit(principal in THVGroup::"eng", action == Action::"get_prompt", resource);',
+    'permit(principal in THVGroup::"eng", action == Action::"read_resource", resource);',
+    'permit(principal in THVGroup::"sales", action == Action::"call_tool", '
+    'resource == Tool::"search");',
+    'forbid(principal, action == Action::"call_tool", resource == Tool::"delete_repo") '
+    'unless { principal in THVGroup::"admins" };',
+    'forbid(principal, action == Action::"call_tool", resource) '
+    'when { resource has destructiveHint && resource.destructiveHint } '
+    'unless { principal in THVGroup::"oncall" };',
+    'forbid(principal, action == Action::"call_tool", resource == Tool::"echo") '
+    'when { resource has arg_text && resource.arg_text == "forbidden" };',
+    'permit(principal, action == Action::"call_tool", resource == Tool::"status") '
+    'when { context.claim_email like "*@example.com" };',
+    'forbid(principal == Client::"blocked-user", action, resource);',
+    'permit(principal in THVGroup::"support", action == Action::"read_resource", resource) '
+    'when { resource.uri like "tickets://*" };',
+]
+"""Ten policies of the kinds a platform team writes: by group, tool, annotation, argument and
+claim (ToolHive's Cedar model)."""
 
 
 def private_key(alg: str) -> Any:
@@ -234,6 +265,26 @@ async def _never() -> str:
 # --- through vmcp ------------------------------------------------------------------------------
 
 
+def cedar_decision() -> tuple[Metrics, Ratios]:
+    """One decision with the ten policies: from the cache, and made by the engine."""
+    policies = CedarPolicies(POLICIES, server_name="bench")
+    token_claims = claims()
+    hit = tool_check("echo", {"text": "hello"}, {})
+    assert policies.allowed(token_claims, hit)
+    counter = iter(range(1 << 62))
+
+    def cached() -> None:
+        policies.allowed(token_claims, hit)
+
+    def decided() -> None:
+        policies.allowed(token_claims, tool_check("echo", {"text": f"t{next(counter)}"}, {}))
+
+    result = per_call_us({"cached": cached, "decided": decided})
+    cached_us, decided_us = result["cached"], result["decided"]
+    print(f"cedar decision (10 policies): cached {cached_us} us, decided {decided_us} us")
+    return {"cedar_cached_us": cached_us, "cedar_decided_us": decided_us}, {}
+
+
 def _vmcp_cpu_per_call(backend_url: str, incoming: str, auth: bytes, server_cpu: int,
                        args: argparse.Namespace) -> dict[str, float]:
     port = free_port()
@@ -272,21 +323,27 @@ def through_vmcp(args: argparse.Namespace) -> tuple[Metrics, Ratios]:
         oidc = (f"{{type: oidc, oidcConfig: {{type: inline, inline: {{issuer: '{ISSUER}', "
                 f"audience: '{AUDIENCE}', clientId: bench, jwksUrl: '{jwks_url}', "
                 "insecureAllowHTTP: true, jwksAllowPrivateIP: true}}}")
-        runs = {"anonymous": [], "oidc": []}  # type: dict[str, list[dict[str, float]]]
-        for _ in range(args.rounds):  # alternate, so drift hits both alike
-            runs["anonymous"].append(_vmcp_cpu_per_call(backend_url, "{type: anonymous}", b"",
-                                                        server_cpu, args))
-            runs["oidc"].append(_vmcp_cpu_per_call(backend_url, oidc, auth, server_cpu, args))
+        policies = ", ".join(orjson.dumps(p).decode() for p in POLICIES)
+        with_policies = (oidc[:-1] + ", authzConfig: {type: inline, inline: {policies: ["
+                         + policies + "]}}}")
+        modes = {"anonymous": ("{type: anonymous}", b""), "oidc": (oidc, auth),
+                 "oidc_cedar": (with_policies, auth)}
+        runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+        for _ in range(args.rounds):  # alternate, so drift hits them alike
+            for mode, (incoming, credentials) in modes.items():
+                runs[mode].append(_vmcp_cpu_per_call(backend_url, incoming, credentials,
+                                                     server_cpu, args))
     best = {mode: min(r, key=lambda m: m["vmcp_cpu_us_per_call"]) for mode, r in runs.items()}
-    print(f"through vmcp: anonymous {best['anonymous']}, oidc {best['oidc']}")
-    ratio = best["oidc"]["vmcp_cpu_us_per_call"] / best["anonymous"]["vmcp_cpu_us_per_call"]
+    print(f"through vmcp: {best}")
+    cpu = {mode: figures["vmcp_cpu_us_per_call"] for mode, figures in best.items()}
     return ({"through_vmcp": best},
-            {"oidc_vs_anonymous_cpu_per_call": round(ratio, 3)})
+            {"oidc_vs_anonymous_cpu_per_call": round(cpu["oidc"] / cpu["anonymous"], 3),
+             "cedar_vs_oidc_cpu_per_call": round(cpu["oidc_cedar"] / cpu["oidc"], 3)})
 
 
 def sections(args: argparse.Namespace) -> list[Section]:
     """Every section of this benchmark, in order (add new groups here)."""
-    return [*jwt_sections(), authenticate_hit, partial(through_vmcp, args)]
+    return [*jwt_sections(), authenticate_hit, cedar_decision, partial(through_vmcp, args)]
 
 
 def main() -> None:
@@ -297,7 +354,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--duration", type=float, default=6.0)
     parser.add_argument("--rounds", type=int, default=2,
-                        help="anonymous/oidc gateway runs, alternated; the best of each is kept")
+                        help="anonymous/oidc/oidc+cedar gateway runs, alternated; the best of "
+                             "each is kept")
     args = parser.parse_args()
     ITERATIONS, BATCHES = args.iterations, args.batches
     cpu = cpus()[-1]

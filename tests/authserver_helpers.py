@@ -161,14 +161,16 @@ def claims_of(token: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def chained_upstreams(*, access_token_ttl: int = 600, token_exchange: dict[str, Any] | None = None
+def chained_upstreams(*, access_token_ttl: int = 600, token_exchange: dict[str, Any] | None = None,
+                      groups: dict[str, list[str]] | None = None
                       ) -> Iterator[tuple[int, Idp, Idp]]:
     """vmcp's port (chosen first: the upstreams must know its callback) and two oidc-provider
     instances, ``corp`` and ``hub``, for the embedded authorization server's chained login
-    (``token_exchange``: corp also offers RFC 8693, see ``running_idp``)."""
+    (``token_exchange``: corp also offers RFC 8693, see ``running_idp``; ``groups``: the
+    ``groups`` claim of corp's accounts)."""
     port = free_port()
     callback = (f"http://127.0.0.1:{port}/oauth/callback",)
     with running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl,
-                     token_exchange=token_exchange) as corp, \
+                     token_exchange=token_exchange, groups=groups) as corp, \
             running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl) as hub:
         yield port, corp, hub

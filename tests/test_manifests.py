@@ -56,38 +56,25 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/guides-k8s-auth-k8s-03-corporate-oidc-config.yaml': NotYet(
         'a CA bundle from a ConfigMap',
         ('MCPOIDCConfig corporate-oidc: spec.inline.caBundleRef [not-implemented]',)),
-    'docs-website/guides-k8s-authorization-k8s-03-mcp-authz-shared.yaml': NotYet(
-        'MCPAuthzConfig',
-        ('MCPAuthzConfig shared-cedar-policies: kind [not-implemented]',)),
-    'docs-website/guides-k8s-customize-tools-01-toolconfig-basic.yaml': NotYet(
-        'MCPToolConfig',
-        ('MCPToolConfig basic-tool-filter: kind [not-implemented]',)),
-    'docs-website/guides-k8s-customize-tools-02-toolconfig-with-overrides.yaml': NotYet(
-        'MCPToolConfig',
-        ('MCPToolConfig github-tools-config: kind [not-implemented]',)),
-    'docs-website/guides-k8s-customize-tools-04-mcpremoteproxy-with-toolconfig.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy github: kind [not-implemented]',)),
-    'docs-website/guides-k8s-customize-tools-05-github-org-scoped-tools.yaml': NotYet(
-        'MCPToolConfig',
-        ('MCPToolConfig github-acme-tools: kind [not-implemented]',
-         'MCPToolConfig github-foocorp-tools: kind [not-implemented]',)),
+    'docs-website/guides-k8s-customize-tools-04-mcpremoteproxy-with-toolconfig.yaml': Mistake(
+        ('an incomplete snippet: names MCPToolConfig github-tools-config, which '
+         'guides-k8s-customize-tools-02 defines'),
+        ('MCPRemoteProxy github: spec.toolConfigRef.name [reference]',)),
     'docs-website/guides-k8s-logging-01.yaml': Mistake(
         'the placeholder <SERVER_NAME> is not a DNS name',
         ('MCPServer <SERVER_NAME>: metadata.name [dns-name]',)),
-    'docs-website/guides-k8s-logging-02.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy <SERVER_NAME>: kind [not-implemented]',)),
+    'docs-website/guides-k8s-logging-02.yaml': Mistake(
+        ('placeholders (<SERVER_NAME>, <SERVER_URL>) for the name and the URL; also audit '
+         'logging is not implemented yet'),
+        ('MCPRemoteProxy <SERVER_NAME>: metadata.name [dns-name]',
+         'MCPRemoteProxy <SERVER_NAME>: spec.audit [not-implemented]',
+         'MCPRemoteProxy <SERVER_NAME>: spec.remoteUrl [url]',)),
     'docs-website/guides-k8s-logging-03.yaml': Mistake(
-        ('placeholders (<SERVER_NAME>) for names, and no spec.incomingAuth (required by '
-         "ToolHive's CRD too); also audit logging is not implemented yet"),
+        "placeholders (<SERVER_NAME>) for names, and no spec.incomingAuth (required by "
+        "ToolHive's CRD too)",
         ('VirtualMCPServer <SERVER_NAME>: metadata.name [dns-name]',
-         'VirtualMCPServer <SERVER_NAME>: spec.config.audit [not-implemented]',
          'VirtualMCPServer <SERVER_NAME>: spec.groupRef.name [dns-name]',
          'VirtualMCPServer <SERVER_NAME>: spec.incomingAuth [required]',)),
-    'docs-website/guides-k8s-migrate-to-v1beta1-02.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig my-telemetry: kind [not-implemented]',)),
     'docs-website/guides-k8s-migrate-to-v1beta1-03.yaml': Mistake(
         "a snippet whose spec is elided ('# ...'): an MCPServer needs a spec",
         ('MCPServer my-server: spec [required]',)),
@@ -95,10 +82,8 @@ EXPECTED: dict[str, Expected] = {
         "a snippet whose spec is elided ('# ...'): an MCPServer needs a spec",
         ('MCPServer my-server: spec [required]',)),
     'docs-website/guides-k8s-rate-limiting-05-vmcp-ratelimit.yaml': Mistake(
-        ('the placeholder <YOUR_REDIS_ADDRESS> is not host:port; also rate limiting is not '
-         'implemented yet'),
-        ('VirtualMCPServer shared-toolkit: spec.config.rateLimiting [not-implemented]',
-         'VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
+        'the placeholder <YOUR_REDIS_ADDRESS> is not host:port',
+        ('VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
     'docs-website/guides-k8s-redis-session-storage-01-embedded-auth-with-redis.yaml': NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig embedded-auth-server: spec.type [not-implemented]',)),
@@ -106,34 +91,12 @@ EXPECTED: dict[str, Expected] = {
         ('Redis session storage without sessionStorage.hmacSecretRefs (the replicas need '
          'shared secrets; deriving them is not implemented)'),
         ('VirtualMCPServer my-vmcp: spec.sessionStorage.hmacSecretRefs [required]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-01-shared-otel-config.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-03-remote-proxy-with-shared-otel.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy analytics-proxy: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-04-otel-config-with-auth.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig otel-with-auth: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-05-telemetry-with-ca-bundle.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-06.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig otel-collector: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-07.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig jaeger-tracing: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-08.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig honeycomb: kind [not-implemented]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-09.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig grafana-cloud: kind [not-implemented]',)),
     'docs-website/guides-mcp-notion-remote-01-notion-proxy.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer, MCPRemoteProxy',
+        ('MCPExternalAuthConfig type embeddedAuthServer, an embedded authorization server in '
+         'front of one backend (authServerRef), audit logging'),
         ('MCPExternalAuthConfig notion-embedded-auth: spec.type [not-implemented]',
-         'MCPRemoteProxy notion: kind [not-implemented]',)),
+         'MCPRemoteProxy notion: spec.audit [not-implemented]',
+         'MCPRemoteProxy notion: spec.authServerRef [not-implemented]',)),
     'docs-website/guides-registry-configuration-01-mcp-server-with-claims.yaml': Mistake(
         'a snippet showing only metadata: an MCPServer needs a spec',
         ('MCPServer deploy-helper: spec [required]',)),
@@ -141,58 +104,15 @@ EXPECTED: dict[str, Expected] = {
         'a snippet showing only metadata: an MCPServer needs a spec',
         ('MCPServer my-mcp-server: spec [required]',)),
     'docs-website/guides-vmcp-audit-logging-01.yaml': Mistake(
-        ("no spec.incomingAuth (required by ToolHive's CRD too); also audit logging is not "
-         'implemented yet'),
-        ('VirtualMCPServer my-vmcp: spec.config.audit [not-implemented]',
-         'VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
+        "no spec.incomingAuth (required by ToolHive's CRD too)",
+        ('VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
     'docs-website/guides-vmcp-audit-logging-02.yaml': Mistake(
-        ("no spec.incomingAuth (required by ToolHive's CRD too); also audit logging is not "
-         'implemented yet'),
-        ('VirtualMCPServer my-vmcp: spec.config.audit [not-implemented]',
-         'VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
-    'docs-website/guides-vmcp-composite-tools-01.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition my-workflow: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-02-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition gather-pr-context: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-03-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition investigate-incident: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-04-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition deploy-with-approval: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-05-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition security-scan-report: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-06-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition scan-repositories: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-07-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition optional-security-check: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-08-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition multi-source-data: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-09-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition create-github-issue: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-10-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition image-supply-chain-audit: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-composite-tools-11-VirtualMCPCompositeToolDefinition_resource.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition prepare-pr-review: kind [not-implemented]',)),
+        "no spec.incomingAuth (required by ToolHive's CRD too)",
+        ('VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
+    'docs-website/guides-vmcp-composite-tools-01.yaml': Mistake(
+        "a skeleton whose steps are elided: a composite tool needs at least one step (ToolHive's "
+        "validation too)",
+        ('VirtualMCPCompositeToolDefinition my-workflow: spec.steps [composite-tool]',)),
     'docs-website/guides-vmcp-failure-handling-03.yaml': Mistake(
         'an incomplete snippet: names an MCPOIDCConfig that no document defines',
         ('VirtualMCPServer production-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
@@ -208,21 +128,19 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/guides-vmcp-optimizer-06-vmcp-with-optimizer.yaml': Mistake(
         'an incomplete snippet: names an MCPOIDCConfig that no document defines',
         ('VirtualMCPServer full-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
-    'docs-website/guides-vmcp-telemetry-and-metrics-01-telemetry-config.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-telemetry-and-metrics-03.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig jaeger-otel: kind [not-implemented]',)),
     'docs-website/integrations-aws-sts-01-aws-sts-auth-config.yaml': NotYet(
         'MCPExternalAuthConfig type awsSts',
         ('MCPExternalAuthConfig aws-mcp-sts-auth: spec.type [not-implemented]',)),
-    'docs-website/integrations-aws-sts-03-aws-mcp-remote-proxy.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy aws-mcp-proxy: kind [not-implemented]',)),
-    'docs-website/integrations-aws-sts-04-aws-mcp-remote-proxy-combined.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy aws-mcp-proxy: kind [not-implemented]',)),
+    'docs-website/integrations-aws-sts-03-aws-mcp-remote-proxy.yaml': Mistake(
+        ('an incomplete snippet: names MCPExternalAuthConfig aws-mcp-sts-auth, defined in '
+         'another page of the guide'),
+        ('MCPRemoteProxy aws-mcp-proxy: spec.externalAuthConfigRef.name [reference]',)),
+    'docs-website/integrations-aws-sts-04-aws-mcp-remote-proxy-combined.yaml': Mistake(
+        ('an incomplete snippet: names MCPExternalAuthConfig aws-mcp-sts-auth, defined in '
+         'another page of the guide; also an embedded authorization server in front of one '
+         'backend (authServerRef) is not implemented yet'),
+        ('MCPRemoteProxy aws-mcp-proxy: spec.authServerRef [not-implemented]',
+         'MCPRemoteProxy aws-mcp-proxy: spec.externalAuthConfigRef.name [reference]',)),
     'docs-website/integrations-okta-02-github-mcpserver-oidc.yaml': Mistake(
         "the placeholder 'YOUR_ISSUER_URL' where URLs belong",
         ('MCPOIDCConfig okta-oidc: spec.inline.issuer [url]',
@@ -230,32 +148,24 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/reference-crds-embeddingserver-01-embeddingserver.yaml': NotYet(
         'EmbeddingServer',
         ('EmbeddingServer my-embeddingserver: kind [not-implemented]',)),
-    'docs-website/reference-crds-mcpauthzconfig-01-mcpauthzconfig.yaml': NotYet(
-        'MCPAuthzConfig',
-        ('MCPAuthzConfig my-mcpauthzconfig: kind [not-implemented]',)),
     'docs-website/reference-crds-mcpexternalauthconfig-01-mcpexternalauthconfig.yaml': NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig my-mcpexternalauthconfig: spec.type [not-implemented]',)),
     'docs-website/reference-crds-mcpoidcconfig-01-mcpoidcconfig.yaml': Mistake(
         'the placeholder <string> where the issuer URL belongs',
         ('MCPOIDCConfig my-mcpoidcconfig: spec.inline.issuer [url]',)),
-    'docs-website/reference-crds-mcpremoteproxy-01-mcpremoteproxy.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy my-mcpremoteproxy: kind [not-implemented]',)),
-    'docs-website/reference-crds-mcpserverentry-01-mcpserverentry.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry my-mcpserverentry: kind [not-implemented]',)),
-    'docs-website/reference-crds-mcptelemetryconfig-01-mcptelemetryconfig.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig my-mcptelemetryconfig: kind [not-implemented]',)),
-    'docs-website/reference-crds-mcptoolconfig-01-mcptoolconfig.yaml': NotYet(
-        'MCPToolConfig',
-        ('MCPToolConfig my-mcptoolconfig: kind [not-implemented]',)),
+    'docs-website/reference-crds-mcpserverentry-01-mcpserverentry.yaml': Mistake(
+        'the placeholder <string> where the group name belongs',
+        ('MCPServerEntry my-mcpserverentry: spec.groupRef.name [dns-name]',)),
     'docs-website/reference-crds-virtualmcpcompositetooldefinition-01-virtualmcpcompositetooldefinition.yaml':
-        NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition my-virtualmcpcompositetooldefinition: kind '
-         '[not-implemented]',)),
+        Mistake(
+        'the CRD reference\'s placeholder: name <string>, no description, no steps',
+        ('VirtualMCPCompositeToolDefinition my-virtualmcpcompositetooldefinition: '
+         'spec.description [composite-tool]',
+         'VirtualMCPCompositeToolDefinition my-virtualmcpcompositetooldefinition: spec.name '
+         '[composite-tool]',
+         'VirtualMCPCompositeToolDefinition my-virtualmcpcompositetooldefinition: '
+         'spec.steps [composite-tool]',)),
     'docs-website/reference-crds-virtualmcpserver-01-virtualmcpserver.yaml': Mistake(
         'the placeholder <string> where the group name belongs',
         ('VirtualMCPServer my-virtualmcpserver: spec.groupRef.name [dns-name]',)),
@@ -268,12 +178,10 @@ EXPECTED: dict[str, Expected] = {
     'docs-website-v1alpha1/guides-k8s-auth-k8s-08-embedded-auth-oauth2-config.yaml': NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig embedded-auth-oauth2: spec.type [not-implemented]',)),
-    'docs-website-v1alpha1/guides-vmcp-composite-tools-01.yaml': NotYet(
-        'composite tools',
-        ('VirtualMCPServer my-vmcp: spec.config.compositeTools [not-implemented]',)),
-    'docs-website-v1alpha1/guides-vmcp-composite-tools-02.yaml': NotYet(
-        'composite tools',
-        ('VirtualMCPServer research-vmcp: spec.config.compositeTools [not-implemented]',)),
+    'docs-website-v1alpha1/guides-vmcp-composite-tools-01.yaml': Mistake(
+        "a skeleton whose steps are elided: a composite tool needs at least one step (ToolHive's "
+        "validation too)",
+        ('VirtualMCPServer my-vmcp: spec.config.compositeTools[0].steps [composite-tool]',)),
     'docs-website-v1alpha1/guides-vmcp-failure-handling-03.yaml': Mistake(
         'an incomplete snippet: names an MCPOIDCConfig that no document defines',
         ('VirtualMCPServer production-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
@@ -345,32 +253,24 @@ EXPECTED: dict[str, Expected] = {
         ("deliberately invalid (ToolHive's test expects rejection): type unauthenticated with "
          'a tokenExchange block'),
         ('MCPExternalAuthConfig test-invalid-unauthenticated: spec.tokenExchange [unused-field]',)),
-    'toolhive-chainsaw/vmcp-audit-chainsaw-test.extracted.yaml': NotYet(
-        'audit logging',
-        ('VirtualMCPServer test-vmcp-audit-enabled: spec.config.audit [not-implemented]',)),
-    'toolhive-chainsaw/vmcp-controller.yaml': NotYet(
-        'authorization (Cedar policies)',
-        ('VirtualMCPServer test-vmcp-controller: spec.incomingAuth.authzConfig '
-         '[not-implemented]',)),
-    'toolhive-chainsaw/vmcp.extracted.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition bad-tool-ref: kind [not-implemented]',
-         'VirtualMCPCompositeToolDefinition circular-deps: kind [not-implemented]',
-         'VirtualMCPCompositeToolDefinition deploy-workflow: kind [not-implemented]',
-         'VirtualMCPCompositeToolDefinition duplicate-steps: kind [not-implemented]',
-         'VirtualMCPCompositeToolDefinition with-error-handling: kind [not-implemented]',
-         'VirtualMCPCompositeToolDefinition with-parameters: kind [not-implemented]',)),
+    'toolhive-chainsaw/vmcp.extracted.yaml': Mistake(
+        "chainsaw's reject cases: duplicate step ids and a dependency cycle, which ToolHive's "
+        "webhook refuses too",
+        ('VirtualMCPCompositeToolDefinition circular-deps: spec.steps[1].dependsOn '
+         '[composite-tool]',
+         'VirtualMCPCompositeToolDefinition duplicate-steps: spec.steps[1].id [composite-tool]',)),
     'toolhive-docs/arch-02-core-concepts-01.yaml': Mistake(
         ('tools[0] has no workload and a filter written as {allow: [...]} (a list of tool '
-         'names in every release); no spec.incomingAuth; also MCPToolConfig filters are not '
-         'implemented yet'),
+         'names in every release); no spec.incomingAuth'),
         ('VirtualMCPServer team-tools: spec.aggregation.tools[0].filter [type]',
-         'VirtualMCPServer team-tools: spec.aggregation.tools[0].toolConfigRef [not-implemented]',
          'VirtualMCPServer team-tools: spec.aggregation.tools[0].workload [required]',
          'VirtualMCPServer team-tools: spec.incomingAuth [required]',)),
-    'toolhive-docs/arch-09-operator-architecture-01.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy bedrock-proxy: kind [not-implemented]',)),
+    'toolhive-docs/arch-09-operator-architecture-01.yaml': Mistake(
+        ('an incomplete snippet: names an MCPExternalAuthConfig that no document defines; also '
+         'an embedded authorization server in front of one backend (authServerRef) is not '
+         'implemented yet'),
+        ('MCPRemoteProxy bedrock-proxy: spec.authServerRef [not-implemented]',
+         'MCPRemoteProxy bedrock-proxy: spec.externalAuthConfigRef.name [reference]',)),
     'toolhive-docs/arch-17-token-exchange-delegation-01.yaml': NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
@@ -387,64 +287,31 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-docs/arch-17-token-exchange-delegation-04.yaml': NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
-    'toolhive-docs/observability-01.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
-    'toolhive-docs/operator-advanced-workflow-patterns-01.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition incident-investigation: kind [not-implemented]',)),
-    'toolhive-docs/operator-advanced-workflow-patterns-02.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition robust-deployment: kind [not-implemented]',)),
-    'toolhive-docs/operator-composite-tools-quick-reference-01.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition my-workflow: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-01.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition deploy-app: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-02.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition simple-deploy: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-03.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition deploy-and-verify: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-04.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition investigate-incident: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-05.yaml': NotYet(
-        'VirtualMCPCompositeToolDefinition',
-        ('VirtualMCPCompositeToolDefinition canary-deployment: kind [not-implemented]',)),
+    'toolhive-docs/operator-advanced-workflow-patterns-02.yaml': Mistake(
+        'no description, and onError.maxRetries, which is no field (retryCount is): ToolHive '
+        'prunes it and then refuses retry without retries',
+        ('VirtualMCPCompositeToolDefinition robust-deployment: spec.description [composite-tool]',
+         'VirtualMCPCompositeToolDefinition robust-deployment: '
+         'spec.steps[0].onError.retryCount [composite-tool]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-01.yaml': Mistake(
+        "a skeleton whose steps are elided: a composite tool needs at least one step (ToolHive's "
+        "validation too)",
+        ('VirtualMCPCompositeToolDefinition deploy-app: spec.steps [composite-tool]',)),
+    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-03.yaml': Mistake(
+        'onError.maxRetries, which is no field (retryCount is): ToolHive prunes it and then '
+        'refuses retry without retries',
+        ('VirtualMCPCompositeToolDefinition deploy-and-verify: '
+         'spec.steps[1].onError.retryCount [composite-tool]',)),
     'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-06.yaml': Mistake(
-        ("no spec.incomingAuth (required by ToolHive's CRD too); also composite tools are not "
-         'implemented yet'),
-        ('VirtualMCPServer production-vmcp: spec.compositeToolRefs [not-implemented]',
-         'VirtualMCPServer production-vmcp: spec.incomingAuth [required]',)),
-    'toolhive-docs/operator-virtualmcpserver-api-01.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry context7: kind [not-implemented]',)),
+        "no spec.incomingAuth (required by ToolHive's CRD too)",
+        ('VirtualMCPServer production-vmcp: spec.incomingAuth [required]',)),
     'toolhive-docs/operator-virtualmcpserver-api-02.yaml': Mistake(
-        ('outgoingAuth backend type service_account (no such type in any release) with a '
-         'serviceAccount field; also outgoingAuth.default is not implemented yet'),
-        ('VirtualMCPServer engineering-vmcp: spec.compositeTools [not-implemented]',
-         ('VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[1].toolConfigRef '
-          '[not-implemented]'),
-         'VirtualMCPServer engineering-vmcp: spec.incomingAuth.authzConfig [not-implemented]',
-         ('VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.serviceAccount '
-          '[unknown-field]'),
+        'outgoingAuth backend type service_account (no such type in any release) with a '
+        'serviceAccount field; also outgoingAuth.default is not implemented yet',
+        ('VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.serviceAccount '
+         '[unknown-field]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.type [enum]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.default [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpserver-kubernetes-guide-04.yaml': NotYet(
-        'authorization (Cedar policies)',
-        ('VirtualMCPServer my-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpserver-kubernetes-guide-05.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy context7: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpserver-kubernetes-guide-06.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry context7: kind [not-implemented]',)),
-    'toolhive-docs/operator-virtualmcpserver-observability-01.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
     'toolhive-docs/redis-storage-01.yaml': NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig my-auth-config: spec.type [not-implemented]',)),
@@ -457,12 +324,6 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-examples/basic-embedding.yaml': NotYet(
         'EmbeddingServer',
         ('EmbeddingServer basic-embedding: kind [not-implemented]',)),
-    'toolhive-examples/composite_tool_complex.yaml': NotYet(
-        ('VirtualMCPCompositeToolDefinition, composite tools '
-         '(VirtualMCPCompositeToolDefinition), authorization (Cedar policies)'),
-        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.config.compositeToolRefs [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
     'toolhive-examples/embedding-advanced.yaml': NotYet(
         'EmbeddingServer',
         ('EmbeddingServer advanced-embedding: kind [not-implemented]',)),
@@ -477,71 +338,28 @@ EXPECTED: dict[str, Expected] = {
           '[unknown-field]'),
          'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.tokenUrl [required]',
          'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.token_url [unknown-field]',)),
-    'toolhive-examples/mcpserver_fetch_otel.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig basic-telemetry: kind [not-implemented]',)),
     'toolhive-examples/mcpserver_with_external_auth.yaml': Mistake(
         ('names MCPExternalAuthConfig oauth-token-exchange, which no file defines (an '
          'incomplete example)'),
         ('MCPServer fetch-with-auth: spec.externalAuthConfigRef.name [reference]',)),
-    'toolhive-examples/mcpserverentry_basic.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry context7: kind [not-implemented]',)),
     'toolhive-examples/mcpserverentry_with_ca_bundle.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry internal-mcp: kind [not-implemented]',)),
-    'toolhive-examples/mcpserverentry_with_header_forward.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry internal-api: kind [not-implemented]',)),
-    'toolhive-examples/toolconfig_basic.yaml': NotYet(
-        'MCPToolConfig',
-        ('MCPToolConfig basic-tool-filter: kind [not-implemented]',)),
-    'toolhive-examples/vmcp_codemode.yaml': NotYet(
-        'authorization (Cedar policies)',
-        ('VirtualMCPServer codemode-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+        'a CA bundle from a ConfigMap',
+        ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
     'toolhive-examples/vmcp_optimizer_all_options.yaml': NotYet(
-        'EmbeddingServer, authorization (Cedar policies)',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
-         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples/vmcp_optimizer_quickstart.yaml': NotYet(
-        'EmbeddingServer, authorization (Cedar policies)',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
-         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-examples/vmcp_with_telemetry_ref.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
-    'toolhive-examples-v0.19.0/composite_tool_complex.yaml': NotYet(
-        ('VirtualMCPCompositeToolDefinition, composite tools '
-         '(VirtualMCPCompositeToolDefinition), authorization (Cedar policies)'),
-        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.config.compositeToolRefs [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-examples-v0.19.0/mcpremoteproxy_with_inline_oidc_secretref.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy github-proxy: kind [not-implemented]',)),
-    'toolhive-examples-v0.19.0/mcpserverentry_basic.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry context7: kind [not-implemented]',)),
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.19.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry internal-mcp: kind [not-implemented]',)),
-    'toolhive-examples-v0.19.0/mcpserverentry_with_header_forward.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry internal-api: kind [not-implemented]',)),
+        'a CA bundle from a ConfigMap',
+        ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
     'toolhive-examples-v0.19.0/vmcp_optimizer_all_options.yaml': NotYet(
-        'EmbeddingServer, authorization (Cedar policies)',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
-         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.19.0/vmcp_optimizer_quickstart.yaml': NotYet(
-        'EmbeddingServer, authorization (Cedar policies)',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
-         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-examples-v0.22.0/composite_tool_complex.yaml': NotYet(
-        ('VirtualMCPCompositeToolDefinition, composite tools '
-         '(VirtualMCPCompositeToolDefinition), authorization (Cedar policies)'),
-        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.config.compositeToolRefs [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.22.0/mcpexternalauthconfig_minimal.yaml': Mistake(
         ("snake_case field names (token_url, client_id, client_secret_ref) that no release's "
          'CRD has: tokenUrl is then missing'),
@@ -550,44 +368,18 @@ EXPECTED: dict[str, Expected] = {
           '[unknown-field]'),
          'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.tokenUrl [required]',
          'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.token_url [unknown-field]',)),
-    'toolhive-examples-v0.22.0/mcpserverentry_basic.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry context7: kind [not-implemented]',)),
     'toolhive-examples-v0.22.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry internal-mcp: kind [not-implemented]',)),
-    'toolhive-examples-v0.22.0/mcpserverentry_with_header_forward.yaml': NotYet(
-        'MCPServerEntry',
-        ('MCPServerEntry internal-api: kind [not-implemented]',)),
-    'toolhive-examples-v0.22.0/toolconfig_basic.yaml': NotYet(
-        'MCPToolConfig',
-        ('MCPToolConfig basic-tool-filter: kind [not-implemented]',)),
+        'a CA bundle from a ConfigMap',
+        ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
     'toolhive-examples-v0.22.0/vmcp_optimizer_all_options.yaml': NotYet(
-        'EmbeddingServer, authorization (Cedar policies)',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
-         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.22.0/vmcp_optimizer_quickstart.yaml': NotYet(
-        'EmbeddingServer, authorization (Cedar policies)',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',
-         'VirtualMCPServer optimizer-vmcp: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-examples-v0.22.0/vmcp_with_telemetry_ref.yaml': NotYet(
-        'MCPTelemetryConfig',
-        ('MCPTelemetryConfig shared-otel: kind [not-implemented]',)),
-    'toolhive-examples-v0.6.16/composite_tool_complex.yaml': NotYet(
-        ('VirtualMCPCompositeToolDefinition, authorization (Cedar policies), composite tools '
-         '(VirtualMCPCompositeToolDefinition)'),
-        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.compositeToolRefs [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-examples-v0.6.17/composite_tool_complex.yaml': NotYet(
-        ('VirtualMCPCompositeToolDefinition, authorization (Cedar policies), composite tools '
-         '(VirtualMCPCompositeToolDefinition)'),
-        ('VirtualMCPCompositeToolDefinition multi-source-data-processor: kind [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.compositeToolRefs [not-implemented]',
-         'VirtualMCPServer vmcp-data-processor: spec.incomingAuth.authzConfig [not-implemented]',)),
-    'toolhive-examples-v0.6.17/mcpremoteproxy_with_inline_oidc_secretref.yaml': NotYet(
-        'MCPRemoteProxy',
-        ('MCPRemoteProxy github-proxy: kind [not-implemented]',)),
+        'EmbeddingServer',
+        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
+    'toolhive-examples-v0.6.17/mcpremoteproxy_with_inline_oidc_secretref.yaml': Mistake(
+        ("upstreamURL, a field of no release's CRD (the URL was remoteURL then)"),
+        ('MCPRemoteProxy github-proxy: spec.upstreamURL [unknown-field]',)),
     'toolhive-examples-v0.6.17/mcpserver_with_external_auth.yaml': Mistake(
         ('names MCPExternalAuthConfig oauth-token-exchange, which no file defines (an '
          'incomplete example)'),

@@ -134,9 +134,12 @@ def test_what_a_reload_changes() -> None:
     from vmcp_trio.resources.plan import (
         AggregationPlan,
         AnonymousIncoming,
+        AuditSettings,
         BackendPlan,
+        Bucket,
         GatewayPlan,
         HttpEndpoint,
+        RateLimitRules,
     )
 
     def plan(*backends: BackendPlan, **fields: Any) -> GatewayPlan:
@@ -153,7 +156,10 @@ def test_what_a_reload_changes() -> None:
     assert diff.describe() == "backends added: c; removed: a; changed: b"
     assert not changes(plan(a), plan(a)).describe()
     other = changes(plan(a), plan(a, aggregation=AggregationPlan(conflict_resolution="priority")))
-    assert other.describe() == "aggregation or operational settings"
+    assert other.describe() == "aggregation, operational settings or composite tools"
+    limited = changes(plan(a), plan(a, rate_limits=RateLimitRules(shared=Bucket(1, 1.0))))
+    assert limited.describe() == "policies or rate limits"
+    assert changes(plan(a), plan(a, audit=AuditSettings(enabled=True))).describe() == "audit"
 
 
 async def test_no_call_is_lost_across_a_reload_under_traffic(tmp_path: Path) -> None:

@@ -730,7 +730,8 @@ def test_unknown_kind(anonymous: Docs) -> None:
 
 
 @pytest.mark.parametrize(("api_version", "kind"), [
-    ("v1", "ConfigMap"), ("v1", "Namespace"), ("v1", "ServiceAccount"), ("apps/v1", "Deployment"),
+    ("v1", "PersistentVolumeClaim"), ("v1", "Namespace"), ("v1", "ServiceAccount"),
+    ("apps/v1", "Deployment"),
     ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ("v1", "Service")])
 def test_documents_of_other_api_groups_are_skipped(anonymous: Docs, api_version: str,
                                                    kind: str) -> None:
@@ -745,10 +746,7 @@ def test_documents_of_other_api_groups_are_skipped(anonymous: Docs, api_version:
                             "toolhive.stacklok.dev: skipped")
 
 
-@pytest.mark.parametrize("kind", ["MCPRemoteProxy", "MCPServerEntry", "MCPToolConfig",
-                                  "MCPTelemetryConfig", "MCPAuthzConfig",
-                                  "VirtualMCPCompositeToolDefinition", "MCPRegistry",
-                                  "EmbeddingServer", "MCPWebhookConfig"])
+@pytest.mark.parametrize("kind", ["MCPRegistry", "EmbeddingServer", "MCPWebhookConfig"])
 def test_toolhive_kinds_not_implemented_yet(anonymous: Docs, kind: str) -> None:
     anonymous.append({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": kind,
                       "metadata": {"name": "x"}, "spec": {"remoteUrl": "https://x.example"}})
@@ -926,28 +924,12 @@ def test_a_gateway_needs_a_group_somewhere(anonymous: Docs) -> None:
 
 NOT_IMPLEMENTED = [
     # (kind, name, field set, value, reported path, what the message names)
-    (VMCP, None, "spec.incomingAuth.authzConfig",
-     {"type": "inline", "inline": {"policies": ["permit(principal, action, resource);"]}},
-     "spec.incomingAuth.authzConfig", "authorization (Cedar policies)"),
-    (VMCP, None, "spec.incomingAuth.authzConfigRef", {"name": "policies"},
-     "spec.incomingAuth.authzConfigRef", "authorization (MCPAuthzConfig)"),
-    (VMCP, None, "spec.config", {"rateLimiting": {"shared": {"maxTokens": 5,
-                                                             "refillPeriod": "1m"}}},
-     "spec.config.rateLimiting", "rate limiting"),
-    (VMCP, None, "spec.config", {"compositeTools": [{"name": "t", "steps": []}]},
-     "spec.config.compositeTools", "composite tools"),
-    (VMCP, None, "spec.compositeToolRefs", [{"name": "t"}], "spec.compositeToolRefs",
-     "composite tools (VirtualMCPCompositeToolDefinition)"),
-    (VMCP, None, "spec.config", {"audit": {"enabled": True}}, "spec.config.audit",
-     "audit logging"),
-    (VMCP, None, "spec.aggregation.tools", [{"workload": "notes", "toolConfigRef": {"name": "x"}}],
-     "spec.aggregation.tools[0].toolConfigRef", "tool filters of an MCPToolConfig"),
     (VMCP, None, "spec.config", {"passthroughHeaders": ["X-Trace"]},
      "spec.config.passthroughHeaders", "passthrough headers"),
     ("MCPServer", "notes", "spec.authzConfig", {"type": "configMap", "configMap": {"name": "a"}},
      "spec.authzConfig", "authorization (Cedar policies)"),
-    ("MCPServer", "everything", "spec.toolConfigRef", {"name": "filters"},
-     "spec.toolConfigRef", "tool filters and overrides of an MCPToolConfig"),
+    ("MCPServer", "everything", "spec.rateLimiting", {"shared": {"maxTokens": 5}},
+     "spec.rateLimiting", "rate limiting"),
 ]
 
 
@@ -982,7 +964,8 @@ def test_a_server_behind_toolhives_proxy_keeps_the_proxys_features(anonymous: Do
 
 @pytest.mark.parametrize(("field", "value", "path", "why"), [
     ("spec.config", {"telemetry": {"endpoint": "otel:4317"}}, "spec.config.telemetry",
-     "telemetry (vmcp serves /metrics and traces by its own flags)"),
+     "telemetry (vmcp serves /metrics, and its traces follow the process's OTEL_* "
+     "environment)"),
     ("spec.telemetryConfigRef", {"name": "otel"}, "spec.telemetryConfigRef", "telemetry"),
     ("spec.config", {"optimizer": {"maxToolsToReturn": 5}}, "spec.config.optimizer",
      "the optimizer is not implemented yet"),

@@ -11,6 +11,8 @@
 //   resources       {resource indicator URL: {audience, scope, accessTokenTTL, accessTokenFormat}}
 //   accessTokenTTL  seconds, for access tokens outside a resource server (opaque ones)
 //   scopes          optional; default openid offline_access mcp:tools mcp:admin
+//   groups          optional; {account: ["group", ...]}: those accounts' tokens carry a `groups`
+//                   claim (JWT access tokens and ID tokens), as a directory's group claim would
 //   tokenExchange   optional; enables the RFC 8693 grant below:
 //                   {trustedIssuers: [{issuer, jwksUri}],
 //                    audiences: {AUDIENCE: {scope: "a b", accessTokenTTL: seconds}}}
@@ -74,6 +76,8 @@ const alg = config.alg ?? 'RS256';
 const resources = config.resources ?? {};
 const defaultTTL = config.accessTokenTTL ?? 600;
 const tokenExchange = config.tokenExchange ?? null;
+const groups = config.groups ?? {};
+const groupsOf = (account) => (account && Object.hasOwn(groups, account) ? groups[account] : null);
 // This provider's public keys (before oidc-provider takes the private JWKS), for (b) and (c).
 const PRIVATE_MEMBERS = new Set(['d', 'p', 'q', 'dp', 'dq', 'qi', 'k']);
 const ownKeys = jose.createLocalJWKSet({
@@ -86,15 +90,23 @@ const configuration = {
   jwks: config.jwks,
   clients: config.clients ?? [],
   scopes: config.scopes ?? ['openid', 'offline_access', 'mcp:tools', 'mcp:admin'],
-  claims: { openid: ['sub'] },
+  claims: { openid: ['sub', 'groups'] },
+  conformIdTokenClaims: false, // an account's groups are in its ID token, not only at userinfo
   cookies: { keys: [randomBytes(32).toString('base64url')] },
   clientDefaults: { id_token_signed_response_alg: alg },
-  // Only the token-exchange grant's tokens carry extra claims (its `act`); the others stay as is.
+  // The token-exchange grant's tokens carry extra claims (its `act`), and the tokens of accounts
+  // with configured groups their `groups`; the others stay as is.
   async extraTokenClaims(_ctx, token) {
-    return token.exchangeClaims;
+    const accountGroups = groupsOf(token.accountId);
+    if (!accountGroups) return token.exchangeClaims;
+    return { ...(token.exchangeClaims ?? {}), groups: accountGroups };
   },
   async findAccount(_ctx, id) {
-    return { accountId: id, async claims() { return { sub: id }; } };
+    const accountGroups = groupsOf(id);
+    return {
+      accountId: id,
+      async claims() { return accountGroups ? { sub: id, groups: accountGroups } : { sub: id }; },
+    };
   },
   features: {
     devInteractions: { enabled: true },

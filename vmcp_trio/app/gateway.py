@@ -56,6 +56,7 @@ async def _run_parts(process: GatewayProcess, *,
             if process.authserver is not None:
                 await process.start_tasks("authserver", process.authserver.supervised(),
                                           policy=KEY_REFRESH)
+            await process.start_tasks("audit", [("audit log writer", process.audit.run)])
             if process.shared is not None:  # not waited for: /readyz says when it is up
                 await process.start_tasks("shared", process.shared.supervised(),
                                           policy=KEY_REFRESH, started=False)

@@ -30,10 +30,13 @@ from ..auth.incoming.build import build_authenticator
 from ..auth.outgoing.exchange import TokenExchanger
 from ..auth.outgoing.shared_exchange import SharedExchangeCache
 from ..auth.outgoing.strategies import OutgoingStrategy, build_strategy
+from ..auth.policy.cedar import CedarPolicies
+from ..auth.policy.rate_limits import LocalRateLimiter, RedisRateLimiter
 from ..authserver.server import AuthorizationServer
 from ..authserver.storage import Storage
 from ..authserver.storage.memory import MemoryStorage
 from ..authserver.storage.redis import RedisStorage
+from ..gateway.admission import Gate
 from ..gateway.backends.links import BackendLinks
 from ..gateway.backends.stdio import StdioProcess
 from ..gateway.call_log import CallLog
@@ -46,6 +49,7 @@ from ..gateway.sharing import SessionSharing
 from ..http.client import HttpClient
 from ..resources.plan import BackendPlan, EmbeddedIncoming, GatewayPlan, StdioEndpoint
 from ..resources.plan import RedisStorage as RedisStoragePlan
+from ..runtime.audit import AuditLog
 from ..runtime.metrics import Metrics
 from ..runtime.redis import RedisConnection
 from ..runtime.supervisor import (
@@ -56,10 +60,24 @@ from ..runtime.supervisor import (
     TaskHealth,
 )
 
-__all__ = ["KEY_REFRESH", "STDIO_BACKEND", "GatewayProcess", "SharedParts", "authenticator_for",
-           "authorization_server", "build_gateway", "readiness_of", "shared_parts",
-           "start_backend_tasks", "stdio_process", "strategies_for", "watch_backends",
-           "wire_authserver"]
+__all__ = [
+    "KEY_REFRESH",
+    "STDIO_BACKEND",
+    "GatewayProcess",
+    "SharedParts",
+    "audit_log_for",
+    "authenticator_for",
+    "authorization_server",
+    "build_gateway",
+    "readiness_of",
+    "shared_parts",
+    "start_backend_tasks",
+    "stdio_process",
+    "strategies_for",
+    "watch_backends",
+    "wire_authserver",
+    "wire_policies",
+]
 
 STDIO_BACKEND = RestartPolicy(initial=0.5, cap=30.0, reset_after=60.0)
 KEY_REFRESH = RestartPolicy(initial=1.0, cap=60.0)
@@ -117,6 +135,7 @@ class GatewayProcess:
     gateway: Gateway
     app: GatewayApp
     shared: SharedParts | None = None
+    audit: AuditLog = field(default_factory=AuditLog.disabled)
     supervisor: Supervisor | None = None
     """The process's supervisor, once running: its ``tasks`` are the tree of tasks."""
     tasks: dict[str, list[TaskHealth]] = field(default_factory=dict)
@@ -241,9 +260,11 @@ def build_gateway(plan: GatewayPlan, settings: GatewaySettings) -> GatewayProces
                      extra_endpoints=authserver.handle if authserver else None,
                      readiness=readiness_of(authserver, shared))
     process = GatewayProcess(plan, settings, http, metrics, authserver, authenticator,
-                             exchangers, links, gateway, app, shared)
+                             exchangers, links, gateway, app, shared,
+                             audit_log_for(plan, metrics))
     _watch(process)
     wire_shared(process)
+    wire_policies(process)
     watch_backends(process, added=set(gateway.health.backends), removed=set())
     return process
 
@@ -280,6 +301,45 @@ def wire_authserver(process: GatewayProcess) -> None:
         lambda provider, outcome: refreshes.labels(provider, outcome).inc())
     if isinstance(authserver.storage, RedisStorage):
         authserver.storage.redis.on_task_restart = metrics.count_restart
+
+
+def audit_log_for(plan: GatewayPlan, metrics: Metrics) -> AuditLog:
+    """The process's audit log (``config.audit``; a no-op when not enabled)."""
+    if not plan.audit.enabled:
+        return AuditLog.disabled()
+    return AuditLog(plan.audit, on_drop=metrics.audit_dropped.inc)
+
+
+def gate_for(process: GatewayProcess) -> Gate | None:
+    """The authorization policies and rate limits of the plan (None: neither)."""
+    plan = process.plan
+    policies = None
+    if plan.authz is not None:
+        policies = CedarPolicies(list(plan.authz.policies), plan.authz.entities_json,
+                                 server_name=plan.name,
+                                 group_claim_name=plan.authz.group_claim_name,
+                                 role_claim_name=plan.authz.role_claim_name,
+                                 group_entity_type=plan.authz.group_entity_type)
+    if policies is None and plan.rate_limits is None:
+        return None
+    gate = Gate(policies, None, process.metrics,
+                primary_upstream=plan.authz.primary_upstream_provider if plan.authz else None,
+                tokens=process.authserver)
+    if plan.rate_limits is not None:
+        gate.limiter = (RedisRateLimiter(process.shared.redis, plan.rate_limits,
+                                         on_unavailable=gate.rate_limit_unavailable)
+                        if process.shared is not None else LocalRateLimiter(plan.rate_limits))
+    return gate
+
+
+def wire_policies(process: GatewayProcess) -> None:
+    """The gate and the audit log every session and the authorization server use (a reload
+    that changes them builds new ones: rate-limit buckets of this process start full)."""
+    services = process.gateway.services
+    services.gate = gate_for(process)
+    services.audit = process.audit
+    if process.authserver is not None:
+        process.authserver.audit = process.audit
 
 
 def watch_backends(process: GatewayProcess, *, added: set[str], removed: set[str]) -> None:

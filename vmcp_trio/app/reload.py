@@ -35,6 +35,7 @@ from ..runtime.supervisor import TaskHealth
 from .parts import (
     KEY_REFRESH,
     GatewayProcess,
+    audit_log_for,
     authenticator_for,
     authorization_server,
     readiness_of,
@@ -43,6 +44,7 @@ from .parts import (
     strategies_for,
     watch_backends,
     wire_authserver,
+    wire_policies,
 )
 
 __all__ = ["Loaded", "Reloader", "changes"]
@@ -63,7 +65,10 @@ class Changes:
     incoming: bool
     auth_server: bool
     other: bool
-    """Aggregation or operational settings."""
+    """Aggregation or operational settings, or the composite tools."""
+    policies: bool = False
+    """Authorization policies or rate limits."""
+    audit: bool = False
 
     @property
     def gone(self) -> set[str]:
@@ -79,7 +84,10 @@ class Changes:
             ("changed:", self.changed)) if names]
         parts += [what for what, flag in (("incoming auth", self.incoming),
                                           ("the authorization server", self.auth_server),
-                                          ("aggregation or operational settings", self.other))
+                                          ("aggregation, operational settings or composite tools",
+                                           self.other),
+                                          ("policies or rate limits", self.policies),
+                                          ("audit", self.audit))
                   if flag]
         return "; ".join(parts)
 
@@ -93,8 +101,10 @@ def changes(old: GatewayPlan, new: GatewayPlan) -> Changes:
         changed=frozenset(n for n in before.keys() & after.keys() if before[n] != after[n]),
         incoming=old.incoming != new.incoming,
         auth_server=old.auth_server != new.auth_server,
-        other=(old.aggregation, old.operational, old.name) != (new.aggregation,
-                                                                new.operational, new.name))
+        other=(old.aggregation, old.operational, old.name, old.composite_tools) != (
+            new.aggregation, new.operational, new.name, new.composite_tools),
+        policies=(old.authz, old.rate_limits) != (new.authz, new.rate_limits),
+        audit=old.audit != new.audit)
 
 
 class Reloader:
@@ -197,6 +207,11 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     if replaced_auth:
         await process.start_tasks("authenticator", authenticator.supervised(),
                                   policy=KEY_REFRESH)
+    audit = process.audit
+    if diff.audit:
+        old_tasks["audit"] = process.tasks.pop("audit", [])
+        audit = audit_log_for(plan, process.metrics)
+        await process.start_tasks("audit", [("audit log writer", audit.run)])
     # 3. Swap, at once (no checkpoint between these).
     process.plan = plan
     process.authserver, process.authenticator = authserver, authenticator
@@ -204,9 +219,12 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     process.gateway.health.update(plan, diff.gone, diff.new)
     process.app.update(authenticator, extra_endpoints=authserver.handle if authserver else None,
                        readiness=readiness_of(authserver, process.shared))
+    process.audit = audit
     wire_authserver(process)
     watch_backends(process, added=set(diff.added), removed=set(diff.removed))
     process.gateway.update(plan, diff.gone, diff.new)
+    if diff.policies or diff.audit or replaced_as:
+        wire_policies(process)
     for name in sorted(diff.new):
         await start_backend_tasks(process, name)
     # 4. Retire what was replaced: its tasks stop (a stdio process once no session uses it:

@@ -54,6 +54,9 @@ from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_empty, send_json, send_text
 from ..http.client import HttpClient
 from ..resources.plan import AuthServerPlan
+from ..runtime.audit import AuditLog, AuthKind, Outcome, auth_event
+from ..runtime.audit import Caller as AuditCaller
+from ..runtime.logs import REQUEST_ID
 from ..runtime.supervisor import NamedTask
 from .cimd import ClientDocumentError, ClientDocuments
 from .keys import SigningKeys
@@ -177,6 +180,9 @@ class AuthorizationServer:
         self.refresher = UpstreamRefresher(storage, self.providers,
                                            end_session=self._revoke_session,
                                            keep_for=self.refresh_lifetime)
+        self.audit = AuditLog.disabled()
+        """Where logins and tokens issued, refreshed and revoked are recorded (the process's
+        audit log, set by the application)."""
         if self.keys.ephemeral or self.opaque.ephemeral:
             log.warning("authServerConfig has no %s: using ephemeral ones, so tokens and codes "
                         "do not survive a restart and replicas cannot verify each other's",
@@ -523,6 +529,19 @@ class AuthorizationServer:
         await self.storage.put_pending(pending)
         await self._redirect(send, leg.url)
 
+    def _audit(self, kind: AuthKind, outcome: Outcome, request: HttpRequest, *,
+               client_id: str | None = None, subject: str | None = None,
+               grant_type: str | None = None, provider: str | None = None,
+               reason: str | None = None) -> None:
+        if not self.audit.settings.enabled:
+            return
+        self.audit.record(auth_event(
+            self.audit.settings, kind, outcome,
+            caller=AuditCaller(subject=subject, issuer=self.issuer, client_id=client_id),
+            address=request.client or None, user_agent=request.header("user-agent"),
+            request_id=REQUEST_ID.get(), endpoint=request.path, grant_type=grant_type,
+            provider=provider, reason=reason))
+
     async def callback(self, request: HttpRequest, send: Send) -> None:
         query = {k: v[0] for k, v in request.query.items() if v}
         pending = await self.storage.take_pending(query.get("state", ""))
@@ -536,11 +555,11 @@ class AuthorizationServer:
             await provider.check_response_issuer(request.query.get("iss", []))
         except UpstreamError as exc:
             log.warning("callback: %s", exc)
-            await self._fail_chain(send, pending, "access_denied", str(exc)[:300])
+            await self._fail_chain(request, send, pending, "access_denied", str(exc)[:300])
             return
         if "error" in query or "code" not in query:
             detail = query.get("error", "no code")[:100]
-            await self._fail_chain(send, pending, "access_denied",
+            await self._fail_chain(request, send, pending, "access_denied",
                                    f"the login at {name} did not complete ({detail})")
             return
         try:
@@ -549,7 +568,7 @@ class AuthorizationServer:
                 redirect_uri=self.url("/oauth/callback"))
         except UpstreamError as exc:
             log.warning("callback: %s", exc)
-            await self._fail_chain(send, pending, "server_error", str(exc)[:300])
+            await self._fail_chain(request, send, pending, "server_error", str(exc)[:300])
             return
         if pending.subject is None:
             pending.subject = "u-" + _sha256(f"{name}\0{identity.subject}")[:32]
@@ -573,12 +592,16 @@ class AuthorizationServer:
             code_challenge=pending.code_challenge, scopes=pending.scopes,
             resource=pending.resource, subject=pending.subject, session_id=pending.session_id,
             name=pending.name, email=pending.email, expires_at=now + self.code_lifetime))
+        self._audit("login", "success", request, client_id=pending.client_id,
+                    subject=pending.subject, provider=",".join(pending.providers))
         await self._redirect(send, self._client_redirect(pending.redirect_uri, {
             "code": code, "state": pending.client_state}))
 
-    async def _fail_chain(self, send: Send, pending: PendingAuthorization, error: str,
-                          description: str) -> None:
+    async def _fail_chain(self, request: HttpRequest, send: Send,
+                          pending: PendingAuthorization, error: str, description: str) -> None:
         pending.upstream.clear()  # nothing of an abandoned chain is kept
+        self._audit("login", "failure", request, client_id=pending.client_id,
+                    provider=pending.providers[pending.leg], reason=error)
         await self._redirect(send, self._client_redirect(pending.redirect_uri, {
             "error": error, "error_description": description, "state": pending.client_state}))
 
@@ -600,20 +623,30 @@ class AuthorizationServer:
         return {k: v[0] for k, v in parsed.items()}
 
     async def token(self, request: HttpRequest, send: Send) -> None:
+        grant_type: str | None = None
+        client_id: str | None = None
         try:
             form = await self._form(request)
-            client = await self._client(request, form)
             grant_type = form.get("grant_type")
+            client = await self._client(request, form)
+            client_id = client.client_id
             if grant_type == "authorization_code":
-                answer = await self._redeem_code(client, form)
+                answer, subject = await self._redeem_code(client, form)
             elif grant_type == "refresh_token":
-                answer = await self._refresh(client, form)
+                answer, subject = await self._refresh(client, form)
             else:
                 raise OAuthError("unsupported_grant_type",
                                  "grant_type must be authorization_code or refresh_token")
         except OAuthError as exc:
+            self._audit("token_refreshed" if grant_type == "refresh_token" else "token_issued",
+                        "denied" if exc.status == 401 else "failure", request,
+                        client_id=client_id, grant_type=(grant_type or "")[:40] or None,
+                        reason=exc.error)
             await self._oauth_error(send, exc)
             return
+        self._audit("token_refreshed" if grant_type == "refresh_token" else "token_issued",
+                    "success", request, client_id=client_id, subject=subject,
+                    grant_type=grant_type)
         await send_json(send, 200, answer, _NO_STORE)
 
     async def _oauth_error(self, send: Send, exc: OAuthError) -> None:
@@ -655,7 +688,8 @@ class AuthorizationServer:
         return client
 
     async def _redeem_code(self, client: RegisteredClient,
-                           form: dict[str, str]) -> dict[str, Any]:
+                           form: dict[str, str]) -> tuple[dict[str, Any], str]:
+        """The token response and the subject it is for."""
         code_id = self.opaque.check("code", form.get("code", ""))
         if code_id is None:
             raise OAuthError("invalid_grant", "the code is invalid")
@@ -681,11 +715,11 @@ class AuthorizationServer:
                                    new_family=True)
         await self.storage.set_code_family(code_id, family_id)
         if self.documents.is_document_client(client.client_id):
-            return answer  # not registered here: nothing to keep
+            return answer, grant.subject  # not registered here: nothing to keep
         if client.expires_at - time.time() < CLIENT_LIFETIME / 2:  # a client in use stays
             await self.storage.put_client(dataclasses.replace(
                 client, expires_at=time.time() + CLIENT_LIFETIME))
-        return answer
+        return answer, grant.subject
 
     def _same_resource(self, form: dict[str, str], bound: str | None) -> str | None:
         """RFC 8707 at the token endpoint: a resource, when given, must be the one the
@@ -696,7 +730,9 @@ class AuthorizationServer:
                                                "request's")
         return bound
 
-    async def _refresh(self, client: RegisteredClient, form: dict[str, str]) -> dict[str, Any]:
+    async def _refresh(self, client: RegisteredClient,
+                       form: dict[str, str]) -> tuple[dict[str, Any], str]:
+        """The token response and the subject it is for."""
         family_id, _, token = form.get("refresh_token", "").partition("~")
         presented = self.opaque.check("rt", token)
         family = await self.storage.get_family(family_id) if presented else None
@@ -717,7 +753,7 @@ class AuthorizationServer:
             scopes = narrowed
         return await self._issue(client.client_id, family.subject, family.session_id, scopes,
                                  resource, family.name, family.email, family_id,
-                                 rotate_from=presented)
+                                 rotate_from=presented), family.subject
 
     async def _document_still_valid(self, client_id: str) -> None:
         """A client known by its metadata document keeps refreshing only while the document
@@ -857,4 +893,6 @@ class AuthorizationServer:
             if family is not None and family.client_id == client.client_id:
                 await self.storage.revoke_family(family_id)
                 await self._revoke_session(family.session_id)
+                self._audit("token_revoked", "success", request, client_id=client.client_id,
+                            subject=family.subject)
         await send_empty(send, 200, _NO_STORE)

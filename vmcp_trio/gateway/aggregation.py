@@ -3,8 +3,10 @@
 Sans-IO: :func:`build_catalog` takes each backend's lists (as the backend sent them) and the
 plan's aggregation settings, and returns what the client sees plus where each name goes.
 
-Order of work for tools and prompts, per backend: the workload's ``filter`` keeps the listed
-original names; ``overrides`` rename and redescribe; then conflict resolution across backends:
+Order of work for tools, per backend: the backend's own MCPToolConfig (``backend_tools``), then
+the workload's rules (``tools``); in each, ``overrides`` (keyed by the name as it comes in)
+rename and redescribe, then ``filter`` keeps the names listed *as renamed* (ToolHive's rule: a
+filter names what the client sees). Then conflict resolution across backends:
 
 * ``prefix``: every name becomes ``prefixFormat.format(workload=backend) + name``; distinct
   backends cannot collide.
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..resources.plan import AggregationPlan
+from ..resources.composite_plan import WorkflowPlan
+from ..resources.plan import AggregationPlan, WorkloadToolsPlan
 
 __all__ = ["BackendListing", "Catalog", "Route", "UriTemplate", "build_catalog",
-           "template_pattern"]
+           "template_pattern", "with_composite_tools"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,27 +155,43 @@ def _ordered(listings: Sequence[BackendListing], plan: AggregationPlan) -> list[
     return sorted(listings, key=lambda lst: (rank.get(lst.backend, len(rank)), lst.backend))
 
 
+def _apply(rules: WorkloadToolsPlan | None, item: dict[str, Any]) -> dict[str, Any] | None:
+    """``item`` after one stage's overrides, or None when the stage's filter drops it. The
+    filter names tools as they are after the overrides, as in ToolHive."""
+    if rules is None:
+        return item
+    shown = item
+    override = next((o for o in rules.overrides if o.tool == item["name"]), None)
+    if override is not None:
+        shown = dict(item)
+        if override.name:
+            shown["name"] = override.name
+        if override.description is not None:
+            shown["description"] = override.description
+    if rules.filter is not None and shown["name"] not in rules.filter:
+        return None
+    return shown
+
+
 def _shaped(listing: BackendListing, items: list[dict[str, Any]], plan: AggregationPlan,
             apply_workload_rules: bool) -> list[tuple[str, dict[str, Any]]]:
-    """``(original name, item as the client will see it before prefixing)`` after filter and
-    overrides (which apply to tools only, as in ToolHive)."""
+    """``(original name, item as the client will see it before prefixing)`` after the
+    backend's own tool config, then the workload's filter and overrides (tools only, as in
+    ToolHive)."""
+    own = next((t for t in plan.backend_tools if t.workload == listing.backend), None)
     rules = next((t for t in plan.tools if t.workload == listing.backend), None)
     out: list[tuple[str, dict[str, Any]]] = []
     for item in items:
         name = item.get("name")
         if not isinstance(name, str):
             continue
-        shown = dict(item)
-        if apply_workload_rules and rules is not None:
-            if rules.filter is not None and name not in rules.filter:
-                continue
-            override = next((o for o in rules.overrides if o.tool == name), None)
-            if override is not None:
-                if override.name:
-                    shown["name"] = override.name
-                if override.description is not None:
-                    shown["description"] = override.description
-        out.append((name, shown))
+        shown: dict[str, Any] | None = dict(item)
+        if apply_workload_rules:
+            for stage in (own, rules):
+                if shown is not None:
+                    shown = _apply(stage, shown)
+        if shown is not None:
+            out.append((name, shown))
     return out
 
 
@@ -228,3 +247,18 @@ def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan,
     return Catalog(tuple(tools), tuple(prompts), tuple(resources), tuple(templates), tool_routes,
                    prompt_routes, resource_routes, tuple(template_routes), template_owners,
                    tuple(conflicts), dict(failures or {}))
+
+
+def with_composite_tools(catalog: Catalog, plans: Sequence[WorkflowPlan]) -> Catalog:
+    """The catalog with the gateway's composite tools listed beside the backends' (a backend
+    tool of the same name is hidden, and the conflict said)."""
+    names = {plan.name for plan in plans}
+    hidden = [tool.get("name") for tool in catalog.tools if tool.get("name") in names]
+    return replace(
+        catalog,
+        tools=(*(tool for tool in catalog.tools if tool.get("name") not in names),
+               *(plan.tool() for plan in plans)),
+        tool_routes={name: route for name, route in catalog.tool_routes.items()
+                     if name not in names},
+        conflicts=(*catalog.conflicts, *(f"composite tool {name!r} hides the backend tool of "
+                                         "that name" for name in hidden)))

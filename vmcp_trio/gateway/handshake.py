@@ -144,6 +144,10 @@ class HandshakeFront:
 
     async def _batch_member(self, session: ClientSession, request: Request,
                             replies: list[Message]) -> None:
+        refusal = await session.refuse(request)
+        if refusal is not None:
+            replies.append(refusal.reply)
+            return
         stream = session.streams.open()
         workload = session.services.workload
         workload.enter()
@@ -190,6 +194,7 @@ class HandshakeFront:
         if instructions:
             result["instructions"] = instructions
         note(session=session.id[:8], rpc="initialize")
+        session.audit(request, Response(request.id, result))
         log.info("session %s initialized (protocol %s, %d backends%s)", session.id[:8],
                  negotiated, len(session.links),
                  f", unavailable: {', '.join(session.failed_backends)}"
@@ -200,6 +205,12 @@ class HandshakeFront:
     async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
                      request: Request) -> None:
         note(tool=_named(request))
+        refusal = await session.refuse(request)
+        if refusal is not None:
+            await send_json(send, refusal.status, encode(refusal.reply),
+                            [*_session_headers(session), *refusal.headers])
+            return
+
         async def compute(stream: EventStream) -> Response | ErrorResponse | None:
             return await session.handle(request, stream)
 

@@ -38,7 +38,7 @@ import trio
 from ..auth.sealing import Sealer, SealingError
 from ..protocol.eras import ROUND_TRIP_FIELDS
 from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
-from .backends.base import BackendError, BackendLink
+from .backends.base import Answerable, BackendError
 
 __all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "check_input_responses",
            "params_digest"]
@@ -104,7 +104,7 @@ def check_input_responses(responses: object) -> str | None:
 
 @dataclass
 class PendingInput:
-    link: BackendLink
+    link: Answerable
     backend_id: RequestId
     method: str
     params: dict[str, Any] | None
@@ -131,13 +131,13 @@ class ParkedCall:
         self._changed.set()
         self._changed = trio.Event()
 
-    def ask(self, link: BackendLink, backend_id: RequestId, method: str,
+    def ask(self, link: Answerable, backend_id: RequestId, method: str,
             params: dict[str, Any] | None) -> None:
         self.new[f"{method.split('/')[0]}-{next(self._keys)}"] = PendingInput(
             link, backend_id, method, params)
         self._wake()
 
-    def withdraw(self, link: BackendLink, backend_id: RequestId) -> None:
+    def withdraw(self, link: Answerable, backend_id: RequestId) -> None:
         """The backend cancelled one of its questions."""
         for table in (self.new, self.asked):
             for key, pending in list(table.items()):

@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from ..auth.boundary import IncomingBoundary
-from ..auth.incoming.authenticator import Authenticator
+from ..auth.incoming.authenticator import Authenticator, AuthFailure
 from ..auth.outgoing.caller import Caller
 from ..http.asgi import (
     BodyTimeout,
@@ -53,6 +53,7 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.revisions import HANDSHAKE_REVISIONS, revision
 from ..resources.plan import AnonymousIncoming
+from ..runtime.audit import auth_event
 from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway
@@ -146,7 +147,8 @@ class GatewayApp:
         if request is None:
             return
         guarded = _GuardedSend(send, request, scope.get("http_version", "1.1"))
-        record = AccessRecord()
+        record = AccessRecord(address=request.client or None,
+                              user_agent=(request.header("user-agent") or "")[:200] or None)
         ACCESS.set(record)
         started = trio.current_time()
         try:
@@ -208,8 +210,19 @@ class GatewayApp:
             configured_resource=None if isinstance(incoming, AnonymousIncoming)
             else incoming.resource_url,
             trust_forwarded=settings.trust_forwarded_headers,
-            on_refusal=lambda failure: self.metrics.auth_failures.labels(
-                str(failure.status), failure.error or "none").inc())
+            on_refusal=self._refused)
+
+    def _refused(self, failure: AuthFailure) -> None:
+        """Count a request incoming auth refused, and audit it."""
+        self.metrics.auth_failures.labels(str(failure.status), failure.error or "none").inc()
+        audit = self.gateway.services.audit
+        if audit.settings.enabled:
+            access = ACCESS.get()
+            audit.record(auth_event(
+                audit.settings, "denied", "denied" if failure.status in (401, 403) else "error",
+                address=access.address if access else None,
+                user_agent=access.user_agent if access else None, request_id=REQUEST_ID.get(),
+                endpoint=MCP_PATH, reason=failure.error or "no token"))
 
     # --- /mcp ----------------------------------------------------------------------------------
 

@@ -62,17 +62,22 @@ from ..protocol.tasks import (
     is_task_result,
     required_capability_data,
 )
+from ..resources.composite_plan import WorkflowPlan
 from ..resources.plan import GatewayPlan
 from ..runtime import tracing
-from ..runtime.logs import REQUEST_ID, note
+from ..runtime.audit import AuditLog, mcp_event
+from ..runtime.audit import Caller as AuditCaller
+from ..runtime.logs import ACCESS, REQUEST_ID, note
 from ..runtime.metrics import Metrics
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
-from .aggregation import BackendListing, Catalog, build_catalog
-from .backends.base import BackendError, BackendLink, Sink, backend_error
+from .admission import Gate, Refusal
+from .aggregation import BackendListing, Catalog, Route, build_catalog, with_composite_tools
+from .backends.base import Answerable, BackendError, BackendLink, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .backends.links import BackendLinks
 from .backends.stateless import StatelessBackendLink
 from .call_log import LOST, CallLog, LoggedCall
+from .composite import StepFailed, WorkflowPorts, coerce_arguments, run_workflow
 from .health import HealthMonitor
 from .mrtr import (
     ParkedCall,
@@ -163,6 +168,22 @@ class SessionServices:
     """Shared sessions: where calls answered over SSE are logged (:mod:`.call_log`)."""
     stream_key_prefix: str = ""
     """Shared sessions: the replica's id, before each response stream's key."""
+    gate: Gate | None = None
+    """Authorization policies and rate limits (:mod:`.admission`); None: neither."""
+    audit: AuditLog = field(default_factory=AuditLog.disabled)
+    """Where an event per request is recorded (``config.audit``)."""
+
+
+class _ClientAnswer:
+    """The client's answer to a question the gateway itself asked (see ``_ask_client``)."""
+
+    def __init__(self) -> None:
+        self.answered = trio.Event()
+        self.reply: Response | ErrorResponse | None = None
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None:
+        self.reply = message
+        self.answered.set()
 
 
 @dataclass
@@ -238,7 +259,7 @@ class ClientSession:
         self._catalog_generation = 0
         self._catalog_lock = trio.Lock()
         self._relay_ids = itertools.count(1)
-        self._relayed: dict[str, tuple[BackendLink, RequestId]] = {}
+        self._relayed: dict[str, tuple[Answerable, RequestId]] = {}
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
         """The scope of each request being answered, by the id the client gave it."""
         self._scopes: set[trio.CancelScope] = set()
@@ -519,6 +540,44 @@ class ClientSession:
 
     # --- the client's requests -------------------------------------------------------------------
 
+    async def refuse(self, request: Request) -> Refusal | None:
+        """Why this request may not go on (policies, rate limits), before any work on it; None
+        when it may."""
+        gate = self.services.gate
+        if gate is None:
+            return None
+        tools: tuple[dict[str, Any], ...] = ()
+        if request.method == "tools/call" and gate.policies is not None:
+            tools = (await self.catalog()).tools
+
+        def annotations(name: str) -> dict[str, Any]:
+            tool = next((tool for tool in tools if tool.get("name") == name), None)
+            hints = tool.get("annotations") if tool is not None else None
+            return hints if isinstance(hints, dict) else {}
+
+        refusal = await gate.refuse(self.identity, request, annotations)
+        if refusal is not None:
+            self.audit(request, refusal.reply, status=refusal.status)
+        return refusal
+
+    def audit(self, request: Request, reply: Response | ErrorResponse, *, status: int = 200,
+              backend: str | None = None, seconds: float | None = None) -> None:
+        """Record the audit event of a request answered (or refused with ``status``)."""
+        audit = self.services.audit
+        if not audit.settings.enabled:
+            return
+        access = ACCESS.get()
+        audit.record(mcp_event(
+            audit.settings, request.method, params=request.params, rpc_id=request.id,
+            result=reply.result if isinstance(reply, Response) else None,
+            error=(reply.error.code, reply.error.message)
+            if isinstance(reply, ErrorResponse) else None,
+            status=status, caller=AuditCaller.from_claims(self.identity.claims),
+            address=access.address if access else None,
+            user_agent=access.user_agent if access else None, request_id=REQUEST_ID.get(),
+            session_id=None if self.revision.stateless else self.id, backend=backend,
+            duration=seconds))
+
     async def handle(self, request: Request, stream: EventStream, *,
                      stateless: StatelessContext | None = None,
                      parked: ParkedCall | None = None) -> Response | ErrorResponse | None:
@@ -559,11 +618,12 @@ class ClientSession:
                 note(backend=call.backend)
             if self._in_flight.get(request.id) is scope:
                 del self._in_flight[request.id]
+            seconds = trio.current_time() - started
             if reply is not None:
                 outcome = "ok" if isinstance(reply, Response) else "error"
+                self.audit(request, reply, backend=call.backend, seconds=seconds)
             method = request.method if request.method in _KNOWN_METHODS else "other"
-            self.services.metrics.observe(method, call.backend or "vmcp", outcome,
-                                          trio.current_time() - started)
+            self.services.metrics.observe(method, call.backend or "vmcp", outcome, seconds)
         return reply
 
     def _internal_error(self, request: Request, error: Exception) -> ErrorResponse:
@@ -590,7 +650,10 @@ class ClientSession:
                 name, detail = sorted(catalog.failures.items())[0]
                 raise BackendError(name, f"{detail} (partialFailureMode: fail lists nothing "
                                          "while a backend is unavailable)")
-            return Response(request.id, {result_key: list(getattr(catalog, key))})
+            items: list[dict[str, Any]] = list(getattr(catalog, key))
+            if self.services.gate is not None:
+                items = await self.services.gate.visible(self.identity, method, items)
+            return Response(request.id, {result_key: items})
         if method in ("tools/call", "prompts/get"):
             return await self._call_named(request, params, call)
         if method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
@@ -673,6 +736,11 @@ class ClientSession:
         if not isinstance(name, str):
             return _error(request.id, INVALID_PARAMS, 'params.name must be a string')
         catalog = await self.catalog()
+        if kind == "tool" and self.services.plan.composite_tools:
+            workflow = next((plan for plan in self.services.plan.composite_tools
+                             if plan.name == name), None)
+            if workflow is not None:
+                return await self._run_composite(request, workflow, params, call, catalog)
         routes = catalog.tool_routes if kind == "tool" else catalog.prompt_routes
         route = routes.get(name)
         if route is None:
@@ -690,6 +758,85 @@ class ClientSession:
             return Response(reply.id, self.services.task_ids.sealed_result(
                 self.identity.key, route.backend, reply.result))
         return reply
+
+    async def _run_composite(self, request: Request, workflow: WorkflowPlan,
+                             params: dict[str, Any], call: Call,
+                             catalog: Catalog) -> Response:
+        """A composite tool (:mod:`.composite`): its steps call the backends with this
+        caller's credentials, each authorized, rate limited and audited as a call of its own;
+        its elicitation steps ask this client; progress is told per step when the client
+        asked for it; cancelling the call cancels every step."""
+        meta = params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+
+        async def call_tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+            route = catalog.tool_routes.get(name)
+            backend, _, tool = name.partition(".")
+            if route is None and tool and backend in self.links:
+                route = Route(backend, tool)  # ToolHive's "<workload>.<tool>"
+            if route is None:
+                raise StepFailed(f"no tool {name[:100]!r} (a step names a tool as clients see "
+                                 "it, or as <backend>.<tool>)")
+            listed = next((tool for tool in catalog.tools if tool.get("name") == name), None) \
+                or next((tool for tool in catalog.tools
+                         if catalog.tool_routes.get(str(tool.get("name"))) == route), None)
+            if listed is not None:
+                arguments = coerce_arguments(arguments, listed.get("inputSchema"))
+            step = Request(request.id, "tools/call", {"name": name, "arguments": arguments})
+            refusal = await self.refuse(step)
+            if refusal is not None:
+                raise StepFailed(f"tool {name[:100]!r}: {refusal.reply.error.message}")
+            started = trio.current_time()
+            try:
+                reply = await self._forward(self._link(route.backend), step,
+                                            {"name": route.name, "arguments": arguments},
+                                            Call(call.stream, call.stateless, call.parked))
+            except BackendError as exc:
+                raise StepFailed(f"backend {exc.backend!r} {exc.detail}") from None
+            self.audit(step, reply, backend=route.backend,
+                       seconds=trio.current_time() - started)
+            if isinstance(reply, ErrorResponse):
+                raise StepFailed(reply.error.message[:500])
+            return reply.result
+
+        async def elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+            return await self._ask_client(call, "elicitation/create",
+                                          {"message": message, "requestedSchema": schema})
+
+        async def progress(done: int, total: int, message: str) -> None:
+            if isinstance(token, str | int) and not isinstance(token, bool):
+                call.stream.push(encode(Notification("notifications/progress", {
+                    "progressToken": token, "progress": done, "total": total,
+                    "message": message})))
+
+        result = await run_workflow(workflow, params.get("arguments"),
+                                    WorkflowPorts(call_tool, elicit, progress))
+        return Response(request.id, result)
+
+    async def _ask_client(self, call: Call, method: str,
+                          params: dict[str, Any]) -> dict[str, Any]:
+        """Ask the client something on the call's stream (the gateway's own question, as a
+        backend's would be relayed) and wait for its answer's result."""
+        needed = _CLIENT_CAPABILITY[method]
+        if needed not in self._capabilities(call):
+            raise StepFailed(f"the client did not declare the {needed} capability")
+        asker = _ClientAnswer()
+        if call.parked is not None:  # 2026-07-28: an input request of the call
+            call.parked.ask(asker, 0, method, params)
+        else:
+            if len(self._relayed) >= MAX_PENDING_CLIENT_REQUESTS:
+                raise StepFailed("too many requests are waiting for the client")
+            relay_id = f"{self.relay_prefix}{next(self._relay_ids)}"
+            self._relayed[relay_id] = (asker, relay_id)
+            call.stream.push(encode(Request(relay_id, method, params)))
+        try:
+            await asker.answered.wait()
+        finally:
+            if call.parked is None:
+                self._relayed.pop(relay_id, None)
+        if isinstance(asker.reply, ErrorResponse) or asker.reply is None:
+            raise StepFailed(f"the client answered {method} with an error")
+        return asker.reply.result
 
     def _capabilities(self, call: Call) -> dict[str, Any]:
         """What the client of a call declared: in the request (2026-07-28), else at
@@ -1160,6 +1307,8 @@ class ClientSession:
                 nursery.start_soon(self._fill_listing, link, listing, failures)
         failures.update(self.failed_backends)
         catalog = build_catalog(listings, self.services.plan.aggregation, failures)
+        if self.services.plan.composite_tools:
+            catalog = with_composite_tools(catalog, self.services.plan.composite_tools)
         for conflict in catalog.conflicts:
             log.warning("session %s: %s", self.id[:8], conflict)
         if generation == self._catalog_generation:

@@ -156,6 +156,10 @@ class StatelessFront:
                 await send_json(send, rejection.status, encode(ErrorResponse(
                     request.id, rejection.error)))
                 return
+        refusal = await session.refuse(request)
+        if refusal is not None:
+            await send_json(send, refusal.status, encode(refusal.reply), list(refusal.headers))
+            return
         if request.method == "server/discover":
             await send_json(send, 200, encode(self._complete(request.method, Response(
                 request.id, self._discover(session)))))

@@ -2,16 +2,18 @@
 
 One job: ToolHive's releases put the group and the gateway settings in different places:
 ``spec.groupRef`` (an object; v0.6.0-v0.6.16 and v0.20+) or ``spec.config.groupRef`` (a string;
-v0.6.17-v0.19), and ``aggregation``, ``operational`` and ``sessionStorage`` directly under
-``spec`` (v0.6.x, and vmcp's own examples) or under ``spec.config`` (v0.7+). Either place means
-the same. When both are given they must say the same thing (an error names both paths
-otherwise); the value keeps the path it came from, so later rules point at the field as written.
+v0.6.17-v0.19), and ``aggregation``, ``operational``, ``audit``, ``compositeTools``,
+``compositeToolRefs`` and ``sessionStorage`` directly under ``spec`` (v0.6.x, and vmcp's own
+examples) or under ``spec.config`` (v0.7+); ``rateLimiting`` is only ever under ``spec.config``.
+Either place means the same. When both are given they must say the same thing (an error names both
+paths otherwise); the value keeps the path it came from, so later rules point at the field as
+written.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from . import models as m
 from .problems import PathPart
@@ -37,6 +39,10 @@ class GatewaySettings:
     aggregation: Placed[m.Aggregation]
     operational: Placed[m.Operational]
     session_storage: Placed[m.SessionStorage | None]
+    audit: Placed[m.Audit | None]
+    rate_limiting: Placed[m.RateLimiting | None]
+    composite_tools: Placed[tuple[dict[str, Any], ...]]
+    composite_tool_refs: Placed[tuple[m.NameRef, ...]]
 
 
 def _one(report: Report, gateway: Resource, name: str, top: T | None, inner: T | None,
@@ -78,6 +84,14 @@ def gateway_settings(report: Report, gateway: Resource) -> GatewaySettings | Non
                        m.Operational())
     storage = _one(report, gateway, "sessionStorage", spec.session_storage,
                    config.session_storage, None)
-    if group is None or aggregation is None or operational is None or storage is None:
+    audit = _one(report, gateway, "audit", spec.audit, config.audit, None)
+    tools = _one(report, gateway, "compositeTools", spec.composite_tools,
+                 config.composite_tools, ())
+    refs = _one(report, gateway, "compositeToolRefs", spec.composite_tool_refs,
+                config.composite_tool_refs, ())
+    if group is None or aggregation is None or operational is None or storage is None \
+            or audit is None or tools is None or refs is None:
         return None
-    return GatewaySettings(group, aggregation, operational, storage)
+    return GatewaySettings(group, aggregation, operational, storage, audit,
+                           Placed(config.rate_limiting, ("spec", "config", "rateLimiting")),
+                           tools, refs)

@@ -20,9 +20,12 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
+from dataclasses import replace
 
 from . import models as m
+from . import remote_rules
 from .authserver_rules import resolve_auth_server
+from .composite_rules import resolve_composites
 from .durations import Duration
 from .gateway_config import gateway_settings
 from .plan import (
@@ -31,7 +34,9 @@ from .plan import (
     AnonymousIncoming,
     BackendPlan,
     EmbeddedIncoming,
+    Endpoint,
     GatewayPlan,
+    HttpEndpoint,
     IncomingPlan,
     KubernetesIncoming,
     NoOutgoingAuth,
@@ -44,6 +49,7 @@ from .plan import (
     UpstreamInjectAuth,
     WorkloadToolsPlan,
 )
+from .policy_rules import resolve_audit, resolve_authz, resolve_rate_limits
 from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
@@ -65,12 +71,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         return None
     group, group_path = settings.group.value, settings.group.path
     group_ok = resolver.ref(gateway, group_path, "MCPGroup", group) is not None
-    members = sorted(
-        (r for r in resolver.of_kind("MCPServer")
-         if r.namespace == gateway.namespace and r.spec.group_ref is not None
-         and r.spec.group_ref.name == group),
-        key=lambda r: r.name or "",
-    )
+    members = _members(resolver, gateway, group)
     if group_ok and not members:
         report.warn(gateway, group_path, "empty-group",
                     f"MCPGroup {gateway.namespace}/{group} has no MCPServers yet: the gateway "
@@ -92,18 +93,33 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     for member in members:
         outgoing = _outgoing(resolver, gateway, spec, member, incoming)
         endpoint = resolver.endpoints.get(member.key)
-        if outgoing is not None and endpoint is not None:
+        if outgoing is not None and endpoint is not None and _headers_fit(
+                resolver, gateway, member, endpoint, outgoing):
             backends.append(BackendPlan(member.name or "", endpoint, outgoing))
     aggregation = _aggregation(resolver, gateway, settings.aggregation.value,
                                settings.aggregation.path, group, member_names)
+    if aggregation is not None:
+        aggregation = replace(aggregation, backend_tools=tuple(
+            resolver.backend_tools[m.key] for m in members if m.key in resolver.backend_tools))
     operational = _operational(resolver, gateway, settings.operational.value,
                                settings.operational.path, group, member_names)
     shared = resolve_session_storage(resolver, gateway, settings.session_storage.value,
                                      auth_server.hmac_secrets if auth_server else (),
                                      settings.session_storage.path)
+    authz = resolve_authz(resolver, gateway, spec.incoming_auth, spec.auth_server_config
+                          if isinstance(incoming, EmbeddedIncoming) else None)
+    rate_limits = resolve_rate_limits(
+        resolver, gateway, settings.rate_limiting,
+        authenticated=spec.incoming_auth.type == "oidc",
+        shared_storage=settings.session_storage.value is not None
+        and settings.session_storage.value.provider == "redis")
+    audit = resolve_audit(resolver, gateway, settings.audit)
+    composites = resolve_composites(resolver, gateway, settings.composite_tools,
+                                    settings.composite_tool_refs)
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
             or operational is None or len(backends) != len(members) or shared is None
+            or audit is None or composites is None
             or (spec.auth_server_config is not None and auth_server is None)):
         return None
     session_storage, fleet_secrets = shared
@@ -118,7 +134,57 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         operational=operational,
         session_storage=session_storage,
         fleet_secrets=fleet_secrets,
+        authz=authz,
+        rate_limits=rate_limits,
+        audit=audit,
+        composite_tools=composites,
     )
+
+
+BACKEND_KINDS = ("MCPServer", "MCPServerEntry", "MCPRemoteProxy")
+"""The kinds whose ``groupRef`` makes them a backend of the group (ToolHive's vMCP discovers
+all three)."""
+
+
+def _members(resolver: Resolver, gateway: Resource, group: str) -> list[Resource]:
+    """The group's backends in name order; a name two kinds share is an error (a backend is
+    known by its name) and keeps the first kind's."""
+    found: dict[str, Resource] = {}
+    for kind in BACKEND_KINDS:
+        for r in resolver.of_kind(kind):
+            if (r.namespace != gateway.namespace or r.spec.group_ref is None
+                    or r.spec.group_ref.name != group):
+                continue
+            first = found.get(r.name or "")
+            if first is not None:
+                resolver.report.error(r, ("metadata", "name"), "duplicate-backend",
+                                      f"{first.kind} {first.namespace}/{first.name} of group "
+                                      f"{group} has the same name: backends are known by name")
+                continue
+            found[r.name or ""] = r
+    return [found[name] for name in sorted(found)]
+
+
+def _headers_fit(resolver: Resolver, gateway: Resource, member: Resource, endpoint: Endpoint,
+                 outgoing: OutgoingPlan) -> bool:
+    """No static header of the backend is one its outgoing strategy sets."""
+    if not isinstance(endpoint, HttpEndpoint) or not endpoint.headers:
+        return True
+    if isinstance(outgoing, UpstreamInjectAuth):
+        sets = "authorization"
+    elif isinstance(outgoing, TokenExchangeAuth):
+        sets = (outgoing.header_name or "authorization").lower()
+    else:
+        return True
+    for header in endpoint.headers:
+        if header.name.lower() == sets:
+            resolver.report.error(
+                member, ("spec", "headerForward"), "header-conflict",
+                f"sets {header.name}, which backend {member.name!r}'s outgoing auth "
+                f"({outgoing.strategy}, as VirtualMCPServer {gateway.namespace}/{gateway.name} "
+                "decides) sets too: give the credential in one place")
+            return False
+    return True
 
 
 # --- incoming ------------------------------------------------------------------------------------
@@ -387,21 +453,31 @@ def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregati
                     [((*path, "tools", i, "workload"), t.workload)
                      for i, t in enumerate(aggregation.tools)],
                     group, member_names)
+    tools: list[WorkloadToolsPlan] = []
+    for i, t in enumerate(aggregation.tools):
+        if t.filter:
+            remote_rules.check_filter_names(resolver, gateway, (*path, "tools", i, "filter"),
+                                            t.filter, dict(t.overrides))
+        inline = WorkloadToolsPlan(
+            workload=t.workload,
+            filter=t.filter,
+            overrides=tuple(ToolOverridePlan(tool, o.name, o.description)
+                            for tool, o in sorted(t.overrides.items())),
+        )
+        if t.tool_config_ref is not None:
+            shared = remote_rules.tool_config_plan(
+                resolver, gateway, (*path, "tools", i, "toolConfigRef"), t.tool_config_ref,
+                t.workload)
+            if shared is not None:
+                inline = remote_rules.merge_tool_config(inline, shared)
+        tools.append(inline)
     if report.error_count != errors_before:
         return None
     return AggregationPlan(
         conflict_resolution=aggregation.conflict_resolution,
         prefix_format=config.prefix_format,
         priority_order=config.priority_order,
-        tools=tuple(
-            WorkloadToolsPlan(
-                workload=t.workload,
-                filter=t.filter,
-                overrides=tuple(ToolOverridePlan(tool, o.name, o.description)
-                                for tool, o in sorted(t.overrides.items())),
-            )
-            for t in aggregation.tools
-        ),
+        tools=tuple(tools),
     )
 
 

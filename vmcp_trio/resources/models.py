@@ -38,6 +38,10 @@ from .fields import (
 __all__ = [
     "KIND_MODELS",
     "AuthServerConfig",
+    "AuthzConfig",
+    "AuthzConfigSpec",
+    "CompositeToolDefinitionSpec",
+    "ConfigMapResource",
     "Envelope",
     "ExternalAuthConfigSpec",
     "GatewayConfig",
@@ -49,10 +53,14 @@ __all__ = [
     "Metadata",
     "OIDCConfigSpec",
     "OutgoingAuth",
+    "RemoteProxySpec",
     "SecretKeyRef",
     "SecretResource",
+    "ServerEntrySpec",
     "ServiceAccountOIDC",
     "SharedInlineOIDC",
+    "TelemetryConfigSpec",
+    "ToolConfigSpec",
     "UpstreamProvider",
     "VirtualMCPServerSpec",
 ]
@@ -181,11 +189,94 @@ class OIDCConfigRef(Model):
     resource_url: UrlText | None = None
 
 
+class AuthzInline(Model):
+    """``authzConfig.inline``: Cedar policies, one per string, and static entities (a JSON
+    string of Cedar's entity format)."""
+
+    policies: tuple[NonEmpty, ...] = Field(min_length=1)
+    entities_json: Str = "[]"
+    primary_upstream_provider: Annotated[str, Strict(), Field(
+        pattern=r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$", min_length=1, max_length=63)] | None = None
+    """Deprecated in ToolHive for ``authServerConfig.primaryUpstreamProvider``."""
+
+
+class ConfigMapKey(Model):
+    """``authzConfig.configMap``: a key of a ``v1`` ConfigMap holding ToolHive's authz.json."""
+
+    name: DnsSubdomain
+    key: NonEmpty = "authz.json"
+
+
+class AuthzConfig(Model):
+    """``incomingAuth.authzConfig``: Cedar policies given inline or in a ConfigMap."""
+
+    type: Literal["configMap", "inline"] = "configMap"
+    inline: AuthzInline | None = None
+    config_map: ConfigMapKey | None = None
+    group_claim_name: Annotated[str, Strict(), Field(min_length=1, max_length=253)] | None = None
+    role_claim_name: Annotated[str, Strict(), Field(min_length=1, max_length=253)] | None = None
+    group_entity_type: Annotated[str, Strict(), Field(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=63)] | None = None
+
+
 class IncomingAuth(Model):
     type: Literal["anonymous", "oidc"]
     oidc_config: OIDCConfig | None = None
     oidc_config_ref: OIDCConfigRef | None = None
     audience: NonEmpty | None = None
+    authz_config: AuthzConfig | None = None
+    authz_config_ref: NameRef | None = None
+    """An MCPAuthzConfig (``type: cedarv1``) in the same namespace."""
+
+
+class AuthzConfigSpec(Model):
+    """MCPAuthzConfig: an authorizer's configuration shared by several resources. ``type``
+    names the authorizer (vmcp implements ToolHive's ``cedarv1``); ``config`` is its block as
+    ToolHive's authz.json has it under ``cedar`` (snake_case keys)."""
+
+    type: NonEmpty
+    config: dict[str, Any]
+
+
+# --- rate limits and audit (spec.config) ---------------------------------------------------------
+
+
+class BucketSpec(Model):
+    max_tokens: Annotated[int, Strict(), Field(ge=1)]
+    refill_period: DurationText
+
+
+class ToolRateLimit(Model):
+    name: NonEmpty
+    shared: BucketSpec | None = None
+    global_: BucketSpec | None = Field(default=None, alias="global")
+    """ToolHive's newer name of ``shared``."""
+    per_user: BucketSpec | None = None
+
+
+class RateLimiting(Model):
+    """``config.rateLimiting``: token buckets for the whole server (``shared``, or ``global``),
+    each user (``perUser``) and each tool (``tools[]``), on ``tools/call``."""
+
+    shared: BucketSpec | None = None
+    global_: BucketSpec | None = Field(default=None, alias="global")
+    per_user: BucketSpec | None = None
+    tools: tuple[ToolRateLimit, ...] = ()
+
+
+class Audit(Model):
+    """``config.audit``: ToolHive's audit log settings."""
+
+    enabled: Bool = False
+    component: Str = ""
+    event_types: tuple[NonEmpty, ...] = ()
+    exclude_event_types: tuple[NonEmpty, ...] = ()
+    include_request_data: Bool = False
+    include_response_data: Bool = False
+    log_file: NonEmpty | None = None
+    max_data_size: Annotated[int, Strict(), Field(ge=0)] = 1024
+    detect_application_errors: Bool = True
+    max_delegation_depth: Annotated[int, Strict(), Field(ge=1)] = 10
 
 
 class OIDCConfigSpec(Model):
@@ -370,6 +461,8 @@ class AuthServerConfig(Model):
     allow_confidential_clients: Bool = False
     """Extension: RFC 7591 registrations may ask for a client secret (client_secret_basic or
     client_secret_post); public clients (PKCE only) otherwise."""
+    primary_upstream_provider: DnsLabel | None = None
+    """The upstream login whose claims authorization policies see (default: the first)."""
 
 
 # --- aggregation (extension, ToolHive's names) -------------------------------------------------
@@ -384,6 +477,9 @@ class WorkloadTools(Model):
     workload: DnsSubdomain
     filter: tuple[NonEmpty, ...] | None = None
     overrides: dict[Str, ToolOverride] = Field(default_factory=dict)
+    tool_config_ref: NameRef | None = None
+    """An MCPToolConfig whose filter and overrides complete the inline ones (as in ToolHive: a
+    non-empty inline ``filter`` wins, an inline override of a tool wins over the config's)."""
 
 
 class ConflictResolutionConfig(Model):
@@ -430,6 +526,11 @@ class GatewayConfig(Model):
     aggregation: Aggregation | None = None
     operational: Operational | None = None
     session_storage: SessionStorage | None = None
+    rate_limiting: RateLimiting | None = None
+    audit: Audit | None = None
+    composite_tools: tuple[dict[Str, Any], ...] | None = None
+    """Checked field by field by :mod:`.composite_plan` (its rules, its paths)."""
+    composite_tool_refs: tuple[NameRef, ...] | None = None
 
 
 class VirtualMCPServerSpec(Model):
@@ -441,6 +542,9 @@ class VirtualMCPServerSpec(Model):
     session_storage: SessionStorage | None = None
     aggregation: Aggregation | None = None
     operational: Operational | None = None
+    audit: Audit | None = None
+    composite_tools: tuple[dict[Str, Any], ...] | None = None
+    composite_tool_refs: tuple[NameRef, ...] | None = None
     config: GatewayConfig | None = None
 
 
@@ -484,10 +588,139 @@ class MCPServerSpec(Model):
         default_factory=dict
     )
     working_dir: NonEmpty | None = None
+    tool_config_ref: NameRef | None = None
+    """An MCPToolConfig; vmcp applies it to a server it reaches by ``url`` or starts. A server
+    at its in-cluster URL has it applied by ToolHive's proxy (vmcp leaves it alone)."""
+
+
+# --- remote backends and their tools (ToolHive v0.10+) -------------------------------------------
+
+HeaderName = Annotated[str, Strict(), Field(min_length=1, max_length=255,
+                                            pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
+"""An HTTP header name (an RFC 9110 token)."""
+
+
+class HeaderFromSecret(Model):
+    header_name: HeaderName
+    value_secret_ref: SecretKeyRef
+
+
+class HeaderForward(Model):
+    """``headerForward``: static headers added to every request to the remote backend."""
+
+    add_plaintext_headers: dict[HeaderName, Str] = Field(default_factory=dict)
+    add_headers_from_secret: tuple[HeaderFromSecret, ...] = ()
+
+
+class RemoteBackendSpec(Model):
+    """What MCPServerEntry and MCPRemoteProxy share: a remote MCP server at ``remoteUrl``."""
+
+    group_ref: GroupRef | None = None
+    remote_url: UrlText | None = None
+    external_auth_config_ref: NameRef | None = None
+    header_forward: HeaderForward | None = None
+    allow_private_endpoint: Bool = False
+
+
+class ServerEntrySpec(RemoteBackendSpec):
+    """MCPServerEntry (ToolHive v0.16+): a remote server vMCP reaches directly, no pod."""
+
+    group_ref: GroupRef
+    remote_url: UrlText
+    transport: Literal["streamable-http", "sse"]
+
+
+class RemoteProxySpec(RemoteBackendSpec):
+    """MCPRemoteProxy: in ToolHive a proxy pod in front of ``remoteUrl``; vmcp connects to
+    ``remoteUrl`` directly (see :mod:`.remote_rules`)."""
+
+    remote_url_legacy: UrlText | None = Field(None, alias="remoteURL")
+    """``remoteURL``, the field's name up to ToolHive v0.15."""
+    transport: Literal["streamable-http", "sse"] = "streamable-http"
+    tool_config_ref: NameRef | None = None
+
+
+class ToolAnnotations(Model):
+    title: Str | None = None
+    read_only_hint: Bool | None = None
+    destructive_hint: Bool | None = None
+    idempotent_hint: Bool | None = None
+    open_world_hint: Bool | None = None
+
+
+class ToolConfigSpec(Model):
+    """MCPToolConfig: an allow-list of tool names and overrides keyed by the original name."""
+
+    tools_filter: tuple[NonEmpty, ...] = ()
+    tools_override: dict[NonEmpty, ToolOverride] = Field(default_factory=dict)
+
+
+class TelemetryHeaderFromSecret(Model):
+    name: NonEmpty
+    secret_key_ref: SecretKeyRef
+
+
+class ConfigMapKeyRef(Model):
+    name: Str = ""
+    key: NonEmpty
+    optional: Bool | None = None
+
+
+class CABundleRef(Model):
+    config_map_ref: ConfigMapKeyRef | None = None
+
+
+class Enabled(Model):
+    enabled: Bool = False
+
+
+class TracingSettings(Enabled):
+    sampling_rate: Annotated[str, Strict(), Field(pattern=r"^(0(\.\d+)?|1(\.0+)?)$")] = "0.05"
+
+
+class OpenTelemetrySettings(Model):
+    enabled: Bool = False
+    endpoint: NonEmpty | None = None
+    headers: dict[Str, Str] = Field(default_factory=dict)
+    sensitive_headers: tuple[TelemetryHeaderFromSecret, ...] = ()
+    insecure: Bool = False
+    resource_attributes: dict[Str, Str] = Field(default_factory=dict)
+    metrics: Enabled | None = None
+    tracing: TracingSettings | None = None
+    use_legacy_attributes: Bool = True
+    ca_bundle_ref: CABundleRef | None = None
+
+
+class TelemetryConfigSpec(Model):
+    """MCPTelemetryConfig: checked, then ignored (the process's ``OTEL_*`` environment
+    decides vmcp's traces; ``/metrics`` is always served)."""
+
+    open_telemetry: OpenTelemetrySettings | None = None
+    prometheus: Enabled | None = None
 
 
 class GroupSpec(Model):
     description: Str | None = None
+
+
+class CompositeToolDefinitionSpec(Model):
+    """VirtualMCPCompositeToolDefinition: one composite tool. Its fields are checked by
+    :mod:`.composite_plan` (ToolHive's rules), so the model keeps them as given."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, hide_input_in_errors=True)
+
+
+class ConfigMapResource(Model):
+    """``v1`` ConfigMap: text a resource refers to (an authz.json, say)."""
+
+    api_version: NonEmpty
+    kind: NonEmpty
+    metadata: Metadata
+    data: dict[Annotated[str, Field(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)], Str] = Field(
+        default_factory=dict
+    )
+    binary_data: dict[Str, Str] = Field(default_factory=dict)
+    immutable: Bool | None = None
 
 
 class SecretResource(Model):
@@ -512,6 +745,12 @@ KIND_MODELS: dict[str, type[Model]] = {
     "MCPServer": MCPServerSpec,
     "MCPExternalAuthConfig": ExternalAuthConfigSpec,
     "MCPOIDCConfig": OIDCConfigSpec,
+    "MCPServerEntry": ServerEntrySpec,
+    "MCPRemoteProxy": RemoteProxySpec,
+    "MCPToolConfig": ToolConfigSpec,
+    "MCPTelemetryConfig": TelemetryConfigSpec,
+    "MCPAuthzConfig": AuthzConfigSpec,
+    "VirtualMCPCompositeToolDefinition": CompositeToolDefinitionSpec,
 }
 """Spec model of each kind under ``{api_group}/v1beta1`` and ``/v1alpha1`` (the same schema).
 Secret is ``v1`` and has no spec."""

@@ -12,12 +12,16 @@ logged or printed safely; equality compares the bytes in constant time.
 from __future__ import annotations
 
 import hmac
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from .composite_plan import WorkflowPlan
 from .durations import Duration
 
 __all__ = [
+    "AUDIT_EVENT_TYPES",
     "AggregationPlan",
     "AnonymousIncoming",
     "AuthServerPlan",
@@ -38,6 +42,7 @@ __all__ = [
     "ProviderPlan",
     "RedisStorage",
     "SecretValue",
+    "StaticHeader",
     "StdioEndpoint",
     "StoragePlan",
     "TokenExchangeAuth",
@@ -180,11 +185,25 @@ OutgoingPlan = NoOutgoingAuth | UpstreamInjectAuth | TokenExchangeAuth
 
 
 @dataclass(frozen=True)
+class StaticHeader:
+    """A header sent on every request to one backend (``headerForward``); a value from a
+    Secret stays a :class:`SecretValue` (never printed)."""
+
+    name: str
+    value: str | SecretValue
+
+    def text(self) -> str:
+        return self.value.text() if isinstance(self.value, SecretValue) else self.value
+
+
+@dataclass(frozen=True)
 class HttpEndpoint:
     url: str
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     in_cluster: bool = False
     """True when the URL came from the in-cluster template rather than ``spec.url``."""
+    headers: tuple[StaticHeader, ...] = ()
+    """Static headers of an MCPServerEntry's or MCPRemoteProxy's ``headerForward``."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +326,8 @@ class ToolOverridePlan:
 class WorkloadToolsPlan:
     workload: str
     filter: tuple[str, ...] | None = None
-    """Tool names to keep (``None``: all)."""
+    """Tool names to keep (``None``: all), as the client sees them after ``overrides`` (as in
+    ToolHive: a renamed tool is listed under its new name)."""
     overrides: tuple[ToolOverridePlan, ...] = ()
 
 
@@ -317,6 +337,10 @@ class AggregationPlan:
     prefix_format: str = "{workload}_"
     priority_order: tuple[str, ...] = ()
     tools: tuple[WorkloadToolsPlan, ...] = ()
+    backend_tools: tuple[WorkloadToolsPlan, ...] = ()
+    """A backend's own MCPToolConfig (``toolConfigRef`` of an MCPServer reached by ``url`` or
+    ``command``, or of an MCPRemoteProxy): applied first, as ToolHive's proxy in front of the
+    backend would, then :attr:`tools` on what it leaves."""
 
 
 # --- operational -------------------------------------------------------------------------------
@@ -339,6 +363,101 @@ class OperationalPlan:
 
 
 @dataclass(frozen=True)
+class AuthzPlan:
+    """Cedar authorization (``incomingAuth.authzConfig``, ``authzConfigRef``), as ToolHive
+    configures its ``cedarv1`` authorizer (:mod:`vmcp_trio.auth.policy.cedar` decides)."""
+
+    policies: tuple[str, ...]
+    entities_json: str = "[]"
+    group_claim_name: str | None = None
+    role_claim_name: str | None = None
+    group_entity_type: str = "THVGroup"
+    primary_upstream_provider: str | None = None
+    """Whose claims the policies see: that upstream login's (embedded authorization server)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A token bucket: ``maxTokens`` refilled evenly over ``refillPeriod`` (in seconds)."""
+
+    max_tokens: int
+    refill_seconds: float
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_tokens, bool) or self.max_tokens < 1:
+            raise ValueError(f"maxTokens must be at least 1, not {self.max_tokens!r}")
+        if not (0 < self.refill_seconds < math.inf):
+            raise ValueError(f"refillPeriod must be positive, not {self.refill_seconds!r}")
+
+    @property
+    def rate(self) -> float:
+        """Tokens a second."""
+        return self.max_tokens / self.refill_seconds
+
+
+@dataclass(frozen=True, slots=True)
+class ToolBuckets:
+    """One entry of ``rateLimiting.tools[]``: the tool's own buckets, on top of the server's."""
+
+    shared: Bucket | None = None
+    per_user: Bucket | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitRules:
+    """A ``rateLimiting`` block; ``tools`` maps a tool's name to its buckets
+    (:mod:`vmcp_trio.auth.policy.rate_limits` enforces it)."""
+
+    shared: Bucket | None = None
+    per_user: Bucket | None = None
+    tools: Mapping[str, ToolBuckets] = field(default_factory=dict)
+
+
+AUDIT_EVENT_TYPES = frozenset({
+    "mcp_initialize", "mcp_tool_call", "mcp_tools_list", "mcp_resource_read",
+    "mcp_resources_list", "mcp_prompt_get", "mcp_prompts_list", "mcp_notification", "mcp_ping",
+    "mcp_logging", "mcp_completion", "mcp_roots_list_changed", "mcp_request", "http_request",
+    "sse_connection",
+    *(f"vmcp_workflow_{what}" for what in ("started", "completed", "failed", "timed_out",
+                                           "step_started", "step_completed", "step_failed",
+                                           "step_skipped")),
+    *(f"vmcp_auth_{what}" for what in ("login", "token_issued", "token_refreshed",
+                                       "token_revoked", "denied"))})
+"""The event type names ``audit.eventTypes`` and ``excludeEventTypes`` may use: ToolHive's, and
+ours for authentication (:mod:`vmcp_trio.runtime.audit` writes them)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSettings:
+    """``spec.config.audit``, with ToolHive's defaults (:mod:`vmcp_trio.runtime.audit`)."""
+
+    enabled: bool = False
+    component: str = ""
+    event_types: frozenset[str] = frozenset()
+    exclude_event_types: frozenset[str] = frozenset()
+    include_request_data: bool = False
+    include_response_data: bool = False
+    log_file: str | None = None
+    max_data_size: int = 1024
+    detect_application_errors: bool = True
+    max_delegation_depth: int = 10
+
+    def __post_init__(self) -> None:
+        unknown = sorted((self.event_types | self.exclude_event_types) - AUDIT_EVENT_TYPES)
+        if unknown:
+            raise ValueError(f"audit: unknown event types: {', '.join(unknown)}")
+        if self.max_data_size < 0:
+            raise ValueError("audit: maxDataSize cannot be negative")
+        if self.max_delegation_depth < 1:
+            raise ValueError("audit: maxDelegationDepth must be at least 1")
+
+    def wants(self, event_type: str) -> bool:
+        """Whether an event of this type is written."""
+        return (self.enabled and event_type not in self.exclude_event_types
+                and (not self.event_types or event_type in self.event_types))
+
+
+@dataclass(frozen=True)
 class GatewayPlan:
     """One VirtualMCPServer, resolved."""
 
@@ -356,4 +475,9 @@ class GatewayPlan:
     fleet_secrets: tuple[SecretValue, ...] = ()
     """What every replica derives the same keys from (``sessionStorage.hmacSecretRefs``, else
     ``authServerConfig.hmacSecretRefs``); empty: keys random per process."""
+    authz: AuthzPlan | None = None
+    rate_limits: RateLimitRules | None = None
+    audit: AuditSettings = AuditSettings()
+    composite_tools: tuple[WorkflowPlan, ...] = ()
+    """The composite tools the gateway offers beside its backends' (:mod:`.composite_plan`)."""
 

@@ -24,6 +24,8 @@ from pathlib import Path
 
 from ..defaults import DEFAULT_BACKEND_URL_TEMPLATE, DEFAULT_PROXY_PORT
 from . import models as m
+from . import remote_rules
+from .composite_plan import WorkflowPlan
 from .plan import (
     Endpoint,
     HttpEndpoint,
@@ -33,6 +35,7 @@ from .plan import (
     StdioEndpoint,
     TokenExchangeAuth,
     UpstreamInjectAuth,
+    WorkloadToolsPlan,
 )
 from .problems import PathPart, format_path
 from .report import Report, Resource, ResourceKey
@@ -107,6 +110,10 @@ class Resolver:
         self.url_template = backend_url_template
         self.endpoints: dict[ResourceKey, Endpoint] = {}
         self.strategies: dict[ResourceKey, OutgoingPlan] = {}
+        self.backend_tools: dict[ResourceKey, WorkloadToolsPlan] = {}
+        self.workflows: dict[ResourceKey, WorkflowPlan] = {}
+        """The composite tool definitions that are valid (:mod:`.composite_rules`)."""
+        """A backend's own MCPToolConfig (MCPServer by url or command, MCPRemoteProxy)."""
 
     # --- lookups -------------------------------------------------------------------------------
 
@@ -192,10 +199,32 @@ class Resolver:
                 self.strategies[resource.key] = strategy
         for resource in self.of_kind("MCPOIDCConfig"):
             self._check_oidc_config(resource)
+        for resource in self.of_kind("MCPToolConfig"):
+            remote_rules.check_tool_config(self, resource)
+        for resource in self.of_kind("MCPTelemetryConfig"):
+            self.report.warn(resource, ("spec",), "ignored-field",
+                             "is ignored: vmcp's traces follow the process's OTEL_* environment "
+                             "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME...) and it always "
+                             "serves /metrics")
         for resource in self.of_kind("MCPServer"):
             endpoint = self._server(resource)
             if endpoint is not None:
                 self.endpoints[resource.key] = endpoint
+        for kind in ("MCPServerEntry", "MCPRemoteProxy"):
+            for resource in self.of_kind(kind):
+                remote = remote_rules.remote_endpoint(self, resource)
+                if remote is not None:
+                    self.endpoints[resource.key] = remote
+        for kind in ("MCPServer", "MCPRemoteProxy"):
+            for resource in self.of_kind(kind):
+                ref = resource.spec.tool_config_ref
+                endpoint = self.endpoints.get(resource.key)
+                if ref is None or (isinstance(endpoint, HttpEndpoint) and endpoint.in_cluster):
+                    continue  # ToolHive's proxy in front of an in-cluster server applies it
+                tools = remote_rules.tool_config_plan(self, resource, ("spec", "toolConfigRef"),
+                                                      ref, resource.name or "")
+                if tools is not None:
+                    self.backend_tools[resource.key] = tools
 
     def _check_secret(self, resource: Resource) -> None:
         secret: m.SecretResource = resource.spec

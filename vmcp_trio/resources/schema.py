@@ -11,10 +11,10 @@ Which documents are resources, by apiVersion and kind:
   deprecation; it loads all the same.
 * ToolHive kinds that vmcp does not implement yet (:data:`NOT_IMPLEMENTED_KINDS`) are an error
   per document (``not-implemented``): a manifest that relies on them would mean less here.
-* Any other document outside the API group (Namespace, ConfigMap, ServiceAccount, RBAC,
-  Deployment, Service...: everything but a ``v1`` Secret) is skipped with a ``skipped-kind``
-  warning, so a folder of Kubernetes manifests loads as it is. An unknown kind inside the group
-  is an error.
+* ``v1`` Secrets and ConfigMaps are data the resources refer to (:data:`CORE_KINDS`).
+* Any other document outside the API group (Namespace, ServiceAccount, RBAC, Deployment,
+  Service...) is skipped with a ``skipped-kind`` warning, so a folder of Kubernetes manifests
+  loads as it is. An unknown kind inside the group is an error.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..defaults import DEFAULT_API_GROUP
 from .loading import SourceDocument
-from .models import KIND_MODELS, Envelope, Model, SecretResource
+from .models import KIND_MODELS, ConfigMapResource, Envelope, Model, SecretResource
 from .problems import PathPart
 from .report import Report, Resource
 from .toolhive_fields import set_aside
@@ -38,11 +38,11 @@ __all__ = ["DEFAULT_API_GROUP", "NOT_IMPLEMENTED_KINDS", "parse_documents"]
 API_VERSIONS = ("v1beta1", "v1alpha1")
 """Served versions, the first current; ToolHive deprecated v1alpha1 in v0.23."""
 
-NOT_IMPLEMENTED_KINDS = frozenset({
-    "MCPRemoteProxy", "MCPServerEntry", "MCPToolConfig", "MCPTelemetryConfig", "MCPAuthzConfig",
-    "VirtualMCPCompositeToolDefinition", "MCPRegistry", "EmbeddingServer", "MCPWebhookConfig",
-})
+NOT_IMPLEMENTED_KINDS = frozenset({"MCPRegistry", "EmbeddingServer", "MCPWebhookConfig"})
 """ToolHive's kinds that vmcp does not implement yet."""
+CORE_KINDS: dict[str, type[SecretResource] | type[ConfigMapResource]] = {
+    "Secret": SecretResource, "ConfigMap": ConfigMapResource}
+"""Kubernetes' own kinds (``v1``) a configuration may hold for its resources to refer to."""
 
 _TYPE_NAMES = {
     "string_type": "must be a string",
@@ -72,7 +72,8 @@ def _field_vocabulary() -> tuple[str, ...]:
             for inner in _models_in(info.annotation):
                 visit(inner)
 
-    roots: list[type[BaseModel]] = [*KIND_MODELS.values(), Envelope, SecretResource]
+    roots: list[type[BaseModel]] = [*KIND_MODELS.values(), Envelope, SecretResource,
+                                    ConfigMapResource]
     for model in roots:
         visit(model)
     return tuple(sorted(names))
@@ -171,11 +172,11 @@ def _validate(model: type[M], data: Any, report: Report, resource: Resource,
 
 def _check_api_version(report: Report, resource: Resource, kind: str, api: Any,
                        api_group: str) -> None:
-    """``v1`` for a Secret; a served version of the API group for the other kinds."""
-    if kind == "Secret":
+    """``v1`` for a Secret or ConfigMap; a served version of the API group for the others."""
+    if kind in CORE_KINDS:
         if isinstance(api, str) and api != "v1":
             report.error(resource, ("apiVersion",), "api-version",
-                         "must be v1 for kind Secret")
+                         f"must be v1 for kind {kind}")
         return
     if not isinstance(api, str):
         return  # the envelope reports it missing or of the wrong type
@@ -209,7 +210,7 @@ def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
                      "is required: one of Secret, " + ", ".join(KIND_MODELS))
         return None
     api = body.get("apiVersion")
-    ours = kind == "Secret" or kind in KIND_MODELS or kind in NOT_IMPLEMENTED_KINDS
+    ours = kind in CORE_KINDS or kind in KIND_MODELS or kind in NOT_IMPLEMENTED_KINDS
     if not ours and isinstance(api, str) and api.rpartition("/")[0] != api_group:
         report.warn(resource, ("kind",), "skipped-kind",
                     f"{kind[:64]} of {api[:100]} is not a resource of {api_group}: skipped")
@@ -226,11 +227,11 @@ def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
         return None
     _check_api_version(report, resource, kind, api, api_group)
 
-    if kind == "Secret":
-        secret = _validate(SecretResource, body, report, resource, ())
-        if secret is not None:
-            resource.spec = secret
-            resource.namespace = secret.metadata.namespace or namespace
+    if kind in CORE_KINDS:
+        core = _validate(CORE_KINDS[kind], body, report, resource, ())
+        if core is not None:
+            resource.spec = core
+            resource.namespace = core.metadata.namespace or namespace
         return resource
 
     envelope = _validate(Envelope, body, report, resource, ())

@@ -11,6 +11,7 @@ from .plan import (
     AnonymousIncoming,
     AuthServerPlan,
     BackendPlan,
+    Bucket,
     EmbeddedIncoming,
     GatewayPlan,
     HttpEndpoint,
@@ -73,6 +74,8 @@ def _backend(backend: BackendPlan, incoming: IncomingPlan) -> str:
         where = f"{endpoint.transport} {endpoint.url}"
         if endpoint.in_cluster:
             where += " (in-cluster)"
+        if endpoint.headers:
+            where += f" (headers: {', '.join(h.name for h in endpoint.headers)})"
     else:
         where = "stdio " + " ".join([endpoint.command, *endpoint.args])
         if endpoint.env:
@@ -122,6 +125,34 @@ def _auth_server(plan: AuthServerPlan) -> list[str]:
     return lines
 
 
+def _bucket(bucket: Bucket | None) -> str | None:
+    return None if bucket is None else f"{bucket.max_tokens}/{bucket.refill_seconds:g}s"
+
+
+def _policies(plan: GatewayPlan) -> str:
+    """What the gateway checks and records besides authentication."""
+    parts = []
+    if plan.authz is not None:
+        whose = (f"claims of the {plan.authz.primary_upstream_provider} login"
+                 if plan.authz.primary_upstream_provider else "the token's claims")
+        parts.append(f"{len(plan.authz.policies)} Cedar policies ({whose}, groups as "
+                     f"{plan.authz.group_entity_type})")
+    else:
+        parts.append("no authorization policies")
+    rules = plan.rate_limits
+    if rules is not None:
+        limits = [f"{what} {text}" for what, text in (("shared", _bucket(rules.shared)),
+                                                      ("perUser", _bucket(rules.per_user)))
+                  if text] + ([f"{len(rules.tools)} tool(s)"] if rules.tools else [])
+        where = "the fleet's" if plan.session_storage is not None else "this process's"
+        parts.append(f"rate limits ({where}): {', '.join(limits)}")
+    if plan.audit.enabled:
+        parts.append(f"audit to {plan.audit.log_file or 'stdout'}")
+    if plan.composite_tools:
+        parts.append("composite tools: " + ", ".join(p.name for p in plan.composite_tools))
+    return "  policies: " + "; ".join(parts)
+
+
 def describe_plan(plan: GatewayPlan) -> str:
     lines = [
         f"VirtualMCPServer {plan.namespace}/{plan.name} (group {plan.group})",
@@ -130,6 +161,7 @@ def describe_plan(plan: GatewayPlan) -> str:
         + (f" ({plan.aggregation.prefix_format!r})"
            if plan.aggregation.conflict_resolution == "prefix" else ""),
         _sessions(plan),
+        _policies(plan),
         f"  backends ({len(plan.backends)}):",
         *(_backend(b, plan.incoming) for b in plan.backends),
     ]

@@ -9,21 +9,23 @@ with its own rule:
   ports, replicas, pod template, Service settings, service account, volumes, image pull secrets),
   and for an MCPServer the settings of the container and of ToolHive's proxy in front of it
   (``secrets`` as container variables, the proxy's own incoming OIDC, session storage and path
-  prefix). vmcp runs no pod. For an MCPServer reached at its in-cluster URL (neither ``url``
+  prefix), and for an MCPRemoteProxy those of its proxy pod (vmcp connects to ``remoteUrl``
+  directly). vmcp runs no pod. For an MCPServer reached at its in-cluster URL (neither ``url``
   nor ``command``) they are not ignored but the operator's business, and pass without a word.
 * ``ignored-field``: a warning per field. Features vmcp does not have yet whose absence changes
-  no security decision and no result a client gets: telemetry (vmcp serves ``/metrics`` and
-  traces by its own flags), the optimizer and its embedding server, code mode, the runtime
-  config's ``name``/``metadata``, ``logLevel``, the circuit breaker, status reporting and tool
-  annotation overrides.
-* ``not-implemented``: an error per field. Features whose absence would make the gateway do
-  less than the manifest says, above all about security: authorization (``authzConfig``,
-  ``authzConfigRef``), rate limiting, audit, webhooks, MCPToolConfig filters, tool exclusion,
-  composite tools, static ``config.backends``, passthrough headers, ``outgoingAuth.default``, the
-  runtime form of incoming/outgoing auth, the authorization server's and MCPOIDCConfig's newer
-  options (client delegation, trusted issuers, CIMD, DCR upstream, CA bundles). They are
-  refused, never silently dropped. A value that turns nothing on (``false``, or a block with
-  ``enabled: false``) is accepted without a word.
+  no security decision and no result a client gets: telemetry (vmcp serves ``/metrics``; its
+  traces follow the process's ``OTEL_*`` environment), an MCPRemoteProxy's own incoming OIDC
+  (its pod's, which vmcp does not run), the optimizer and its embedding server, code mode, the
+  runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker, status reporting
+  and tool annotation overrides.
+* ``not-implemented``: an error per field. Features whose absence would make the gateway do less
+  than the manifest says, above all about security: authorization, rate limiting and audit on an
+  MCPRemoteProxy (the pod's own), webhooks, tool exclusion, static ``config.backends``,
+  passthrough headers, ``outgoingAuth.default``, the runtime form of incoming/outgoing auth, the
+  authorization server's and MCPOIDCConfig's newer options (client delegation, trusted issuers,
+  CIMD, DCR upstream, CA bundles), an MCPServerEntry's ``caBundleRef``. They are refused, never
+  silently dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``)
+  is accepted without a word.
 
 An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
 the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
@@ -59,9 +61,16 @@ KUBERNETES_ONLY: dict[str, tuple[str, ...]] = {
                   "trustProxyHeaders", "sessionStorage", "oidcConfigRef", "oidcConfig"),
     "VirtualMCPServer": ("imagePullSecrets", "podTemplateSpec", "replicas", "serviceAccount",
                          "serviceType", "sessionAffinity"),
+    "MCPRemoteProxy": ("podTemplateSpec", "proxyPort", "port", "replicas", "resourceOverrides",
+                       "resources", "serviceAccount", "sessionAffinity", "sessionStorage",
+                       "endpointPrefix", "trustProxyHeaders"),
 }
 
-_TELEMETRY = "telemetry (vmcp serves /metrics and traces by its own flags)"
+_TELEMETRY = ("telemetry (vmcp serves /metrics, and its traces follow the process's OTEL_* "
+              "environment)")
+_PROXY_INCOMING = ("the incoming auth of ToolHive's proxy pod, which vmcp does not run: it "
+                   "connects to remoteUrl directly, and the VirtualMCPServer's incomingAuth "
+                   "decides who gets in")
 
 IGNORED: dict[str, tuple[Rule, ...]] = {
     "MCPServer": (("telemetry", _TELEMETRY), ("telemetryConfigRef", _TELEMETRY)),
@@ -82,9 +91,18 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
         *_both("aggregation.tools[].overrides.*.annotations",
                "tool annotation overrides are not implemented yet"),
     ),
+    "MCPRemoteProxy": (
+        ("oidcConfigRef", _PROXY_INCOMING),
+        ("oidcConfig", _PROXY_INCOMING),
+        ("telemetry", _TELEMETRY),
+        ("telemetryConfigRef", _TELEMETRY),
+    ),
+    "MCPToolConfig": (
+        ("toolsOverride.*.annotations", "tool annotation overrides are not implemented yet"),
+    ),
 }
 
-_AUTH_SERVER_FIELDS = ("cimd", "delegateClients", "trustedIssuers", "primaryUpstreamProvider",
+_AUTH_SERVER_FIELDS = ("cimd", "delegateClients", "trustedIssuers",
                        "disableUpstreamTokenInjection", "baselineClientScopes",
                        "forceConfidentialRedirectUris",
                        "insecureAllowConfidentialOverLoopbackHTTP",
@@ -96,7 +114,6 @@ PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
         ("authzConfig", "authorization (Cedar policies)"),
         ("authzConfigRef", "authorization (MCPAuthzConfig)"),
         ("rateLimiting", "rate limiting"),
-        ("toolConfigRef", "tool filters and overrides of an MCPToolConfig"),
         ("tools", "the tool filter"),
         ("webhookConfigRef", "webhooks (MCPWebhookConfig)"),
         ("authServerRef", "an embedded authorization server in front of one backend"),
@@ -106,19 +123,12 @@ PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
 
 NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
-        ("incomingAuth.authzConfig", "authorization (Cedar policies)"),
-        ("incomingAuth.authzConfigRef", "authorization (MCPAuthzConfig)"),
         ("outgoingAuth.default", "a default outgoing strategy"),
-        *_both("compositeTools", "composite tools"),
-        *_both("compositeToolRefs", "composite tools (VirtualMCPCompositeToolDefinition)"),
-        *_both("audit", "audit logging"),
         *_both("aggregation.excludeAllTools", "tool exclusion"),
         *_both("aggregation.defaultToolVisibility", "tool visibility"),
         *_both("aggregation.tools[].excludeAll", "tool exclusion"),
-        *_both("aggregation.tools[].toolConfigRef", "tool filters of an MCPToolConfig"),
         ("passthroughHeaders", "passthrough headers"),
         ("config.passthroughHeaders", "passthrough headers"),
-        ("config.rateLimiting", "rate limiting"),
         ("config.backends", "static backends (config.backends)"),
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
@@ -126,6 +136,16 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
           for name in _AUTH_SERVER_FIELDS),
         ("authServerConfig.upstreamProviders[].oauth2Config.dcrConfig",
          "dynamic client registration at an upstream provider"),
+    ),
+    "MCPServerEntry": (
+        ("caBundleRef", "a CA bundle from a ConfigMap"),
+    ),
+    "MCPRemoteProxy": (
+        ("authzConfig", "authorization (Cedar policies)"),
+        ("authzConfigRef", "authorization (MCPAuthzConfig)"),
+        ("rateLimiting", "rate limiting"),
+        ("audit", "audit logging"),
+        ("authServerRef", "an embedded authorization server in front of one backend"),
     ),
     "MCPOIDCConfig": (
         ("inline.caBundleRef", "a CA bundle from a ConfigMap"),
@@ -198,8 +218,11 @@ def set_aside(kind: str, spec: Any, report: Report, resource: Resource) -> Any:
                              f"is not implemented yet ({what}): refused rather than ignored, so "
                              "that the gateway never does less than the manifest says")
     if k8s and not proxied:
-        proxy = " and ToolHive's proxy in front of it" if kind == "MCPServer" else ""
+        shape = {"MCPServer": "the workload and ToolHive's proxy in front of it that "
+                              "ToolHive's operator runs",
+                 "MCPRemoteProxy": "ToolHive's proxy pod, which vmcp does not run: it "
+                                   "connects to remoteUrl directly"}.get(
+            kind, "the workload that ToolHive's operator runs")
         report.warn(resource, ("spec",), "kubernetes-only",
-                    f"{', '.join(k8s)}: ignored outside Kubernetes (they shape only the "
-                    f"workload{proxy} that ToolHive's operator runs)")
+                    f"{', '.join(k8s)}: ignored outside Kubernetes (they shape only {shape})")
     return spec

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE
+from .composite_rules import check_definitions
 from .gateway_rules import resolve_gateway
 from .loading import SourceDocument, load_paths
 from .plan import GatewayPlan
@@ -70,6 +71,7 @@ def validate_documents(docs: Sequence[SourceDocument], options: LoadOptions = Lo
     resolver = Resolver(resources, report, backend_url_template=options.backend_url_template,
                         environ=options.environ)
     resolver.check_dependencies()
+    check_definitions(resolver)
     plans: list[GatewayPlan] = []
     for gateway in resolver.of_kind("VirtualMCPServer"):
         plan = resolve_gateway(resolver, gateway)

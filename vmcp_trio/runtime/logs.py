@@ -45,6 +45,9 @@ class AccessRecord:
     """What the layers of a request learn about it, for its access record."""
 
     subject: str | None = None
+    address: str | None = None
+    """The client's address (for the audit log; the access record has it from the server)."""
+    user_agent: str | None = None
     session: str | None = None
     rpc: str | None = None
     tool: str | None = None

@@ -90,6 +90,19 @@ class Metrics:
                                        "through the replicas' shared cache, by outcome: hit "
                                        "(another replica's token), fallback (Redis away: "
                                        "exchanged alone)", ["outcome"], registry=self.registry)
+        self.authz_decisions = Counter("vmcp_authz_decisions", "Requests checked against the "
+                                       "authorization policies, by decision (allowed, denied)",
+                                       ["decision"], registry=self.registry)
+        self.rate_limited = Counter("vmcp_rate_limited", "Tool calls refused by a rate limit, "
+                                    "by the limit that refused", ["limit"],
+                                    registry=self.registry)
+        self.audit_dropped = Counter("vmcp_audit_events_dropped", "Audit events dropped "
+                                     "because the audit log's queue was full (the writer "
+                                     "cannot keep up)", registry=self.registry)
+        self.rate_limit_unavailable = Counter("vmcp_rate_limit_unavailable", "Tool calls let "
+                                              "through unlimited because the shared rate limits' "
+                                              "Redis could not be asked (fail open)",
+                                              registry=self.registry)
 
     def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
         self.requests.labels(method, backend, outcome).inc()

@@ -109,6 +109,13 @@ def backend_error(request_id: RequestId | None, backend: str, detail: str) -> Er
                                                  {"backend": backend}))
 
 
+class Answerable(Protocol):
+    """Whoever asked the client something and takes its answer: a backend's link, or the
+    gateway itself (a composite tool's elicitation step)."""
+
+    async def answer(self, request_id: RequestId, message: Response | ErrorResponse) -> None: ...
+
+
 class BackendLink(Protocol):
     name: str
 

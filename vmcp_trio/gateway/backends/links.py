@@ -12,7 +12,10 @@
   is a view that tags the session's calls.
 * Every HTTP link carries the backend's outgoing credentials (boundary 2) for the caller the
   session holds now (:class:`SessionCredentials`); a credential that cannot be had is that
-  backend's error for that call.
+  backend's error for that call. A backend's static headers (an MCPServerEntry's or
+  MCPRemoteProxy's ``headerForward``, checked at load so that none collides with the
+  credentials or the transport's own headers) go with every request, health checks included
+  (:class:`StaticHeaders`).
 
 The health of a backend is not decided here: callers check it before opening a link.
 """
@@ -31,13 +34,20 @@ from ...http.client import HttpClient
 from ...protocol.revisions import Revision
 from ...resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
 from ...runtime.supervisor import Supervisor
-from .base import BackendError, BackendLink, CredentialHook, FallbackToLegacy, Sink
+from .base import (
+    BackendError,
+    BackendLink,
+    CredentialHook,
+    FallbackToLegacy,
+    NoCredentials,
+    Sink,
+)
 from .http import HttpBackendLink
 from .legacy_sse import LegacySseBackendLink
 from .stateless import StatelessBackendLink
 from .stdio import StdioBackendLink, StdioProcess
 
-__all__ = ["BackendLinks", "HttpLink", "SessionCredentials"]
+__all__ = ["BackendLinks", "HttpLink", "SessionCredentials", "StaticHeaders"]
 
 log = logging.getLogger("vmcp.gateway")
 
@@ -66,6 +76,22 @@ class SessionCredentials:
         except CredentialError as exc:
             raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
                 from None
+
+
+class StaticHeaders:
+    """A backend's static headers, then its credentials' (their names never overlap)."""
+
+    def __init__(self, endpoint: HttpEndpoint, credentials: CredentialHook | None) -> None:
+        self.static = [(header.name, header.text()) for header in endpoint.headers]
+        self.credentials = credentials or NoCredentials()
+
+    async def headers(self) -> list[tuple[str, str]]:
+        return [*self.static, *await self.credentials.headers()]
+
+
+def _with_static(endpoint: HttpEndpoint,
+                 credentials: CredentialHook | None) -> CredentialHook | None:
+    return StaticHeaders(endpoint, credentials) if endpoint.headers else credentials
 
 
 class BackendLinks:
@@ -128,9 +154,9 @@ class BackendLinks:
         if (not isinstance(endpoint, HttpEndpoint) or endpoint.transport != "streamable-http"
                 or name in self.legacy_backends):
             return None
+        credentials = SessionCredentials(name, self.strategies[name], caller)
         link = HttpBackendLink(name, endpoint.url, self.client, session_sink=sink,
-                               credentials=SessionCredentials(name, self.strategies[name],
-                                                              caller),
+                               credentials=_with_static(endpoint, credentials),
                                timeout=self.timeout(name))
         link.join(supervisor, capabilities, joined)
         return link
@@ -141,6 +167,7 @@ class BackendLinks:
                            credentials: CredentialHook | None = None) -> HttpLink:
         """A started link to an HTTP backend, in the newest revision it speaks (see the module
         docstring)."""
+        credentials = _with_static(endpoint, credentials)
         if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
             stateless = StatelessBackendLink(name, endpoint.url, self.client, session_sink=sink,
                                              credentials=credentials, timeout=timeout)

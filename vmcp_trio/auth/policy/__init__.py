@@ -1,0 +1,1 @@
+"""What a caller may do once authenticated: Cedar authorization policies and rate limits."""

@@ -1,0 +1,1015 @@
+"""The templates of ToolHive composite tools: Go ``text/template`` source run in Jinja2's sandbox.
+
+ToolHive manifests write step arguments, conditions, messages, forEach collections and output
+values as Go templates (``{{.params.repo}}``, ``{{json .steps.list.output.items}}``,
+``{{eq .steps.approval.output.action "accept"}}``, ``{{(fromJson .steps.pr.output.text).title}}``).
+This module compiles that subset into Jinja2 source and runs it in
+:class:`jinja2.sandbox.ImmutableSandboxedEnvironment`; nothing is ever handed to ``eval``. Sans-IO
+and pure: no clock, no randomness, no I/O.
+
+Rules it keeps:
+
+* **The accepted language** is what ToolHive documents (``pkg/vmcp/composer/template_expander.go``,
+  ``docs/operator/composite-tools-quick-reference.md``): text and ``{{ }}`` actions with the
+  ``{{-``/``-}}`` trim markers and ``{{/* comments */}}``; fields ``.a.b`` on the dot, ``$`` and
+  ``$var``; pipelines ``x | f y`` (the value is the last argument); parenthesised pipelines with a
+  field chain after them; string (``"…"`` and raw), number, ``true``/``false``/``nil`` literals;
+  ``if``/``else if``/``else``, ``with``/``else``, ``range`` (also ``$i, $v :=``) and ``$x :=``
+  declarations; the Go built-ins ``and or not eq ne lt le gt ge len index slice print printf
+  println html urlquery`` and ToolHive's ``json quote fromJson``. Anything else (``define``,
+  ``template``, ``block``, ``break``, ``continue``, ``=`` assignment, ``call``, ``js``, unknown
+  functions) is a :class:`TemplateSyntaxError` naming the construct and its line and column, at
+  compile time, as Go's parser does for unknown functions.
+* **Data are JSON values.** A field is a key lookup on a mapping (never an attribute lookup, so
+  ``.items`` is the key ``items``, not ``dict.items``); dunder names (``.__class__``) are refused at
+  compile time; the sandbox stays as a second wall. A missing key gives :data:`MISSING`, printed as
+  Go prints it (``<no value>``); a field of a missing or ``null`` value is an error, as in Go.
+* **Printing follows Go's ``%v``**: ``true``, ``5`` for an integral float, ``map[a:1 b:2]``,
+  ``[a b]``, ``<no value>`` for null.
+* **Types are kept for a lone expression** (decision; ToolHive renders strings and then coerces
+  them to the called tool's input schema or to the declared output type): when the whole source is
+  exactly one action, :meth:`Template.evaluate` returns the value itself (``"{{.params.count}}"``
+  gives the integer, ``"{{.steps.a.output}}"`` the mapping) and :data:`MISSING` when it names a
+  missing key. Any other template evaluates to its rendered text.
+* **Bounded**: sources of at most :data:`MAX_TEMPLATE_CHARS`, parentheses nested at most
+  :data:`MAX_NESTING` deep, rendered text of at most :data:`MAX_OUTPUT_CHARS` (ToolHive's 10 MB),
+  ``range`` over at most :data:`MAX_RANGE_ITEMS` items. Runtime failures are
+  :class:`TemplateRuntimeError`; they quote no data.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import json
+import math
+import re
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from jinja2 import TemplateError as _JinjaError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+__all__ = [
+    "MAX_NESTING",
+    "MAX_OUTPUT_CHARS",
+    "MAX_RANGE_ITEMS",
+    "MAX_TEMPLATE_CHARS",
+    "MISSING",
+    "CompiledValue",
+    "Template",
+    "TemplateError",
+    "TemplateRuntimeError",
+    "TemplateSyntaxError",
+    "compile_template",
+    "compile_value",
+    "expand_value",
+    "go_str",
+    "references_of",
+]
+
+MAX_TEMPLATE_CHARS = 100_000
+MAX_NESTING = 32
+MAX_OUTPUT_CHARS = 10 * 1024 * 1024
+MAX_RANGE_ITEMS = 10_000
+_MAX_VALUE_DEPTH = 100  # nesting of an arguments tree (ToolHive's maxTemplateDepth)
+
+
+class TemplateError(ValueError):
+    """A template that cannot be compiled or evaluated."""
+
+
+class TemplateSyntaxError(TemplateError):
+    """The source is not in the accepted subset; ``line``/``column`` are 1-based."""
+
+    def __init__(self, message: str, line: int, column: int, path: str = "") -> None:
+        where = f"{path}: " if path else ""
+        super().__init__(f"{where}line {line}, column {column}: {message}")
+        self.message = message
+        self.line = line
+        self.column = column
+        self.path = path  # inside a tree of templates (``.a[2]``); empty for a lone template
+
+    def within(self, prefix: str) -> TemplateSyntaxError:
+        """The same error one level deeper in a tree of templates."""
+        return TemplateSyntaxError(self.message, self.line, self.column, prefix + self.path)
+
+
+class TemplateRuntimeError(TemplateError):
+    """Evaluation failed (a field of a missing value, a bad ``fromJson`` input, too much output)."""
+
+
+class _Missing:
+    """The value of a missing key: falsy, printed ``<no value>`` as Go prints it."""
+
+    _instance: _Missing | None = None
+
+    def __new__(cls) -> _Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+# ---------------------------------------------------------------------------------------------
+# Go's printing and the functions templates may call
+
+
+def go_str(value: Any) -> str:
+    """``value`` printed as Go's ``fmt.Sprint`` prints the JSON value ToolHive would hold."""
+    if isinstance(value, str):
+        return value
+    if value is None or value is MISSING:
+        return "<no value>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _go_float(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Mapping):
+        return "map[" + " ".join(f"{go_str(k)}:{go_str(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, (list, tuple)):
+        return "[" + " ".join(go_str(v) for v in value) + "]"
+    raise TemplateRuntimeError(f"cannot print a value of type {type(value).__name__}")
+
+
+def _go_float(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    text = repr(value)
+    mantissa, _, exponent = text.partition("e")
+    if not exponent:
+        return text
+    sign = "-" if exponent.startswith("-") else "+"
+    return f"{mantissa}e{sign}{exponent.lstrip('+-').rjust(2, '0')}"
+
+
+def _field(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, MISSING)
+    if obj is None or obj is MISSING:
+        raise TemplateRuntimeError(f"nil pointer evaluating .{name}")
+    raise TemplateRuntimeError(f"can't evaluate field {name} in type {_go_type(obj)}")
+
+
+def _go_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "float64"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, Mapping):
+        return "map[string]interface {}"
+    if isinstance(value, (list, tuple)):
+        return "[]interface {}"
+    return "<nil>"
+
+
+def _index(obj: Any, *keys: Any) -> Any:
+    for key in keys:
+        if isinstance(obj, Mapping):
+            obj = obj.get(key, MISSING) if isinstance(key, str) else _bad_index(obj, key)
+        elif isinstance(obj, (list, tuple, str)):
+            position = _int_arg(key, "index")
+            if not 0 <= position < len(obj):
+                raise TemplateRuntimeError(f"index out of range: {position}")
+            obj = obj[position]
+        elif obj is None or obj is MISSING:
+            raise TemplateRuntimeError("index of untyped nil")
+        else:
+            raise TemplateRuntimeError(f"can't index item of type {_go_type(obj)}")
+    return obj
+
+
+def _bad_index(obj: Any, key: Any) -> Any:
+    raise TemplateRuntimeError(f"value has type {_go_type(key)}; should be string")
+
+
+def _int_arg(value: Any, function: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TemplateRuntimeError(f"{function}: cannot use type {_go_type(value)} as an index")
+    if isinstance(value, float) and not value.is_integer():
+        raise TemplateRuntimeError(f"{function}: index must be a whole number")
+    return int(value)
+
+
+def _slice(obj: Any, *bounds: Any) -> Any:
+    if not isinstance(obj, (list, tuple, str)):
+        raise TemplateRuntimeError(f"can't slice item of type {_go_type(obj)}")
+    if len(bounds) > 2:
+        raise TemplateRuntimeError("slice: too many indexes (three-index slices are unsupported)")
+    low = _int_arg(bounds[0], "slice") if bounds else 0
+    high = _int_arg(bounds[1], "slice") if len(bounds) > 1 else len(obj)
+    if not 0 <= low <= high <= len(obj):
+        raise TemplateRuntimeError(f"slice: index out of range: [{low}:{high}]")
+    return obj[low:high]
+
+
+def _len(obj: Any) -> int:
+    if isinstance(obj, str):
+        return len(obj.encode())
+    if isinstance(obj, (Mapping, list, tuple)):
+        return len(obj)
+    raise TemplateRuntimeError(f"len of type {_go_type(obj)}")
+
+
+def _kind(value: Any) -> str:
+    if value is None or value is MISSING:
+        return "nil"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "other"
+
+
+def _eq(first: Any, *others: Any) -> bool:
+    if not others:
+        raise TemplateRuntimeError("eq: missing argument for comparison")
+    for other in others:
+        kinds = {_kind(first), _kind(other)}
+        if "other" in kinds:
+            raise TemplateRuntimeError("eq: non-comparable type (map or list)")
+        if len(kinds) == 1 and (first == other or kinds == {"nil"}):
+            return True
+    return False
+
+
+def _ne(first: Any, second: Any) -> bool:
+    return not _eq(first, second)
+
+
+def _ordered(name: str, first: Any, second: Any) -> tuple[Any, Any]:
+    kind = _kind(first)
+    if kind not in ("number", "string") or kind != _kind(second):
+        raise TemplateRuntimeError(f"{name}: incompatible types for comparison")
+    return first, second
+
+
+def _lt(a: Any, b: Any) -> bool:
+    x, y = _ordered("lt", a, b)
+    return bool(x < y)
+
+
+def _le(a: Any, b: Any) -> bool:
+    x, y = _ordered("le", a, b)
+    return bool(x <= y)
+
+
+def _gt(a: Any, b: Any) -> bool:
+    x, y = _ordered("gt", a, b)
+    return bool(x > y)
+
+
+def _ge(a: Any, b: Any) -> bool:
+    x, y = _ordered("ge", a, b)
+    return bool(x >= y)
+
+
+def _json(value: Any) -> str:
+    """Go's ``json.Marshal``: compact, map keys sorted, ``<``, ``>``, ``&`` escaped."""
+    if value is MISSING:
+        value = None
+    try:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise TemplateRuntimeError("json: value is not JSON") from exc
+    for char, escape in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+        text = text.replace(char, escape)
+    return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def _from_json(text: Any) -> Any:
+    if not isinstance(text, str):
+        raise TemplateRuntimeError(f"fromJson: expected a string, got {_go_type(text)}")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise TemplateRuntimeError("fromJson: failed to unmarshal JSON") from exc
+
+
+_GO_ESCAPES = {"\a": "\\a", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t",
+               "\v": "\\v", "\\": "\\\\", '"': '\\"'}  # fmt: skip
+
+
+def _quote(value: Any) -> str:
+    """Go's ``%q`` of a string (``strconv.Quote``)."""
+    out = ['"']
+    for char in go_str(value):
+        if char in _GO_ESCAPES:
+            out.append(_GO_ESCAPES[char])
+        elif char.isprintable():
+            out.append(char)
+        elif ord(char) < 0x80:
+            out.append(f"\\x{ord(char):02x}")
+        elif ord(char) <= 0xFFFF:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    out.append('"')
+    return "".join(out)
+
+
+def _print(*args: Any) -> str:
+    out = ""
+    for i, arg in enumerate(args):
+        if i and not isinstance(arg, str) and not isinstance(args[i - 1], str):
+            out += " "
+        out += go_str(arg)
+    return out
+
+
+def _println(*args: Any) -> str:
+    return " ".join(go_str(a) for a in args) + "\n"
+
+
+_VERB = re.compile(r"%([-+# 0]*)(\d+)?(?:\.(\d+))?([a-zA-Z%])")
+
+
+def _printf(fmt: Any, *args: Any) -> str:
+    """Go's ``fmt.Sprintf`` for the verbs templates use: v s d q f e g t x X c %."""
+    if not isinstance(fmt, str):
+        raise TemplateRuntimeError("printf: the format must be a string")
+    queue = list(args)
+    used = 0
+
+    def verb(match: re.Match[str]) -> str:
+        nonlocal used
+        flags, width, precision, letter = match.groups()
+        if letter == "%":
+            return "%"
+        if used >= len(queue):
+            return f"%!{letter}(MISSING)"
+        value = queue[used]
+        used += 1
+        text = _format_verb(letter, value, precision)
+        if width:
+            text = (
+                text.ljust(int(width))
+                if "-" in flags
+                else text.rjust(int(width), "0" if "0" in flags and letter in "dfegxX" else " ")
+            )
+        return text
+
+    out = _VERB.sub(verb, fmt)
+    if used < len(queue):
+        out += "%!(EXTRA " + ", ".join(f"{_go_type(v)}={go_str(v)}" for v in queue[used:]) + ")"
+    return out
+
+
+def _format_verb(letter: str, value: Any, precision: str | None) -> str:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if letter in "vs":
+        return go_str(value)
+    if letter == "q":
+        return _quote(value)
+    if letter == "t" and isinstance(value, bool):
+        return go_str(value)
+    if letter == "d" and number and float(value).is_integer():
+        return str(int(value))
+    if letter in "feg" and number:
+        return format(float(value), f".{precision or 6}{letter}" if letter != "g" else "g")
+    if letter in "xX" and number and float(value).is_integer():
+        return format(int(value), letter)
+    if letter in "xX" and isinstance(value, str):
+        return value.encode().hex() if letter == "x" else value.encode().hex().upper()
+    if letter == "c" and number:
+        return chr(int(value))
+    return f"%!{letter}({_go_type(value)}={go_str(value)})"
+
+
+def _html(*args: Any) -> str:
+    text = _print(*args)
+    return (
+        html_lib.escape(text, quote=False)
+        .replace('"', "&#34;")
+        .replace("'", "&#39;")
+        .replace("\x00", "\ufffd")
+    )
+
+
+def _urlquery(*args: Any) -> str:
+    return urllib.parse.quote_plus(_print(*args))
+
+
+def _range(value: Any) -> list[tuple[Any, Any]]:
+    """(key, element) pairs as Go's ``range`` yields them: map keys sorted; nil gives none."""
+    if value is None or value is MISSING:
+        pairs: list[tuple[Any, Any]] = []
+    elif isinstance(value, Mapping):
+        pairs = [(k, value[k]) for k in sorted(value)]
+    elif isinstance(value, (list, tuple)):
+        pairs = list(enumerate(value))
+    elif isinstance(value, int) and not isinstance(value, bool):
+        pairs = [(i, i) for i in range(max(value, 0))] if value <= MAX_RANGE_ITEMS else []
+    else:
+        raise TemplateRuntimeError(f"range can't iterate over type {_go_type(value)}")
+    if len(pairs) > MAX_RANGE_ITEMS or (isinstance(value, int) and value > MAX_RANGE_ITEMS):
+        raise TemplateRuntimeError(f"range over more than {MAX_RANGE_ITEMS} items")
+    return pairs
+
+
+# Template function name -> (helper global, fixed arity or None for variadic).
+_FUNCTIONS: dict[str, tuple[str, int | None]] = {
+    "eq": ("go_eq", None), "ne": ("go_ne", 2), "lt": ("go_lt", 2), "le": ("go_le", 2),
+    "gt": ("go_gt", 2), "ge": ("go_ge", 2), "len": ("go_len", 1), "index": ("go_index", None),
+    "slice": ("go_slice", None), "print": ("go_print", None), "printf": ("go_printf", None),
+    "println": ("go_println", None), "html": ("go_html", None), "urlquery": ("go_urlquery", None),
+    "json": ("go_json", 1), "quote": ("go_quote", 1), "fromJson": ("go_from_json", 1),
+}  # fmt: skip
+_OPERATORS = {"and", "or", "not"}
+_UNSUPPORTED = {"define", "template", "block", "break", "continue", "call", "js"}
+_GLOBALS: dict[str, Callable[..., Any]] = {
+    "go_field": _field, "go_eq": _eq, "go_ne": _ne, "go_lt": _lt, "go_le": _le, "go_gt": _gt,
+    "go_ge": _ge, "go_len": _len, "go_index": _index, "go_slice": _slice, "go_print": _print,
+    "go_printf": _printf, "go_println": _println, "go_html": _html, "go_urlquery": _urlquery,
+    "go_json": _json, "go_quote": _quote, "go_from_json": _from_json, "go_range": _range,
+}  # fmt: skip
+
+# The Jinja source is generated here only, and template text may not hold NUL, so delimiters that
+# start with NUL can never be confused with text of the template.
+_ENV = ImmutableSandboxedEnvironment(
+    block_start_string="\x00{%", block_end_string="%}\x00",
+    variable_start_string="\x00{{", variable_end_string="}}\x00",
+    comment_start_string="\x00{#", comment_end_string="#}\x00",
+    autoescape=False, keep_trailing_newline=True, finalize=go_str,
+)  # fmt: skip
+_ENV.globals.clear()
+_ENV.globals.update(_GLOBALS)
+_ENV.filters.clear()
+_ENV.tests.clear()
+
+# ---------------------------------------------------------------------------------------------
+# Lexing and translating Go template source
+
+
+@dataclass(frozen=True)
+class _Token:
+    kind: str  # field dot var ident string number lparen rparen pipe declare assign comma end
+    text: str
+    pos: int
+    spaced: bool  # whitespace came right before it
+
+
+_NUMBER = re.compile(
+    r"[+-]?(?:0[xX][0-9a-fA-F_]+|(?:\d[\d_]*)?\.?\d[\d_]*(?:[eE][+-]?\d+)?)(?![\w.])"
+)
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPACE = " \t\r\n"
+_ROOT_DOT = "dot0"
+
+
+class _Translator:
+    def __init__(self, source: str) -> None:
+        self.src = source
+        self.out: list[str] = []
+        self.dots = [_ROOT_DOT]
+        self.blocks: list[tuple[str, int]] = []  # (keyword, pos) of open if/with/range
+        self.counter = 0
+        self.actions = 0
+        self.has_text = False
+        self.single: str | None = None  # the Jinja expression when the source is one action
+        self.references: set[tuple[str, ...]] = set()
+
+    # --- errors and positions
+    def fail(self, message: str, pos: int) -> TemplateSyntaxError:
+        line = self.src.count("\n", 0, pos) + 1
+        column = pos - (self.src.rfind("\n", 0, pos) + 1) + 1
+        return TemplateSyntaxError(message, line, column)
+
+    # --- the text/action split
+    def translate(self) -> str:
+        pos, pending_trim = 0, False
+        while pos <= len(self.src):
+            start = self.src.find("{{", pos)
+            text = self.src[pos:] if start < 0 else self.src[pos:start]
+            trim_left = (
+                start >= 0
+                and self.src.startswith("{{-", start)
+                and (start + 3 < len(self.src) and self.src[start + 3] in _SPACE)
+            )
+            if pending_trim:
+                text = text.lstrip(_SPACE)
+            if trim_left:
+                text = text.rstrip(_SPACE)
+            self.emit_text(text)
+            if start < 0:
+                break
+            pos, pending_trim = self.action(start + (4 if trim_left else 2))
+        if self.blocks:
+            keyword, at = self.blocks[-1]
+            raise self.fail(f"unexpected EOF: {keyword!r} has no {{{{end}}}}", at)
+        return "".join(self.out)
+
+    def emit_text(self, text: str) -> None:
+        if text:
+            self.has_text = True
+            self.out.append(text)
+
+    def action(self, pos: int) -> tuple[int, bool]:
+        begin = pos
+        while pos < len(self.src) and self.src[pos] in _SPACE:
+            pos += 1
+        if self.src.startswith("/*", pos):
+            close = self.src.find("*/", pos + 2)
+            if close < 0:
+                raise self.fail("unclosed comment", pos)
+            end, trim = self.close_delim(close + 2)
+            return end, trim
+        tokens, end, trim = self.lex(begin)
+        self.statement(tokens, begin)
+        return end, trim
+
+    def close_delim(self, pos: int) -> tuple[int, bool]:
+        rest = self.src[pos:]
+        stripped = rest.lstrip(_SPACE)
+        if stripped.startswith("-}}") and len(stripped) < len(rest):
+            return pos + len(rest) - len(stripped) + 3, True
+        if rest.startswith("}}"):
+            return pos + 2, False
+        raise self.fail("comment ends before closing delimiter", pos)
+
+    def lex(self, pos: int) -> tuple[list[_Token], int, bool]:
+        src, depth = self.src, 0
+        tokens: list[_Token] = []
+        spaced = True
+        while True:
+            if pos >= len(src):
+                raise self.fail("unclosed action", pos)
+            char = src[pos]
+            if char in _SPACE:
+                after = pos
+                while after < len(src) and src[after] in _SPACE:
+                    after += 1
+                if src.startswith("-}}", after):
+                    return tokens, after + 3, True
+                pos, spaced = after, True
+                continue
+            if src.startswith("}}", pos):
+                return tokens, pos + 2, False
+            start = pos
+            if char == "." and not _NUMBER.match(src, pos):
+                match = _IDENT.match(src, pos + 1)
+                if match:
+                    kind, pos = "field", match.end()
+                else:
+                    kind, pos = "dot", pos + 1
+            elif char == "$":
+                match = _IDENT.match(src, pos + 1)
+                kind, pos = "var", match.end() if match else pos + 1
+            elif char == '"':
+                pos = self.string_end(pos)
+                kind = "string"
+            elif char == "`":
+                close = src.find("`", pos + 1)
+                if close < 0:
+                    raise self.fail("unterminated raw string", pos)
+                kind, pos = "string", close + 1
+            elif char == "'":
+                raise self.fail("character constants are not supported; use a string", pos)
+            elif (match := _NUMBER.match(src, pos)) and (char.isdigit() or char in "+-."):
+                kind, pos = "number", match.end()
+            elif match := _IDENT.match(src, pos):
+                kind, pos = "ident", match.end()
+            elif src.startswith(":=", pos):
+                kind, pos = "declare", pos + 2
+            elif char in "()|=,":
+                kind = {"(": "lparen", ")": "rparen", "|": "pipe", "=": "assign", ",": "comma"}[
+                    char
+                ]
+                pos += 1
+                depth += {"lparen": 1, "rparen": -1}.get(kind, 0)
+                if depth > MAX_NESTING:
+                    raise self.fail(f"parentheses nested deeper than {MAX_NESTING}", start)
+            else:
+                raise self.fail(f"unexpected {char!r} in action", pos)
+            tokens.append(_Token(kind, src[start:pos], start, spaced))
+            spaced = False
+
+    def string_end(self, pos: int) -> int:
+        index = pos + 1
+        while index < len(self.src):
+            char = self.src[index]
+            if char == "\\":
+                index += 2
+                continue
+            if char == '"':
+                return index + 1
+            if char == "\n":
+                break
+            index += 1
+        raise self.fail("unterminated quoted string", pos)
+
+    # --- statements
+    def statement(self, tokens: list[_Token], pos: int) -> None:
+        if not tokens:
+            raise self.fail("missing value for command", pos)
+        head = tokens[0]
+        keyword = head.text if head.kind == "ident" else ""
+        if keyword in _UNSUPPORTED - {"call", "js"}:
+            raise self.fail(f"{keyword!r} is not supported in composite tool templates", head.pos)
+        self.actions += 1
+        if keyword in ("if", "with", "range"):
+            self.open_block(keyword, tokens[1:], head.pos)
+        elif keyword == "else":
+            self.else_branch(tokens[1:], head.pos)
+        elif keyword == "end":
+            if len(tokens) > 1:
+                raise self.fail("unexpected token after end", tokens[1].pos)
+            self.close_block(head.pos)
+        elif head.kind == "var" and len(tokens) > 1 and tokens[1].kind in ("declare", "assign"):
+            if tokens[1].kind == "assign":
+                raise self.fail(
+                    "assignment with '=' is not supported; declare with ':='", tokens[1].pos
+                )
+            expr = self.pipeline(tokens[2:], tokens[1].pos)
+            self.out.append(f"\x00{{% set {self.var(head)} = {expr} %}}\x00")
+        else:
+            expr = self.pipeline(tokens, head.pos)
+            self.single = expr if self.actions == 1 else None
+            self.out.append(f"\x00{{{{ {expr} }}}}\x00")
+
+    def open_block(self, keyword: str, tokens: list[_Token], pos: int) -> None:
+        self.blocks.append((keyword, pos))
+        if keyword == "if":
+            self.out.append(f"\x00{{% if {self.pipeline(tokens, pos)} %}}\x00")
+            return
+        dot = self.new_dot()
+        if keyword == "with":
+            expr = self.pipeline(tokens, pos)
+            self.out.append(f"\x00{{% with {dot} = {expr} %}}\x00\x00{{% if {dot} %}}\x00")
+        else:
+            names, tokens = self.range_vars(tokens, pos)
+            expr = self.pipeline(tokens, pos)
+            key = names[0] if len(names) == 2 else "range_key"
+            self.out.append(f"\x00{{% for {key}, {dot} in go_range({expr}) %}}\x00")
+            if names:
+                self.out.append(f"\x00{{% set {names[-1]} = {dot} %}}\x00")
+        self.dots.append(dot)
+
+    def range_vars(self, tokens: list[_Token], pos: int) -> tuple[list[str], list[_Token]]:
+        kinds = [t.kind for t in tokens[:4]]
+        if kinds[:2] == ["var", "declare"]:
+            return [self.var(tokens[0])], tokens[2:]
+        if kinds == ["var", "comma", "var", "declare"]:
+            return [self.var(tokens[0]), self.var(tokens[2])], tokens[4:]
+        if any(t.kind == "declare" for t in tokens):
+            raise self.fail("unsupported variable declaration in range", pos)
+        return [], tokens
+
+    def else_branch(self, tokens: list[_Token], pos: int) -> None:
+        if not self.blocks:
+            raise self.fail("unexpected {{else}}", pos)
+        keyword, _ = self.blocks[-1]
+        if tokens and tokens[0].text == "if" and keyword == "if":
+            self.out.append(f"\x00{{% elif {self.pipeline(tokens[1:], pos)} %}}\x00")
+            return
+        if tokens:
+            raise self.fail("only {{else if ...}} may follow else", tokens[0].pos)
+        if keyword != "if":
+            self.dots.pop()  # the else of with/range runs with the outer dot
+            self.dots.append(self.dots[-1])
+        self.out.append("\x00{% else %}\x00")
+
+    def close_block(self, pos: int) -> None:
+        if not self.blocks:
+            raise self.fail("unexpected {{end}}", pos)
+        keyword, _ = self.blocks.pop()
+        if keyword == "if":
+            self.out.append("\x00{% endif %}\x00")
+            return
+        self.dots.pop()
+        closing = "endif %}\x00\x00{% endwith" if keyword == "with" else "endfor"
+        self.out.append(f"\x00{{% {closing} %}}\x00")
+
+    def new_dot(self) -> str:
+        self.counter += 1
+        return f"dot{self.counter}"
+
+    def var(self, token: _Token) -> str:
+        name = token.text[1:]
+        return _ROOT_DOT if not name else f"var_{name}"
+
+    # --- expressions
+    def pipeline(self, tokens: list[_Token], pos: int) -> str:
+        if not tokens:
+            raise self.fail("missing value for command", pos)
+        commands: list[list[_Token]] = [[]]
+        depth = 0
+        for token in tokens:
+            depth += {"lparen": 1, "rparen": -1}.get(token.kind, 0)
+            if token.kind == "pipe" and depth == 0:
+                commands.append([])
+            else:
+                commands[-1].append(token)
+        expr: str | None = None
+        for command in commands:
+            if not command:
+                raise self.fail("missing command in pipeline", pos)
+            expr = self.command(command, expr)
+        assert expr is not None
+        return expr
+
+    def command(self, tokens: list[_Token], piped: str | None) -> str:
+        operands = self.operands(tokens)
+        head, head_pos = operands[0]
+        if head.startswith("fn:"):
+            args = [self.call(e[3:], [], p) if e.startswith("fn:") else e for e, p in operands[1:]]
+            if piped is not None:
+                args.append(piped)
+            return self.call(head[3:], args, head_pos)
+        if len(operands) > 1 or piped is not None:
+            raise self.fail("can't give argument to non-function", operands[-1][1])
+        return head
+
+    def call(self, name: str, args: list[str], pos: int) -> str:
+        if name in _OPERATORS:
+            if name == "not":
+                if len(args) != 1:
+                    raise self.fail("wrong number of args for not: want 1", pos)
+                return f"(not {args[0]})"
+            if not args:
+                raise self.fail(f"wrong number of args for {name}: want at least 1", pos)
+            return "(" + f" {name} ".join(args) + ")"
+        helper, arity = _FUNCTIONS[name]
+        if arity is not None and len(args) != arity:
+            raise self.fail(f"wrong number of args for {name}: want {arity} got {len(args)}", pos)
+        return f"{helper}({', '.join(args)})"
+
+    def operands(self, tokens: list[_Token]) -> list[tuple[str, int]]:
+        """Split a command into operands: a term and the fields chained right after it."""
+        result: list[tuple[str, int]] = []
+        index = 0
+        while index < len(tokens):
+            token = tokens[index]
+            expr, index, path = self.term(tokens, index)
+            while (
+                index < len(tokens) and tokens[index].kind == "field" and not tokens[index].spaced
+            ):
+                field = tokens[index].text[1:]
+                self.check_field(field, tokens[index].pos)
+                expr = f"go_field({expr}, {_literal(field)})"
+                path = (*path, field) if path is not None else None
+                index += 1
+            if path:
+                self.references.add(path)
+            result.append((expr, token.pos))
+        return result
+
+    def term(self, tokens: list[_Token], index: int) -> tuple[str, int, tuple[str, ...] | None]:
+        token = tokens[index]
+        kind = token.kind
+        root = self.dots[-1] == _ROOT_DOT
+        if kind == "field":
+            field = token.text[1:]
+            self.check_field(field, token.pos)
+            path = (field,) if root else None
+            return f"go_field({self.dots[-1]}, {_literal(field)})", index + 1, path
+        if kind == "dot":
+            return self.dots[-1], index + 1, () if root else None
+        if kind == "var":
+            name = self.var(token)
+            return name, index + 1, () if name == _ROOT_DOT else None
+        if kind == "string":
+            return _literal(_unquote(token.text, token.pos, self)), index + 1, None
+        if kind == "number":
+            return _number(token.text, token.pos, self), index + 1, None
+        if kind == "ident":
+            return self.ident(token), index + 1, None
+        if kind == "lparen":
+            depth, end = 0, index
+            for end in range(index, len(tokens)):
+                depth += {"lparen": 1, "rparen": -1}.get(tokens[end].kind, 0)
+                if depth == 0:
+                    break
+            if depth:
+                raise self.fail("unclosed left paren", token.pos)
+            return f"({self.pipeline(tokens[index + 1 : end], token.pos)})", end + 1, None
+        raise self.fail(f"unexpected {token.text!r} in operand", token.pos)
+
+    def ident(self, token: _Token) -> str:
+        name = token.text
+        if name in ("true", "false"):
+            return name
+        if name == "nil":
+            return "none"
+        if name in _UNSUPPORTED:
+            raise self.fail(
+                f"function {name!r} is not supported in composite tool templates", token.pos
+            )
+        if name in _FUNCTIONS or name in _OPERATORS:
+            return f"fn:{name}"
+        if name in ("if", "else", "end", "range", "with"):
+            raise self.fail(f"unexpected keyword {name!r} in command", token.pos)
+        raise self.fail(f"function {name!r} not defined", token.pos)
+
+    def check_field(self, name: str, pos: int) -> None:
+        if name.startswith("__"):
+            raise self.fail(f"field {name!r} is refused (dunder names are never data)", pos)
+
+
+def _literal(text: str) -> str:
+    """``text`` as a Jinja string literal in which only ``[A-Za-z0-9 _]`` appear unescaped."""
+    out = []
+    for char in text:
+        if char.isascii() and (char.isalnum() or char in " _"):
+            out.append(char)
+        elif ord(char) <= 0xFFFF:
+            out.append(f"\\u{ord(char):04x}")
+        else:
+            out.append(f"\\U{ord(char):08x}")
+    return "'" + "".join(out) + "'"
+
+
+_GO_UNESCAPE = re.compile(r"\\(?:([abfnrtv\\'\"])|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|"
+                          r"U([0-9a-fA-F]{8})|([0-7]{3})|(.))")  # fmt: skip
+_SIMPLE = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v",
+           "\\": "\\", "'": "'", '"': '"'}  # fmt: skip
+
+
+def _unquote(token: str, pos: int, translator: _Translator) -> str:
+    if token.startswith("`"):
+        return token[1:-1].replace("\r", "")
+
+    def one(match: re.Match[str]) -> str:
+        simple, hex2, hex4, hex8, octal, bad = match.groups()
+        if bad is not None:
+            raise translator.fail(f"unknown escape sequence \\{bad}", pos)
+        if simple:
+            return _SIMPLE[simple]
+        code = int(hex2 or hex4 or hex8 or "0", 16) if not octal else int(octal, 8)
+        try:
+            return chr(code)
+        except ValueError:
+            raise translator.fail("escape sequence is an invalid Unicode code point", pos) from None
+
+    return _GO_UNESCAPE.sub(one, token[1:-1])
+
+
+def _number(text: str, pos: int, translator: _Translator) -> str:
+    clean = text.replace("_", "")
+    try:
+        value: float | int = (
+            int(clean, 0)
+            if not re.search(r"[.eE]", clean) or clean.lower().startswith(("0x", "-0x", "+0x"))
+            else float(clean)
+        )
+    except ValueError:
+        raise translator.fail(f"bad number syntax: {text!r}", pos) from None
+    return f"({value!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Compiled templates
+
+
+@dataclass(frozen=True, eq=False)
+class Template:
+    """One compiled template. ``references`` are the root field paths it reads, such as
+    ``("steps", "fetch", "output", "body")`` (for load-time checks of step references)."""
+
+    source: str
+    references: frozenset[tuple[str, ...]]
+    _render: Callable[[dict[str, Any]], Iterator[str]]
+    _expression: Callable[..., Any] | None
+
+    def __eq__(self, other: object) -> bool:
+        """Templates of the same source are the same (two loads of one file plan equal)."""
+        return isinstance(other, Template) and other.source == self.source
+
+    def __hash__(self) -> int:
+        return hash(self.source)
+
+    @property
+    def is_single_expression(self) -> bool:
+        return self._expression is not None
+
+    def render(self, context: Mapping[str, Any]) -> str:
+        """The rendered text (a missing value prints ``<no value>``)."""
+        chunks: list[str] = []
+        size = 0
+        try:
+            for chunk in self._render({_ROOT_DOT: context}):
+                size += len(chunk)
+                if size > MAX_OUTPUT_CHARS:
+                    raise TemplateRuntimeError(
+                        f"template output too large (more than {MAX_OUTPUT_CHARS} characters)"
+                    )
+                chunks.append(chunk)
+        except TemplateRuntimeError:
+            raise
+        except (_JinjaError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            raise TemplateRuntimeError(f"template failed: {type(exc).__name__}") from exc
+        return "".join(chunks)
+
+    def evaluate(self, context: Mapping[str, Any]) -> Any:
+        """The value of a lone expression (possibly :data:`MISSING`), else the rendered text."""
+        if self._expression is None:
+            return self.render(context)
+        try:
+            value = self._expression(**{_ROOT_DOT: context})
+        except TemplateRuntimeError:
+            raise
+        except (_JinjaError, TypeError, ValueError, ArithmeticError, RecursionError) as exc:
+            raise TemplateRuntimeError(f"template failed: {type(exc).__name__}") from exc
+        if isinstance(value, str) and len(value) > MAX_OUTPUT_CHARS:
+            raise TemplateRuntimeError(
+                f"template output too large (more than {MAX_OUTPUT_CHARS} characters)"
+            )
+        return value
+
+
+def compile_template(source: str) -> Template:
+    """Compile Go template ``source``; :class:`TemplateSyntaxError` says what and where."""
+    if not isinstance(source, str):
+        raise TemplateSyntaxError("a template must be a string", 1, 1)
+    if len(source) > MAX_TEMPLATE_CHARS:
+        raise TemplateSyntaxError(f"template longer than {MAX_TEMPLATE_CHARS} characters", 1, 1)
+    translator = _Translator(source)
+    if "\x00" in source:
+        raise translator.fail("NUL character in template", source.index("\x00"))
+    jinja_source = translator.translate()
+    try:
+        compiled = _ENV.from_string(jinja_source)
+        single = translator.single if translator.actions == 1 and not translator.has_text else None
+        expression = _ENV.compile_expression(single, undefined_to_none=False) if single else None
+    except _JinjaError as exc:  # a construct the translation let through by mistake
+        raise TemplateSyntaxError(f"cannot compile template: {exc}", 1, 1) from exc
+    return Template(source, frozenset(translator.references), compiled.generate, expression)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trees of templates (step arguments, default results are not templated)
+
+# A Template, a read-only mapping or tuple of compiled values, or a JSON scalar.
+CompiledValue = Any
+
+
+def compile_value(raw: Any, *, _depth: int = 0) -> CompiledValue:
+    """``raw`` JSON with every string compiled; an error's ``path`` names the bad string."""
+    if _depth > _MAX_VALUE_DEPTH:
+        raise TemplateSyntaxError(f"arguments nested deeper than {_MAX_VALUE_DEPTH}", 1, 1)
+    if isinstance(raw, str):
+        return compile_template(raw)
+    if isinstance(raw, Mapping):
+        out = {}
+        for key, value in raw.items():
+            try:
+                out[str(key)] = compile_value(value, _depth=_depth + 1)
+            except TemplateSyntaxError as exc:
+                raise exc.within(f".{key}") from None
+        return MappingProxyType(out)
+    if isinstance(raw, (list, tuple)):
+        items = []
+        for i, value in enumerate(raw):
+            try:
+                items.append(compile_value(value, _depth=_depth + 1))
+            except TemplateSyntaxError as exc:
+                raise exc.within(f"[{i}]") from None
+        return tuple(items)
+    return raw
+
+
+def expand_value(compiled: CompiledValue, context: Mapping[str, Any]) -> Any:
+    """Evaluate a compiled tree; a lone expression naming a missing key drops its mapping entry
+    (``None`` in a list)."""
+    if isinstance(compiled, Template):
+        return compiled.evaluate(context)
+    if isinstance(compiled, Mapping):
+        out = {}
+        for key, value in compiled.items():
+            expanded = expand_value(value, context)
+            if expanded is not MISSING:
+                out[key] = expanded
+        return out
+    if isinstance(compiled, tuple):
+        return [None if v is MISSING else v for v in (expand_value(i, context) for i in compiled)]
+    return compiled
+
+
+def references_of(compiled: CompiledValue) -> Sequence[tuple[str, ...]]:
+    """Every root field path read by the templates of a compiled tree."""
+    if isinstance(compiled, Template):
+        return sorted(compiled.references)
+    if isinstance(compiled, Mapping):
+        return [r for v in compiled.values() for r in references_of(v)]
+    if isinstance(compiled, tuple):
+        return [r for v in compiled for r in references_of(v)]
+    return []
