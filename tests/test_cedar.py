@@ -155,7 +155,8 @@ def test_values_convert_as_toolhive_does() -> None:
 
 
 def test_decisions_are_cached_per_claims_action_resource_and_arguments() -> None:
-    engine = policies('permit(principal in THVGroup::"eng", action, resource);')
+    engine = policies('permit(principal in THVGroup::"eng", action, resource) '
+                      'unless { resource has arg_a && resource.arg_a == "no" };')
     for _ in range(5):
         assert engine.allowed(ALICE, call("x", {"a": 1}))
     assert engine.decisions == 1
@@ -205,3 +206,15 @@ def test_list_items_are_checked_as_their_use() -> None:
     assert item_check("resources/templates/list", {"uriTemplate": "db://{x}"}).resource_id == \
         "db___{x}"
     assert denial_message(check) == "call denied by authorization policy"
+
+
+def test_arguments_are_left_out_when_no_policy_reads_them() -> None:
+    engine = policies('permit(principal in THVGroup::"eng", action, resource);')
+    for index in range(5):
+        assert engine.allowed(ALICE, call("search", {"query": f"q{index}"}))
+    assert engine.decisions == 1
+    reading = policies('permit(principal, action, resource) when '
+                       '{ resource has arg_query && resource.arg_query != "q3" };')
+    assert [reading.allowed(ALICE, call("search", {"query": f"q{i}"})) for i in range(5)] == \
+        [True, True, True, False, True]
+    assert reading.decisions == 5

@@ -30,7 +30,8 @@ so that a ToolHive policy means the same here:
 Decisions are cached: the same claims, action, resource and arguments get the same answer for
 the life of the policies (Cedar has no clock here; a reload builds a new
 :class:`CedarPolicies`). The cache is bounded (least recently used out) and skips requests whose
-arguments are large.
+arguments are large. When no policy mentions ``arg_``, arguments are not given to Cedar at all
+(no policy could read them), so calls that differ only in their arguments share one decision.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import logging
 import math
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import cedarpy
@@ -162,6 +163,9 @@ class CedarPolicies:
             (str(entity["uid"]["type"]), str(entity["uid"]["id"])): entity
             for entity in static}
         self._cache: OrderedDict[tuple[Any, ...], bool] = OrderedDict()
+        self._reads_arguments = any("arg_" in policy for policy in self.policies)
+        """Whether any policy can read an argument (``arg_*``); when none can, arguments are
+        left out of the request and of the cache key, so calls with new arguments hit it."""
 
     # --- the principal -------------------------------------------------------------------------
 
@@ -180,6 +184,8 @@ class CedarPolicies:
 
     def allowed(self, claims: Mapping[str, Any], check: CedarCheck) -> bool:
         """Whether the caller with these claims may do ``check`` (cached)."""
+        if not self._reads_arguments and check.arguments:
+            check = replace(check, arguments=None)
         arguments = orjson.dumps(check.arguments, option=orjson.OPT_SORT_KEYS) \
             if check.arguments else b""
         key: tuple[Any, ...] | None = None
