@@ -91,6 +91,9 @@ EXPECTED: dict[str, Expected] = {
         ('Redis session storage without sessionStorage.hmacSecretRefs (the replicas need '
          'shared secrets; deriving them is not implemented)'),
         ('VirtualMCPServer my-vmcp: spec.sessionStorage.hmacSecretRefs [required]',)),
+    'docs-website/guides-k8s-telemetry-and-metrics-05-telemetry-with-ca-bundle.yaml': NotYet(
+        'a CA bundle from a ConfigMap',
+        ('MCPTelemetryConfig shared-otel: spec.openTelemetry.caBundleRef [not-implemented]',)),
     'docs-website/guides-mcp-notion-remote-01-notion-proxy.yaml': NotYet(
         ('MCPExternalAuthConfig type embeddedAuthServer, an embedded authorization server in '
          'front of one backend (authServerRef), audit logging'),
@@ -128,6 +131,10 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/guides-vmcp-optimizer-06-vmcp-with-optimizer.yaml': Mistake(
         'an incomplete snippet: names an MCPOIDCConfig that no document defines',
         ('VirtualMCPServer full-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
+    'docs-website/guides-vmcp-telemetry-and-metrics-02-virtualmcpserver.yaml': Mistake(
+        'an incomplete snippet: names MCPTelemetryConfig shared-otel, which '
+        'guides-vmcp-telemetry-and-metrics-01 defines',
+        ('VirtualMCPServer my-vmcp: spec.telemetryConfigRef.name [reference]',)),
     'docs-website/integrations-aws-sts-01-aws-sts-auth-config.yaml': NotYet(
         'MCPExternalAuthConfig type awsSts',
         ('MCPExternalAuthConfig aws-mcp-sts-auth: spec.type [not-implemented]',)),

@@ -339,23 +339,46 @@ def test_the_filter_matches_names_after_overrides_in_both_stages() -> None:
 # --- MCPTelemetryConfig --------------------------------------------------------------------------
 
 
-def test_a_telemetry_config_loads_with_one_warning() -> None:
+def test_a_telemetry_config_becomes_the_gateways_otel_environment() -> None:
     telemetry = doc("MCPTelemetryConfig", "otel", {
-        "openTelemetry": {"enabled": True, "endpoint": "otel-collector:4318",
+        "openTelemetry": {"enabled": True, "endpoint": "otel-collector:4318", "insecure": True,
                           "tracing": {"enabled": True, "samplingRate": "0.5"},
+                          "headers": {"x-tenant": "acme"},
+                          "resourceAttributes": {"deployment.environment": "prod"},
+                          "metrics": {"enabled": True},
                           "sensitiveHeaders": [{"name": "x-key", "secretKeyRef": {
                               "name": "otel", "key": "k"}}]},
         "prometheus": {"enabled": True}})
-    docs = gateway_docs(telemetry)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "otel", "namespace": NS},
+              "stringData": {"k": "s3cret value"}}
+    unused = validate(gateway_docs(telemetry, secret))
+    assert unused.ok and unused.plans[0].telemetry is None
+    assert not matching(unused, rule="ignored-field")  # not used: nothing to say
+    docs = gateway_docs(telemetry, secret, telemetryConfigRef={"name": "otel",
+                                                               "serviceName": "edge"})
     result = validate(docs)
     assert result.ok, result.problems
-    (warning,) = matching(result, rule="ignored-field")
-    assert (warning.kind, warning.path) == ("MCPTelemetryConfig", "spec")
-    assert "follow the process's OTEL_* environment" in warning.message
+    telemetry_plan = result.plans[0].telemetry
+    assert telemetry_plan is not None
+    assert telemetry_plan.environment() == {
+        "OTEL_SERVICE_NAME": "edge", "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.5",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector:4318",
+        "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment=prod",
+        "OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=acme,x-key=s3cret%20value"}
+    assert "s3cret" not in repr(telemetry_plan)
+    (metrics,) = matching(result, rule="ignored-field")
+    assert metrics.path == "spec.openTelemetry.metrics.enabled"
     bad = copy.deepcopy(docs)
     resource(bad, "MCPTelemetryConfig")["spec"]["openTelemetry"]["tracing"]["samplingRate"] = "2"
     expect_error(validate(bad), "pattern", "spec.openTelemetry.tracing.samplingRate",
                  kind="MCPTelemetryConfig")
+    resource(bad, "MCPTelemetryConfig")["spec"]["openTelemetry"] = {
+        "caBundleRef": {"configMapRef": {"name": "ca", "key": "ca.crt"}}}
+    expect_error(validate(bad), "not-implemented", "spec.openTelemetry.caBundleRef",
+                 kind="MCPTelemetryConfig")
+    dangling = gateway_docs(telemetryConfigRef={"name": "nowhere"})
+    expect_error(validate(dangling), "reference", "spec.telemetryConfigRef.name")
 
 
 # --- a real gateway ------------------------------------------------------------------------------

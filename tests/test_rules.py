@@ -966,7 +966,6 @@ def test_a_server_behind_toolhives_proxy_keeps_the_proxys_features(anonymous: Do
     ("spec.config", {"telemetry": {"endpoint": "otel:4317"}}, "spec.config.telemetry",
      "telemetry (vmcp serves /metrics, and its traces follow the process's OTEL_* "
      "environment)"),
-    ("spec.telemetryConfigRef", {"name": "otel"}, "spec.telemetryConfigRef", "telemetry"),
     ("spec.config", {"optimizer": {"maxToolsToReturn": 5}}, "spec.config.optimizer",
      "the optimizer is not implemented yet"),
     ("spec.config", {"codeMode": {"enabled": True}}, "spec.config.codeMode",

@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind
 
 from vmcp_trio.runtime import tracing
 
+from .fixtures.otlp_receiver import otlp_receiver
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import RawClient, StatelessClient, quickstart_docs, running_gateway
 from .helpers import ROOT
@@ -270,3 +271,45 @@ async def test_vmcp_proxy_puts_its_span_between_the_client_and_the_remote(
         ("mcp-python-sdk", "SERVER", "tools/call add"),
     ]
     assert state.traceparents and all(state.traceparents)
+
+
+def test_a_telemetry_config_sends_the_gateways_traces_to_its_collector(tmp_path: Path) -> None:
+    """``telemetryConfigRef`` to an MCPTelemetryConfig: ``vmcp serve`` exports its spans over
+    OTLP to the configured endpoint, with the service name and the headers (one from a
+    Secret) the manifest gives, and no OTEL_* variable set by hand."""
+    docs = list(yaml.safe_load_all((ROOT / "examples" / "quickstart.yaml").read_text()))
+    with otlp_receiver() as (endpoint, received):
+        docs += [
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "otel"},
+             "stringData": {"key": "collector-key"}},
+            {"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": "MCPTelemetryConfig",
+             "metadata": {"name": "shared-otel"},
+             "spec": {"openTelemetry": {
+                 "enabled": True, "endpoint": endpoint, "insecure": True,
+                 "tracing": {"enabled": True, "samplingRate": "1.0"},
+                 "headers": {"x-tenant": "acme"},
+                 "sensitiveHeaders": [{"name": "x-key",
+                                       "secretKeyRef": {"name": "otel", "key": "key"}}]}}},
+        ]
+        vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+        vmcp["spec"]["telemetryConfigRef"] = {"name": "shared-otel", "serviceName": "edge"}
+        with serving_process(docs, tmp_path, env={"OTEL_BSP_SCHEDULE_DELAY": "100"}) as served:
+            async def call() -> None:
+                client = RawClient(served.url)
+                try:
+                    assert (await client.initialize()).status == 200
+                    await client.request("tools/call", {"name": "clock_echo",
+                                                        "arguments": {"message": "traced"}})
+                finally:
+                    await client.aclose()
+                with trio.fail_after(10):
+                    while not any(name == "tools/call clock_echo"
+                                  for name, _ in received.spans):
+                        await trio.sleep(0.05)
+            trio.run(call)
+        assert f"traces: exporting to OTLP (http/protobuf) to http://{endpoint}" in served.log()
+        attributes = next(a for name, a in received.spans if name == "tools/call clock_echo")
+        assert attributes["service.name"] == "edge"
+        assert received.headers[0]["x-tenant"] == "acme"
+        assert received.headers[0]["x-key"] == "collector-key"
+        assert "collector-key" not in served.log()

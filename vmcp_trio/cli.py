@@ -367,6 +367,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         if exposure is not None:
             return None, list(again.problems), exposure
         return chosen, list(again.problems), reason
+    if plan.telemetry is not None:  # the manifest's OTEL_* settings; the process's own win
+        for name, value in plan.telemetry.environment().items():
+            os.environ.setdefault(name, value)
     _configure_traces(usage_error)
     _raise_open_file_limit()
     settings = GatewaySettings(

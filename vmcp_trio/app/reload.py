@@ -160,6 +160,9 @@ class Reloader:
                 "restart (every replica must agree on it); the old configuration keeps "
                 "serving", level="error")
             return "invalid"
+        if plan.telemetry != process.plan.telemetry:
+            say("vmcp: reload: telemetryConfigRef changed; traces keep their settings until "
+                "the next start", level="warning")
         diff = changes(process.plan, plan)
         if not diff.describe():
             say("vmcp: reload: the configuration is unchanged")

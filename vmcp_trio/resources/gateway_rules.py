@@ -54,6 +54,7 @@ from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
 from .session_rules import resolve_session_storage
+from .telemetry_rules import resolve_telemetry
 
 __all__ = ["resolve_gateway"]
 
@@ -116,6 +117,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     audit = resolve_audit(resolver, gateway, settings.audit)
     composites = resolve_composites(resolver, gateway, settings.composite_tools,
                                     settings.composite_tool_refs)
+    telemetry = resolve_telemetry(resolver, gateway, spec.telemetry_config_ref)
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
             or operational is None or len(backends) != len(members) or shared is None
@@ -138,6 +140,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         rate_limits=rate_limits,
         audit=audit,
         composite_tools=composites,
+        telemetry=telemetry,
     )
 
 

@@ -533,6 +533,13 @@ class GatewayConfig(Model):
     composite_tool_refs: tuple[NameRef, ...] | None = None
 
 
+class TelemetryConfigRef(Model):
+    """``telemetryConfigRef``: an MCPTelemetryConfig, and the service name traces carry."""
+
+    name: DnsSubdomain
+    service_name: NonEmpty | None = None
+
+
 class VirtualMCPServerSpec(Model):
     group_ref: GroupRef | None = None
     """Required here or as ``config.groupRef``."""
@@ -545,6 +552,7 @@ class VirtualMCPServerSpec(Model):
     audit: Audit | None = None
     composite_tools: tuple[dict[Str, Any], ...] | None = None
     composite_tool_refs: tuple[NameRef, ...] | None = None
+    telemetry_config_ref: TelemetryConfigRef | None = None
     config: GatewayConfig | None = None
 
 
@@ -660,16 +668,6 @@ class TelemetryHeaderFromSecret(Model):
     secret_key_ref: SecretKeyRef
 
 
-class ConfigMapKeyRef(Model):
-    name: Str = ""
-    key: NonEmpty
-    optional: Bool | None = None
-
-
-class CABundleRef(Model):
-    config_map_ref: ConfigMapKeyRef | None = None
-
-
 class Enabled(Model):
     enabled: Bool = False
 
@@ -688,12 +686,11 @@ class OpenTelemetrySettings(Model):
     metrics: Enabled | None = None
     tracing: TracingSettings | None = None
     use_legacy_attributes: Bool = True
-    ca_bundle_ref: CABundleRef | None = None
 
 
 class TelemetryConfigSpec(Model):
-    """MCPTelemetryConfig: checked, then ignored (the process's ``OTEL_*`` environment
-    decides vmcp's traces; ``/metrics`` is always served)."""
+    """MCPTelemetryConfig: ToolHive's OpenTelemetry settings, honoured for the traces of the
+    gateway that names it in ``telemetryConfigRef`` (:mod:`.telemetry_rules`)."""
 
     open_telemetry: OpenTelemetrySettings | None = None
     prometheus: Enabled | None = None

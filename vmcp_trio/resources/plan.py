@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import quote
 
 from .composite_plan import WorkflowPlan
 from .durations import Duration
@@ -458,6 +459,25 @@ class AuditSettings:
 
 
 @dataclass(frozen=True)
+class TelemetryPlan:
+    """The OpenTelemetry settings of an MCPTelemetryConfig, as the standard ``OTEL_*``
+    variables they mean (the process's own variables win over them), and the exporter's
+    headers, some from Secrets."""
+
+    variables: tuple[tuple[str, str], ...]
+    headers: tuple[tuple[str, SecretValue], ...] = ()
+
+    def environment(self) -> dict[str, str]:
+        """The variables, with ``OTEL_EXPORTER_OTLP_HEADERS`` when there are headers."""
+        found = dict(self.variables)
+        if self.headers:
+            found["OTEL_EXPORTER_OTLP_HEADERS"] = ",".join(
+                f"{quote(name, safe='')}={quote(value.value.decode(), safe='')}"
+                for name, value in self.headers)
+        return found
+
+
+@dataclass(frozen=True)
 class GatewayPlan:
     """One VirtualMCPServer, resolved."""
 
@@ -479,5 +499,7 @@ class GatewayPlan:
     rate_limits: RateLimitRules | None = None
     audit: AuditSettings = AuditSettings()
     composite_tools: tuple[WorkflowPlan, ...] = ()
+    telemetry: TelemetryPlan | None = None
+    """``telemetryConfigRef``'s OpenTelemetry settings (applied at start)."""
     """The composite tools the gateway offers beside its backends' (:mod:`.composite_plan`)."""
 

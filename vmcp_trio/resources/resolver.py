@@ -201,11 +201,6 @@ class Resolver:
             self._check_oidc_config(resource)
         for resource in self.of_kind("MCPToolConfig"):
             remote_rules.check_tool_config(self, resource)
-        for resource in self.of_kind("MCPTelemetryConfig"):
-            self.report.warn(resource, ("spec",), "ignored-field",
-                             "is ignored: vmcp's traces follow the process's OTEL_* environment "
-                             "(OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_SERVICE_NAME...) and it always "
-                             "serves /metrics")
         for resource in self.of_kind("MCPServer"):
             endpoint = self._server(resource)
             if endpoint is not None:

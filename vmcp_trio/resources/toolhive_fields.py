@@ -76,7 +76,6 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
     "MCPServer": (("telemetry", _TELEMETRY), ("telemetryConfigRef", _TELEMETRY)),
     "VirtualMCPServer": (
         *_both("telemetry", _TELEMETRY),
-        ("telemetryConfigRef", _TELEMETRY),
         ("embeddingServerRef", "the optimizer is not implemented yet"),
         ("config.optimizer", "the optimizer is not implemented yet"),
         ("config.codeMode", "code mode is not implemented yet"),
@@ -136,6 +135,9 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
           for name in _AUTH_SERVER_FIELDS),
         ("authServerConfig.upstreamProviders[].oauth2Config.dcrConfig",
          "dynamic client registration at an upstream provider"),
+    ),
+    "MCPTelemetryConfig": (
+        ("openTelemetry.caBundleRef", "a CA bundle from a ConfigMap"),
     ),
     "MCPServerEntry": (
         ("caBundleRef", "a CA bundle from a ConfigMap"),
