@@ -216,16 +216,10 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-awssts.yaml': NotYet(
         'MCPExternalAuthConfig type awsSts',
         ('MCPExternalAuthConfig test-valid-awssts: spec.type [not-implemented]',)),
-    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-bearertoken.yaml': NotYet(
-        'MCPExternalAuthConfig type bearerToken',
-        ('MCPExternalAuthConfig test-valid-bearertoken: spec.type [not-implemented]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-embeddedauthserver.yaml':
         NotYet(
         'MCPExternalAuthConfig type embeddedAuthServer',
         ('MCPExternalAuthConfig test-valid-embeddedauthserver: spec.type [not-implemented]',)),
-    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-headerinjection.yaml': NotYet(
-        'MCPExternalAuthConfig type headerInjection',
-        ('MCPExternalAuthConfig test-valid-headerinjection: spec.type [not-implemented]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-awssts-missing-config.yaml': Mistake(
         ("deliberately invalid (ToolHive's test expects the API server to reject it): type "
          'awsSts without its block'),
@@ -235,8 +229,7 @@ EXPECTED: dict[str, Expected] = {
         Mistake(
         ("deliberately invalid (ToolHive's test expects rejection): type bearerToken without "
          'its block'),
-        ('MCPExternalAuthConfig test-invalid-bearertoken: spec.bearerToken [required]',
-         'MCPExternalAuthConfig test-invalid-bearertoken: spec.type [not-implemented]',)),
+        ('MCPExternalAuthConfig test-invalid-bearertoken: spec.bearerToken [required]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-embeddedauthserver-missing-config.yaml':
         Mistake(
         ("deliberately invalid (ToolHive's test expects rejection): type embeddedAuthServer "
@@ -248,8 +241,7 @@ EXPECTED: dict[str, Expected] = {
         Mistake(
         ("deliberately invalid (ToolHive's test expects rejection): type headerInjection "
          'without its block'),
-        ('MCPExternalAuthConfig test-invalid-headerinjection: spec.headerInjection [required]',
-         'MCPExternalAuthConfig test-invalid-headerinjection: spec.type [not-implemented]',)),
+        ('MCPExternalAuthConfig test-invalid-headerinjection: spec.headerInjection [required]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-tokenexchange-missing-config.yaml':
         Mistake(
         ("deliberately invalid (ToolHive's test expects rejection): type tokenExchange without "

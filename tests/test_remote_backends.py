@@ -432,3 +432,39 @@ def test_the_summary_names_static_headers_never_their_values() -> None:
     text = describe_plan(validate(docs).plans[0])
     assert "(headers: X-Tenant, X-Api-Key)" in text
     assert "s3cret" not in text and "acme" not in text
+
+
+@pytest.mark.parametrize(("auth", "header", "expected"), [
+    ({"type": "headerInjection", "headerInjection": {
+        "headerName": "X-Service-Key", "valueSecretRef": {"name": "api", "key": "key"}}},
+     "x-service-key", "key-from-a-secret"),
+    ({"type": "bearerToken", "bearerToken": {"tokenSecretRef": {"name": "api", "key": "key"}}},
+     "authorization", "Bearer key-from-a-secret"),
+])
+async def test_static_credentials_of_an_external_auth_config_reach_the_backend(
+        auth: dict[str, Any], header: str, expected: str) -> None:
+    """headerInjection and bearerToken: the backend gets the Secret's value on every request,
+    never the client's token; the summary names the Secret, never its value."""
+    server, state = make_server("remote")
+    async with serving(server, state) as url:
+        docs = gateway_docs(secret("api", key="key-from-a-secret"),
+                            doc("MCPExternalAuthConfig", "static", auth),
+                            entry(remoteUrl=url, allowPrivateEndpoint=True,
+                                  externalAuthConfigRef={"name": "static"}))
+        result = validate(docs)
+        assert result.ok, result.problems
+        assert "key-from-a-secret" not in describe_plan(result.plans[0])
+        async with running_gateway(docs) as (gateway_url, _):
+            client = RawClient(gateway_url)
+            client.token = "client-token-must-stay-here"
+            try:
+                await client.initialize()
+                called = await client.request("tools/call", {
+                    "name": "entry_add", "arguments": {"a": 2, "b": 3}})
+                assert called.result["structuredContent"]["total"] == 5
+            finally:
+                await client.aclose()
+    assert state.headers  # health checks too: the credential is everyone's
+    for headers in state.headers:
+        assert headers.get(header) == expected
+        assert "client-token" not in str(headers)

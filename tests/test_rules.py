@@ -1006,8 +1006,7 @@ def test_kubernetes_workload_fields_get_one_warning(anonymous: Docs) -> None:
         "podTemplateSpec, replicas, serviceType: ignored outside Kubernetes")
 
 
-@pytest.mark.parametrize("auth_type", ["headerInjection", "bearerToken", "embeddedAuthServer",
-                                       "awsSts", "obo", "xaa"])
+@pytest.mark.parametrize("auth_type", ["embeddedAuthServer", "awsSts", "obo", "xaa"])
 def test_external_auth_types_not_implemented_yet(embedded: Docs, auth_type: str) -> None:
     config = resource(embedded, EXT, "github-inject")
     config["spec"] = {"type": auth_type, auth_type: {"anything": "here"}}
@@ -1017,7 +1016,8 @@ def test_external_auth_types_not_implemented_yet(embedded: Docs, auth_type: str)
 
 def test_external_auth_block_must_match_the_type(embedded: Docs) -> None:
     config = resource(embedded, EXT, "github-inject")
-    config["spec"]["headerInjection"] = {"headerName": "X-Key"}
+    config["spec"]["headerInjection"] = {"headerName": "X-Key", "valueSecretRef": {
+        "name": "x", "key": "y"}}
     expect_error(validate(embedded), "unused-field", "spec.headerInjection", kind=EXT,
                  contains="must not be set when type is upstreamInject")
 

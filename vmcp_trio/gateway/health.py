@@ -4,7 +4,9 @@ Each checker (:meth:`HealthMonitor.check_forever`, a supervised task) probes its
 ``healthCheckInterval`` with an MCP ``ping`` (for a backend that speaks 2026-07-28, which has no
 ``ping``: ``server/discover``) bounded by
 ``healthCheckTimeout``: over a health session of its own for an HTTP backend (initialized once,
-again after a failure), through the shared process for a stdio backend. A backend is
+again after a failure; with the backend's credential only when it is everyone's, a
+``headerInjection`` or ``bearerToken``: a probe calls for no user), through the shared process
+for a stdio backend. A backend is
 *unhealthy* after ``unhealthyThreshold`` consecutive failures and *healthy* again after one
 success; until its first probe it is *unknown* (and used).
 
@@ -28,11 +30,13 @@ from typing import Any, Literal
 
 import trio
 
+from ..auth.outgoing.caller import Caller
+from ..auth.outgoing.strategies import StaticCredential
 from ..protocol.jsonrpc import ErrorResponse, Message
 from ..resources.plan import GatewayPlan, HttpEndpoint
 from ..runtime.supervisor import Supervisor
 from .backends.base import BackendAuthRequired, BackendError
-from .backends.links import BackendLinks, HttpLink
+from .backends.links import BackendLinks, HttpLink, SessionCredentials
 
 __all__ = ["BackendHealth", "HealthMonitor"]
 
@@ -54,6 +58,11 @@ class BackendHealth:
     @property
     def usable(self) -> bool:
         return self.state != "unhealthy"
+
+
+def _nobody() -> Caller | None:
+    """A health check calls for no one: only a credential that is everyone's goes with it."""
+    return None
 
 
 async def _drop(message: Message) -> None:
@@ -145,8 +154,12 @@ class HealthMonitor:
             link = self._links.get(name)
             if link is None:
                 timeout = self.plan.operational.health_check_timeout.total_seconds()
+                strategy = self.links.strategies.get(name)
+                credentials = (SessionCredentials(name, strategy, _nobody)
+                               if isinstance(strategy, StaticCredential) else None)
                 link = await self.links.connect_http(name, endpoint, supervisor, {}, _drop,
-                                                     timeout, listen=False)
+                                                     timeout, listen=False,
+                                                     credentials=credentials)
                 self._links[name] = link
             reply = await link.call("ping", None, _drop)
         else:

@@ -44,6 +44,7 @@ from .plan import (
     OperationalPlan,
     OutgoingPlan,
     SecretValue,
+    StaticCredentialAuth,
     TokenExchangeAuth,
     ToolOverridePlan,
     UpstreamInjectAuth,
@@ -177,6 +178,8 @@ def _headers_fit(resolver: Resolver, gateway: Resource, member: Resource, endpoi
         sets = "authorization"
     elif isinstance(outgoing, TokenExchangeAuth):
         sets = (outgoing.header_name or "authorization").lower()
+    elif isinstance(outgoing, StaticCredentialAuth):
+        sets = outgoing.header
     else:
         return True
     for header in endpoint.headers:

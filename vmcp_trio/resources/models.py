@@ -330,6 +330,20 @@ class UpstreamInject(Model):
     provider_name: DnsLabel
 
 
+class HeaderInjection(Model):
+    """``headerInjection``: one header whose value is a Secret's, on every request."""
+
+    header_name: Annotated[str, Strict(), Field(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+                                                 min_length=1, max_length=256)]
+    value_secret_ref: SecretKeyRef
+
+
+class BearerToken(Model):
+    """``bearerToken``: ``Authorization: Bearer <a Secret's value>`` on every request."""
+
+    token_secret_ref: SecretKeyRef
+
+
 ExternalAuthType = Literal["upstreamInject", "tokenExchange", "unauthenticated",
                            "headerInjection", "bearerToken", "embeddedAuthServer", "awsSts",
                            "obo", "xaa"]
@@ -340,8 +354,8 @@ class ExternalAuthConfigSpec(Model):
     type: ExternalAuthType
     upstream_inject: UpstreamInject | None = None
     token_exchange: TokenExchange | None = None
-    header_injection: FreeForm | None = None
-    bearer_token: FreeForm | None = None
+    header_injection: HeaderInjection | None = None
+    bearer_token: BearerToken | None = None
     embedded_auth_server: FreeForm | None = None
     aws_sts: FreeForm | None = None
     obo: FreeForm | None = None

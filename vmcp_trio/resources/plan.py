@@ -179,7 +179,19 @@ class TokenExchangeAuth:
     strategy: Literal["tokenExchange"] = "tokenExchange"
 
 
-OutgoingPlan = NoOutgoingAuth | UpstreamInjectAuth | TokenExchangeAuth
+@dataclass(frozen=True)
+class StaticCredentialAuth:
+    """One header with a fixed secret value on every request (``headerInjection``, and
+    ``bearerToken`` as ``Authorization: Bearer``)."""
+
+    header: str
+    """Lower case."""
+    value: SecretValue
+    config: str
+    strategy: Literal["headerInjection", "bearerToken"] = "headerInjection"
+
+
+OutgoingPlan = NoOutgoingAuth | UpstreamInjectAuth | TokenExchangeAuth | StaticCredentialAuth
 
 
 # --- backends ----------------------------------------------------------------------------------

@@ -56,8 +56,17 @@ class Resolver(Protocol):
     def secret(self, owner: Resource, path: Sequence[PathPart],
                ref: m.SecretKeyRef) -> SecretValue | None: ...
 
-__all__ = ["REFUSED_HEADERS", "check_filter_names", "check_tool_config", "merge_tool_config",
-           "private_host", "remote_endpoint", "tool_config_plan"]
+__all__ = [
+    "REFUSED_HEADERS",
+    "bad_value",
+    "check_filter_names",
+    "check_tool_config",
+    "header_problem",
+    "merge_tool_config",
+    "private_host",
+    "remote_endpoint",
+    "tool_config_plan",
+]
 
 REFUSED_HEADERS = frozenset({
     "connection", "keep-alive", "proxy-connection", "transfer-encoding", "te", "trailer",
@@ -68,7 +77,8 @@ REFUSED_HEADERS = frozenset({
 """Header names ``headerForward`` may not set (besides ``mcp-*`` and ``x-forwarded-*``)."""
 
 
-def _header_problem(name: str) -> str | None:
+def header_problem(name: str) -> str | None:
+    """Why a configured header may not be sent under ``name`` (None: it may)."""
     lower = name.lower()
     if lower.startswith("mcp-"):
         return "is the MCP transport's own header (vmcp sets the Mcp-* headers itself)"
@@ -79,7 +89,8 @@ def _header_problem(name: str) -> str | None:
     return None
 
 
-def _bad_value(value: str) -> bool:
+def bad_value(value: str) -> bool:
+    """A header value with control characters (it could split the request)."""
     return any((ord(c) < 0x20 and c != "\t") or ord(c) == 0x7F for c in value)
 
 
@@ -151,7 +162,7 @@ def _headers(resolver: Resolver, resource: Resource,
     out: list[StaticHeader] = []
 
     def check(name: str, where: tuple[PathPart, ...]) -> bool:
-        problem = _header_problem(name)
+        problem = header_problem(name)
         if problem is not None:
             report.error(resource, where, "header-name", f"{name[:64]!r} {problem}")
             return False
@@ -165,7 +176,7 @@ def _headers(resolver: Resolver, resource: Resource,
     for name, value in sorted(forward.add_plaintext_headers.items()):
         where = (*here, "addPlaintextHeaders", name)
         if check(name, where):
-            if _bad_value(value):
+            if bad_value(value):
                 report.error(resource, where, "header-value",
                              "must not contain control characters (CR, LF, NUL...)")
             out.append(StaticHeader(name, value))
@@ -180,7 +191,7 @@ def _headers(resolver: Resolver, resource: Resource,
             text = secret.text()
         except UnicodeDecodeError:
             text = "\0"
-        if _bad_value(text):
+        if bad_value(text):
             report.error(resource, (*where, "valueSecretRef"), "header-value",
                          f"Secret {secret.source} is not a usable header value (it must be "
                          "UTF-8 text without control characters; a trailing newline counts)")

@@ -32,6 +32,7 @@ from .plan import (
     NoOutgoingAuth,
     OutgoingPlan,
     SecretValue,
+    StaticCredentialAuth,
     StdioEndpoint,
     TokenExchangeAuth,
     UpstreamInjectAuth,
@@ -51,7 +52,8 @@ _AUTH_BLOCKS = {"upstream_inject": "upstreamInject", "token_exchange": "tokenExc
                 "embedded_auth_server": "embeddedAuthServer", "aws_sts": "awsSts",
                 "obo": "obo", "xaa": "xaa"}
 """MCPExternalAuthConfig's strategy blocks: field name to ToolHive's name (and type)."""
-_AUTH_IMPLEMENTED = ("tokenExchange", "upstreamInject", "unauthenticated")
+_AUTH_IMPLEMENTED = ("tokenExchange", "upstreamInject", "headerInjection", "bearerToken",
+                     "unauthenticated")
 
 
 def check_url_template(template: str) -> str | None:
@@ -221,6 +223,34 @@ class Resolver:
                 if tools is not None:
                     self.backend_tools[resource.key] = tools
 
+    def _static_credential(self, resource: Resource,
+                           spec: m.ExternalAuthConfigSpec) -> StaticCredentialAuth | None:
+        """``headerInjection`` or ``bearerToken``: a header whose value is a Secret's."""
+        config = f"{resource.namespace}/{resource.name}"
+        if spec.header_injection is not None:
+            injection = spec.header_injection
+            problem = remote_rules.header_problem(injection.header_name)
+            if problem is not None:
+                self.report.error(resource, ("spec", "headerInjection", "headerName"),
+                                  "header-name", problem)
+                return None
+            value = self.secret(resource, ("spec", "headerInjection", "valueSecretRef"),
+                                injection.value_secret_ref)
+            if value is not None and remote_rules.bad_value(value.value.decode(errors="replace")):
+                self.report.error(resource, ("spec", "headerInjection", "valueSecretRef"),
+                                  "header-value", "the Secret's value has control characters")
+                return None
+            return None if value is None else StaticCredentialAuth(
+                injection.header_name.lower(), value, config)
+        if spec.bearer_token is None:
+            return None
+        token = self.secret(resource, ("spec", "bearerToken", "tokenSecretRef"),
+                            spec.bearer_token.token_secret_ref)
+        if token is None:
+            return None
+        return StaticCredentialAuth("authorization", SecretValue(
+            token.source, b"Bearer " + token.value.strip()), config, "bearerToken")
+
     def _check_secret(self, resource: Resource) -> None:
         secret: m.SecretResource = resource.spec
         for key, value in secret.data.items():
@@ -315,6 +345,8 @@ class Resolver:
                 return None
             return UpstreamInjectAuth(spec.upstream_inject.provider_name,
                                       f"{resource.namespace}/{resource.name}")
+        if spec.type in ("headerInjection", "bearerToken"):
+            return self._static_credential(resource, spec)
         exchange = spec.token_exchange
         if exchange is None:
             return None

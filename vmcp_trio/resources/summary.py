@@ -23,6 +23,7 @@ from .plan import (
     OutgoingPlan,
     RedisStorage,
     SecretValue,
+    StaticCredentialAuth,
     TokenExchangeAuth,
     UpstreamInjectAuth,
 )
@@ -54,6 +55,8 @@ def _outgoing(plan: OutgoingPlan, incoming: IncomingPlan) -> str:
         return "none"
     if isinstance(plan, UpstreamInjectAuth):
         return f"upstreamInject of provider {plan.provider} ({plan.config})"
+    if isinstance(plan, StaticCredentialAuth):
+        return f"{plan.strategy}: header {plan.header} from {plan.value.source} ({plan.config})"
     assert isinstance(plan, TokenExchangeAuth)
     if plan.subject_provider is not None:
         subject = f"the stored token of provider {plan.subject_provider}"

@@ -1,6 +1,8 @@
 """The outgoing strategies: what a backend receives in place of the client's token.
 
 * ``none``: nothing.
+* ``headerInjection`` / ``bearerToken``: one header with a Secret's value (``Authorization:
+  Bearer <token>`` for the latter), the same for every caller.
 * ``upstreamInject``: ``Authorization: Bearer`` with the calling user's stored upstream access
   token of ``providerName`` (the embedded authorization server keeps them per session: the
   ``tsid`` of the user's access token).
@@ -19,7 +21,13 @@ from __future__ import annotations
 from typing import Protocol
 
 from ...http.client import HttpClient
-from ...resources.plan import NoOutgoingAuth, OutgoingPlan, TokenExchangeAuth, UpstreamInjectAuth
+from ...resources.plan import (
+    NoOutgoingAuth,
+    OutgoingPlan,
+    StaticCredentialAuth,
+    TokenExchangeAuth,
+    UpstreamInjectAuth,
+)
 from .caller import Caller
 from .exchange import ExchangeError, TokenExchanger
 from .shared_exchange import SharedExchangeCache
@@ -56,6 +64,17 @@ def _session_of_caller(caller: Caller | None) -> str:
         raise CredentialError("the caller has no session of the embedded authorization "
                               "server (upstream tokens come from its login)")
     return session
+
+
+class StaticCredential:
+    """``headerInjection`` / ``bearerToken``: the same secret header on every request, whoever
+    the caller (the backend's own credential; the caller's token is never passed on)."""
+
+    def __init__(self, plan: StaticCredentialAuth) -> None:
+        self.header = [(plan.header, plan.value.value.decode())]
+
+    async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
+        return self.header
 
 
 class UpstreamInject:
@@ -122,6 +141,8 @@ def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
         return NoCredential()
     if isinstance(plan, UpstreamInjectAuth):
         return UpstreamInject(plan, tokens)
+    if isinstance(plan, StaticCredentialAuth):
+        return StaticCredential(plan)
     key = (plan.token_url, plan.client_id)
     exchanger = exchangers.get(key)
     if exchanger is None:
