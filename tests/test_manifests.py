@@ -84,9 +84,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/guides-k8s-rate-limiting-05-vmcp-ratelimit.yaml': Mistake(
         'the placeholder <YOUR_REDIS_ADDRESS> is not host:port',
         ('VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
-    'docs-website/guides-k8s-redis-session-storage-01-embedded-auth-with-redis.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig embedded-auth-server: spec.type [not-implemented]',)),
     'docs-website/guides-k8s-redis-session-storage-03-vmcp-with-redis.yaml': NotYet(
         ('Redis session storage without sessionStorage.hmacSecretRefs (the replicas need '
          'shared secrets; deriving them is not implemented)'),
@@ -95,10 +92,9 @@ EXPECTED: dict[str, Expected] = {
         'a CA bundle from a ConfigMap',
         ('MCPTelemetryConfig shared-otel: spec.openTelemetry.caBundleRef [not-implemented]',)),
     'docs-website/guides-mcp-notion-remote-01-notion-proxy.yaml': NotYet(
-        ('MCPExternalAuthConfig type embeddedAuthServer, an embedded authorization server in '
-         'front of one backend (authServerRef), audit logging'),
-        ('MCPExternalAuthConfig notion-embedded-auth: spec.type [not-implemented]',
-         'MCPRemoteProxy notion: spec.audit [not-implemented]',
+        ("an embedded authorization server in front of one backend (authServerRef) and audit "
+         "logging, both of the MCPRemoteProxy's own pod"),
+        ('MCPRemoteProxy notion: spec.audit [not-implemented]',
          'MCPRemoteProxy notion: spec.authServerRef [not-implemented]',)),
     'docs-website/guides-registry-configuration-01-mcp-server-with-claims.yaml': Mistake(
         'a snippet showing only metadata: an MCPServer needs a spec',
@@ -135,9 +131,6 @@ EXPECTED: dict[str, Expected] = {
         'an incomplete snippet: names MCPTelemetryConfig shared-otel, which '
         'guides-vmcp-telemetry-and-metrics-01 defines',
         ('VirtualMCPServer my-vmcp: spec.telemetryConfigRef.name [reference]',)),
-    'docs-website/integrations-aws-sts-01-aws-sts-auth-config.yaml': NotYet(
-        'MCPExternalAuthConfig type awsSts',
-        ('MCPExternalAuthConfig aws-mcp-sts-auth: spec.type [not-implemented]',)),
     'docs-website/integrations-aws-sts-03-aws-mcp-remote-proxy.yaml': Mistake(
         ('an incomplete snippet: names MCPExternalAuthConfig aws-mcp-sts-auth, defined in '
          'another page of the guide'),
@@ -155,9 +148,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/reference-crds-embeddingserver-01-embeddingserver.yaml': NotYet(
         'EmbeddingServer',
         ('EmbeddingServer my-embeddingserver: kind [not-implemented]',)),
-    'docs-website/reference-crds-mcpexternalauthconfig-01-mcpexternalauthconfig.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig my-mcpexternalauthconfig: spec.type [not-implemented]',)),
     'docs-website/reference-crds-mcpoidcconfig-01-mcpoidcconfig.yaml': Mistake(
         'the placeholder <string> where the issuer URL belongs',
         ('MCPOIDCConfig my-mcpoidcconfig: spec.inline.issuer [url]',)),
@@ -179,12 +169,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/tutorials-mcp-optimizer-03-embedding-server.yaml': NotYet(
         'EmbeddingServer',
         ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
-    'docs-website-v1alpha1/guides-k8s-auth-k8s-06-embedded-auth-config.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig embedded-auth-server: spec.type [not-implemented]',)),
-    'docs-website-v1alpha1/guides-k8s-auth-k8s-08-embedded-auth-oauth2-config.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig embedded-auth-oauth2: spec.type [not-implemented]',)),
     'docs-website-v1alpha1/guides-vmcp-composite-tools-01.yaml': Mistake(
         "a skeleton whose steps are elided: a composite tool needs at least one step (ToolHive's "
         "validation too)",
@@ -213,18 +197,10 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-chainsaw/st-streamable-http-mcpserver.yaml': Mistake(
         "chainsaw's template ($testPrefix) where a DNS name belongs",
         ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
-    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-awssts.yaml': NotYet(
-        'MCPExternalAuthConfig type awsSts',
-        ('MCPExternalAuthConfig test-valid-awssts: spec.type [not-implemented]',)),
-    'toolhive-chainsaw/validation-mcpexternalauthconfig-accept-valid-embeddedauthserver.yaml':
-        NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig test-valid-embeddedauthserver: spec.type [not-implemented]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-awssts-missing-config.yaml': Mistake(
-        ("deliberately invalid (ToolHive's test expects the API server to reject it): type "
-         'awsSts without its block'),
-        ('MCPExternalAuthConfig test-invalid-awssts: spec.awsSts [required]',
-         'MCPExternalAuthConfig test-invalid-awssts: spec.type [not-implemented]',)),
+        "deliberately invalid (ToolHive's test expects the API server to reject it): type awsSts "
+        "without its block",
+        ('MCPExternalAuthConfig test-invalid-awssts: spec.awsSts [required]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-bearertoken-missing-config.yaml':
         Mistake(
         ("deliberately invalid (ToolHive's test expects rejection): type bearerToken without "
@@ -232,11 +208,10 @@ EXPECTED: dict[str, Expected] = {
         ('MCPExternalAuthConfig test-invalid-bearertoken: spec.bearerToken [required]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-embeddedauthserver-missing-config.yaml':
         Mistake(
-        ("deliberately invalid (ToolHive's test expects rejection): type embeddedAuthServer "
-         'without its block'),
+        "deliberately invalid (ToolHive's test expects rejection): type embeddedAuthServer "
+        "without its block",
         ('MCPExternalAuthConfig test-invalid-embeddedauthserver: spec.embeddedAuthServer '
-         '[required]',
-         'MCPExternalAuthConfig test-invalid-embeddedauthserver: spec.type [not-implemented]',)),
+         '[required]',)),
     'toolhive-chainsaw/validation-mcpexternalauthconfig-reject-headerinjection-missing-config.yaml':
         Mistake(
         ("deliberately invalid (ToolHive's test expects rejection): type headerInjection "
@@ -270,9 +245,6 @@ EXPECTED: dict[str, Expected] = {
          'implemented yet'),
         ('MCPRemoteProxy bedrock-proxy: spec.authServerRef [not-implemented]',
          'MCPRemoteProxy bedrock-proxy: spec.externalAuthConfigRef.name [reference]',)),
-    'toolhive-docs/arch-17-token-exchange-delegation-01.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
     'toolhive-docs/arch-17-token-exchange-delegation-02.yaml': Mistake(
         ('an incomplete snippet: no spec.incomingAuth, an authServerConfig without '
          'upstreamProviders; also client delegation is not implemented yet'),
@@ -280,12 +252,6 @@ EXPECTED: dict[str, Expected] = {
          '[not-implemented]',
          'VirtualMCPServer reporting-gateway: spec.authServerConfig.upstreamProviders [required]',
          'VirtualMCPServer reporting-gateway: spec.incomingAuth [required]',)),
-    'toolhive-docs/arch-17-token-exchange-delegation-03.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
-    'toolhive-docs/arch-17-token-exchange-delegation-04.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig embedded-auth: spec.type [not-implemented]',)),
     'toolhive-docs/operator-advanced-workflow-patterns-02.yaml': Mistake(
         'no description, and onError.maxRetries, which is no field (retryCount is): ToolHive '
         'prunes it and then refuses retry without retries',
@@ -311,9 +277,6 @@ EXPECTED: dict[str, Expected] = {
          '[unknown-field]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.type [enum]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.default [not-implemented]',)),
-    'toolhive-docs/redis-storage-01.yaml': NotYet(
-        'MCPExternalAuthConfig type embeddedAuthServer',
-        ('MCPExternalAuthConfig my-auth-config: spec.type [not-implemented]',)),
     'toolhive-docs/vmcp-readme-01.yaml': Mistake(
         ('config.group (the field is groupRef), an unknown '
          'config.operational.sessionManagementV2, no spec.incomingAuth'),

@@ -1008,10 +1008,17 @@ def test_kubernetes_workload_fields_get_one_warning(anonymous: Docs) -> None:
 
 @pytest.mark.parametrize("auth_type", ["embeddedAuthServer", "awsSts", "obo", "xaa"])
 def test_external_auth_types_not_implemented_yet(embedded: Docs, auth_type: str) -> None:
+    """Refused where a backend would use one; a definition nothing uses is a warning."""
     config = resource(embedded, EXT, "github-inject")
     config["spec"] = {"type": auth_type, auth_type: {"anything": "here"}}
-    expect_error(validate(embedded), "not-implemented", "spec.type", kind=EXT,
-                 name="github-inject", contains=f"{auth_type} is not implemented yet")
+    result = validate(embedded)
+    expect_error(result, "not-implemented",
+                 "spec.outgoingAuth.backends.github-tools.externalAuthConfigRef.name",
+                 kind=VMCP, contains=f"of type {auth_type}, which is not implemented yet")
+    (note,) = matching(result, rule="auth-type-unused")
+    assert note.severity is Severity.WARNING and note.path == "spec.type"
+    del vmcp(embedded)["spec"]["outgoingAuth"]["backends"]["github-tools"]
+    assert validate(embedded).ok
 
 
 def test_external_auth_block_must_match_the_type(embedded: Docs) -> None:

@@ -371,6 +371,7 @@ def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpe
     """The backend's strategy; None when what it refers to is invalid (already reported)."""
     outgoing = spec.outgoing_auth
     own = member.spec.external_auth_config_ref
+    where: tuple[Resource, tuple[PathPart, ...]] = (member, ("spec", "externalAuthConfigRef"))
     if outgoing.source == "discovered":
         ref = own
     else:
@@ -378,9 +379,19 @@ def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpe
         if entry is None:
             return NoOutgoingAuth()
         ref = own if entry.type == "discovered" else entry.external_auth_config_ref
+        if entry.type != "discovered":
+            where = (gateway, ("spec", "outgoingAuth", "backends", member.name or "",
+                               "externalAuthConfigRef"))
     if ref is None:
         return NoOutgoingAuth()
     config = resolver.index.get(("MCPExternalAuthConfig", gateway.namespace or "", ref.name))
+    if config is not None and config.key in resolver.unimplemented_auth:
+        resolver.report.error(
+            where[0], (*where[1], "name"), "not-implemented",
+            f"backend {member.name!r} would use MCPExternalAuthConfig {config.namespace}/"
+            f"{config.name} of type {resolver.unimplemented_auth[config.key]}, which is not "
+            "implemented yet: refused rather than sent without its credentials")
+        return None
     if config is None or not config.usable or config.key not in resolver.strategies:
         return None
     strategy = resolver.strategies[config.key]

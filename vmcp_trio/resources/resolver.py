@@ -113,6 +113,8 @@ class Resolver:
         self.endpoints: dict[ResourceKey, Endpoint] = {}
         self.strategies: dict[ResourceKey, OutgoingPlan] = {}
         self.backend_tools: dict[ResourceKey, WorkloadToolsPlan] = {}
+        self.unimplemented_auth: dict[ResourceKey, str] = {}
+        """MCPExternalAuthConfigs of a type vmcp does not implement (an error where used)."""
         self.workflows: dict[ResourceKey, WorkflowPlan] = {}
         """The composite tool definitions that are valid (:mod:`.composite_rules`)."""
         """A backend's own MCPToolConfig (MCPServer by url or command, MCPRemoteProxy)."""
@@ -334,9 +336,15 @@ class Resolver:
                                  {alias: present for alias, present in blocks.items()
                                   if alias != spec.type})
         if spec.type not in _AUTH_IMPLEMENTED:
-            self.report.error(resource, (*path, "type"), "not-implemented",
-                              f"{spec.type} is not implemented yet (implemented: "
-                              f"{', '.join(_AUTH_IMPLEMENTED)})")
+            self.unimplemented_auth[resource.key] = spec.type
+            what = ("is the authorization server of ToolHive's proxy in front of one backend "
+                    "(its authServerRef); vmcp's own is VirtualMCPServer.authServerConfig"
+                    if spec.type == "embeddedAuthServer" else
+                    f"{spec.type} is not implemented yet (implemented: "
+                    f"{', '.join(_AUTH_IMPLEMENTED)})")
+            self.report.warn(resource, (*path, "type"), "auth-type-unused",
+                             f"{what}: unused here; a backend whose outgoing auth uses it is "
+                             "refused")
             return None
         if spec.type == "unauthenticated":
             return NoOutgoingAuth()
