@@ -115,15 +115,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/guides-vmcp-failure-handling-03.yaml': Mistake(
         'an incomplete snippet: names an MCPOIDCConfig that no document defines',
         ('VirtualMCPServer production-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
-    'docs-website/guides-vmcp-optimizer-01-embedding-server.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer my-embedding: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-optimizer-03-embedding-server.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer my-embedding: kind [not-implemented]',)),
-    'docs-website/guides-vmcp-optimizer-05-embedding-server-full.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer full-embedding: kind [not-implemented]',)),
     'docs-website/guides-vmcp-optimizer-06-vmcp-with-optimizer.yaml': Mistake(
         'an incomplete snippet: names an MCPOIDCConfig that no document defines',
         ('VirtualMCPServer full-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',)),
@@ -145,9 +136,6 @@ EXPECTED: dict[str, Expected] = {
         "the placeholder 'YOUR_ISSUER_URL' where URLs belong",
         ('MCPOIDCConfig okta-oidc: spec.inline.issuer [url]',
          'MCPOIDCConfig okta-oidc: spec.inline.jwksUrl [url]',)),
-    'docs-website/reference-crds-embeddingserver-01-embeddingserver.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer my-embeddingserver: kind [not-implemented]',)),
     'docs-website/reference-crds-mcpoidcconfig-01-mcpoidcconfig.yaml': Mistake(
         'the placeholder <string> where the issuer URL belongs',
         ('MCPOIDCConfig my-mcpoidcconfig: spec.inline.issuer [url]',)),
@@ -166,9 +154,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/reference-crds-virtualmcpserver-01-virtualmcpserver.yaml': Mistake(
         'the placeholder <string> where the group name belongs',
         ('VirtualMCPServer my-virtualmcpserver: spec.groupRef.name [dns-name]',)),
-    'docs-website/tutorials-mcp-optimizer-03-embedding-server.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'docs-website-v1alpha1/guides-vmcp-composite-tools-01.yaml': Mistake(
         "a skeleton whose steps are elided: a composite tool needs at least one step (ToolHive's "
         "validation too)",
@@ -179,9 +164,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website-v1alpha1/guides-vmcp-optimizer-05-vmcp-with-optimizer.yaml': Mistake(
         'spec.groupRef is given twice (a duplicate YAML key)',
         ('None None:  [duplicate-key]',)),
-    'toolhive-chainsaw/mcpwebhookconfig.extracted.yaml': NotYet(
-        'MCPWebhookConfig',
-        ('MCPWebhookConfig non-existent-webhook-config: kind [not-implemented]',)),
     'toolhive-chainsaw/st-pod-annotations-mcpserver.yaml': Mistake(
         "chainsaw's template ($testPrefix) where a DNS name belongs",
         ('MCPServer ($testPrefix): metadata.name [dns-name]',)),
@@ -283,15 +265,6 @@ EXPECTED: dict[str, Expected] = {
         ('VirtualMCPServer my-vmcp: spec.config.group [unknown-field]',
          'VirtualMCPServer my-vmcp: spec.config.operational.sessionManagementV2 [unknown-field]',
          'VirtualMCPServer my-vmcp: spec.incomingAuth [required]',)),
-    'toolhive-examples/basic-embedding.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer basic-embedding: kind [not-implemented]',)),
-    'toolhive-examples/embedding-advanced.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer advanced-embedding: kind [not-implemented]',)),
-    'toolhive-examples/embedding-with-cache.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer embedding-with-cache: kind [not-implemented]',)),
     'toolhive-examples/mcpexternalauthconfig_minimal.yaml': Mistake(
         ("snake_case field names (token_url, client_id, client_secret_ref) that no release's "
          'CRD has: tokenUrl is then missing'),
@@ -307,21 +280,9 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-examples/mcpserverentry_with_ca_bundle.yaml': NotYet(
         'a CA bundle from a ConfigMap',
         ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
-    'toolhive-examples/vmcp_optimizer_all_options.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
-    'toolhive-examples/vmcp_optimizer_quickstart.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.19.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
         'a CA bundle from a ConfigMap',
         ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
-    'toolhive-examples-v0.19.0/vmcp_optimizer_all_options.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
-    'toolhive-examples-v0.19.0/vmcp_optimizer_quickstart.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.22.0/mcpexternalauthconfig_minimal.yaml': Mistake(
         ("snake_case field names (token_url, client_id, client_secret_ref) that no release's "
          'CRD has: tokenUrl is then missing'),
@@ -333,12 +294,6 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-examples-v0.22.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
         'a CA bundle from a ConfigMap',
         ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
-    'toolhive-examples-v0.22.0/vmcp_optimizer_all_options.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
-    'toolhive-examples-v0.22.0/vmcp_optimizer_quickstart.yaml': NotYet(
-        'EmbeddingServer',
-        ('EmbeddingServer optimizer-embedding: kind [not-implemented]',)),
     'toolhive-examples-v0.6.17/mcpremoteproxy_with_inline_oidc_secretref.yaml': Mistake(
         ("upstreamURL, a field of no release's CRD (the URL was remoteURL then)"),
         ('MCPRemoteProxy github-proxy: spec.upstreamURL [unknown-field]',)),

@@ -9,8 +9,11 @@ Which documents are resources, by apiVersion and kind:
 * ``{api_group}/v1beta1`` and ``{api_group}/v1alpha1`` hold the same schema, as in ToolHive since
   v0.23. A v1alpha1 resource gets one ``deprecated-api-version`` warning naming ToolHive's
   deprecation; it loads all the same.
-* ToolHive kinds that vmcp does not implement yet (:data:`NOT_IMPLEMENTED_KINDS`) are an error
-  per document (``not-implemented``): a manifest that relies on them would mean less here.
+* ToolHive's kinds that are not the gateway's business (:data:`IGNORED_KINDS`: the optimizer's
+  embedding server, the registry server, the webhooks of ToolHive's per-server proxy) are
+  skipped with an ``ignored-kind`` warning saying why; what would rely on them in a gateway
+  (``config.optimizer``, an MCPServer's ``webhookConfigRef`` when vmcp reaches it directly) is
+  reported where it is written.
 * ``v1`` Secrets and ConfigMaps are data the resources refer to (:data:`CORE_KINDS`).
 * Any other document outside the API group (Namespace, ServiceAccount, RBAC, Deployment,
   Service...) is skipped with a ``skipped-kind`` warning, so a folder of Kubernetes manifests
@@ -33,13 +36,19 @@ from .problems import PathPart
 from .report import Report, Resource
 from .toolhive_fields import set_aside
 
-__all__ = ["DEFAULT_API_GROUP", "NOT_IMPLEMENTED_KINDS", "parse_documents"]
+__all__ = ["DEFAULT_API_GROUP", "IGNORED_KINDS", "parse_documents"]
 
 API_VERSIONS = ("v1beta1", "v1alpha1")
 """Served versions, the first current; ToolHive deprecated v1alpha1 in v0.23."""
 
-NOT_IMPLEMENTED_KINDS = frozenset({"MCPRegistry", "EmbeddingServer", "MCPWebhookConfig"})
-"""ToolHive's kinds that vmcp does not implement yet."""
+IGNORED_KINDS = {
+    "EmbeddingServer": "it serves embeddings to ToolHive's optimizer, which vmcp does not "
+                       "implement yet (config.optimizer is ignored with a warning)",
+    "MCPRegistry": "it runs ToolHive's registry server, not part of a gateway",
+    "MCPWebhookConfig": "its webhooks are called by ToolHive's proxy in front of an MCPServer "
+                        "(webhookConfigRef; refused on an MCPServer vmcp reaches directly)",
+}
+"""ToolHive's kinds that are not the gateway's business, and why."""
 CORE_KINDS: dict[str, type[SecretResource] | type[ConfigMapResource]] = {
     "Secret": SecretResource, "ConfigMap": ConfigMapResource}
 """Kubernetes' own kinds (``v1``) a configuration may hold for its resources to refer to."""
@@ -210,15 +219,14 @@ def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
                      "is required: one of Secret, " + ", ".join(KIND_MODELS))
         return None
     api = body.get("apiVersion")
-    ours = kind in CORE_KINDS or kind in KIND_MODELS or kind in NOT_IMPLEMENTED_KINDS
+    ours = kind in CORE_KINDS or kind in KIND_MODELS or kind in IGNORED_KINDS
     if not ours and isinstance(api, str) and api.rpartition("/")[0] != api_group:
         report.warn(resource, ("kind",), "skipped-kind",
                     f"{kind[:64]} of {api[:100]} is not a resource of {api_group}: skipped")
         return None
-    if kind in NOT_IMPLEMENTED_KINDS:
-        report.error(resource, ("kind",), "not-implemented",
-                     f"{kind} is not implemented yet: vmcp cannot act on this document (remove "
-                     "it, or the gateway would do less than the manifest says)")
+    if kind in IGNORED_KINDS:
+        report.warn(resource, ("kind",), "ignored-kind",
+                    f"{kind} is skipped: {IGNORED_KINDS[kind]}")
         return None
     if not ours:
         known = ", ".join(("Secret", *KIND_MODELS))
