@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import datetime
+import ipaddress
 import socket
 import subprocess
 import urllib.request
@@ -10,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from vmcp_trio.resources import LoadOptions, ValidationResult, validate_documents
 from vmcp_trio.resources.loading import load_text
@@ -107,3 +113,34 @@ def answers_ok(url: str) -> bool:
             return bool(answer.status == 200)
     except OSError:
         return False
+
+
+def private_ca(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    """A CA of our own and a certificate for 127.0.0.1 it signed, as a private PKI's servers
+    have: (ca.crt, <name>.crt, <name>.key) in ``directory``."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name}-ca")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = directory / "ca.crt", directory / f"{name}.crt", directory / f"{name}.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                           serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths

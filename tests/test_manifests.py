@@ -277,12 +277,12 @@ EXPECTED: dict[str, Expected] = {
         ('names MCPExternalAuthConfig oauth-token-exchange, which no file defines (an '
          'incomplete example)'),
         ('MCPServer fetch-with-auth: spec.externalAuthConfigRef.name [reference]',)),
-    'toolhive-examples/mcpserverentry_with_ca_bundle.yaml': NotYet(
-        'a CA bundle from a ConfigMap',
-        ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
-    'toolhive-examples-v0.19.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
-        'a CA bundle from a ConfigMap',
-        ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
+    'toolhive-examples/mcpserverentry_with_ca_bundle.yaml': Mistake(
+        'a placeholder certificate (a comment between the PEM markers)',
+        ('ConfigMap corp-ca-bundle: data["ca.crt"] [ca-bundle]',)),
+    'toolhive-examples-v0.19.0/mcpserverentry_with_ca_bundle.yaml': Mistake(
+        'a placeholder certificate (a comment between the PEM markers)',
+        ('ConfigMap corp-ca-bundle: data["ca.crt"] [ca-bundle]',)),
     'toolhive-examples-v0.22.0/mcpexternalauthconfig_minimal.yaml': Mistake(
         ("snake_case field names (token_url, client_id, client_secret_ref) that no release's "
          'CRD has: tokenUrl is then missing'),
@@ -291,9 +291,9 @@ EXPECTED: dict[str, Expected] = {
           '[unknown-field]'),
          'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.tokenUrl [required]',
          'MCPExternalAuthConfig minimal-oauth: spec.tokenExchange.token_url [unknown-field]',)),
-    'toolhive-examples-v0.22.0/mcpserverentry_with_ca_bundle.yaml': NotYet(
-        'a CA bundle from a ConfigMap',
-        ('MCPServerEntry internal-mcp: spec.caBundleRef [not-implemented]',)),
+    'toolhive-examples-v0.22.0/mcpserverentry_with_ca_bundle.yaml': Mistake(
+        'a placeholder certificate (a comment between the PEM markers)',
+        ('ConfigMap corp-ca-bundle: data["ca.crt"] [ca-bundle]',)),
     'toolhive-examples-v0.6.17/mcpremoteproxy_with_inline_oidc_secretref.yaml': Mistake(
         ("upstreamURL, a field of no release's CRD (the URL was remoteURL then)"),
         ('MCPRemoteProxy github-proxy: spec.upstreamURL [unknown-field]',)),

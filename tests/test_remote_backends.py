@@ -7,6 +7,7 @@ an MCPToolConfig's filter and override."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from vmcp_trio.resources.summary import describe_plan
 
 from .fixtures.sdk_servers import make_server, serving
 from .gateway_helpers import RawClient, running_gateway
-from .helpers import example_docs, expect_error, matching, resource, validate
+from .helpers import example_docs, expect_error, matching, private_ca, resource, validate
 
 Docs = list[dict[str, Any]]
 API = "toolhive.stacklok.dev/v1beta1"
@@ -468,3 +469,44 @@ async def test_static_credentials_of_an_external_auth_config_reach_the_backend(
     for headers in state.headers:
         assert headers.get(header) == expected
         assert "client-token" not in str(headers)
+
+
+async def test_an_entry_behind_a_private_ca_is_trusted_through_its_ca_bundle(
+        tmp_path: Path) -> None:
+    """caBundleRef: the gateway verifies the server's certificate against the ConfigMap's CA
+    (and only with it: without the bundle the same server is unreachable)."""
+    ca, cert, key = private_ca(tmp_path, "remote")
+    bundle = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ca", "namespace": NS},
+              "data": {"ca.crt": ca.read_text()}}
+    server, state = make_server("remote")
+    async with serving(server, state, tls=(cert, key)) as url:
+        assert url.startswith("https://")
+        trusted = gateway_docs(bundle, entry(remoteUrl=url, allowPrivateEndpoint=True,
+                                             caBundleRef={"configMapRef": {"name": "ca",
+                                                                           "key": "ca.crt"}}))
+        async with running_gateway(trusted) as (gateway_url, _):
+            client = RawClient(gateway_url)
+            await client.initialize()
+            called = await client.request("tools/call", {"name": "entry_add",
+                                                         "arguments": {"a": 2, "b": 3}})
+            assert called.result["structuredContent"]["total"] == 5
+            await client.aclose()
+        untrusted = gateway_docs(entry(remoteUrl=url, allowPrivateEndpoint=True))
+        async with running_gateway(untrusted) as (gateway_url, _):
+            client = RawClient(gateway_url)
+            await client.initialize()
+            failed = await client.request("tools/call", {"name": "entry_add",
+                                                         "arguments": {"a": 2, "b": 3}})
+            assert "error" in failed.messages[-1]
+            await client.aclose()
+
+
+def test_a_ca_bundle_must_be_pem_certificates_in_the_config_map() -> None:
+    bundle = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ca", "namespace": NS},
+              "data": {"ca.crt": "not a certificate"}}
+    ref = {"configMapRef": {"name": "ca", "key": "ca.crt"}}
+    expect_error(validate(gateway_docs(bundle, entry(caBundleRef=ref))), "ca-bundle",
+                 'data["ca.crt"]', kind="ConfigMap", contains="is not PEM CA certificates")
+    missing = {"configMapRef": {"name": "ca", "key": "other.crt"}}
+    expect_error(validate(gateway_docs(bundle, entry(caBundleRef=missing))), "reference",
+                 "spec.caBundleRef.configMapRef.key", contains="has no key 'other.crt'")

@@ -644,12 +644,27 @@ class RemoteBackendSpec(Model):
     allow_private_endpoint: Bool = False
 
 
+class ConfigMapKeySelector(Model):
+    """Kubernetes' ``configMapKeyRef``: a key of a ConfigMap."""
+
+    name: DnsSubdomain
+    key: NonEmpty
+    optional: Bool | None = None
+
+
+class CABundleRef(Model):
+    config_map_ref: ConfigMapKeySelector
+
+
 class ServerEntrySpec(RemoteBackendSpec):
     """MCPServerEntry (ToolHive v0.16+): a remote server vMCP reaches directly, no pod."""
 
     group_ref: GroupRef
     remote_url: UrlText
     transport: Literal["streamable-http", "sse"]
+    ca_bundle_ref: CABundleRef | None = None
+    """The CA certificates (PEM, in a ConfigMap) that the server's TLS certificate is
+    verified against, besides the system's."""
 
 
 class RemoteProxySpec(RemoteBackendSpec):

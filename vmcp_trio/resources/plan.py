@@ -217,6 +217,9 @@ class HttpEndpoint:
     """True when the URL came from the in-cluster template rather than ``spec.url``."""
     headers: tuple[StaticHeader, ...] = ()
     """Static headers of an MCPServerEntry's or MCPRemoteProxy's ``headerForward``."""
+    ca_bundle: str | None = None
+    """PEM CA certificates the server's TLS certificate may also chain to (an
+    MCPServerEntry's ``caBundleRef``)."""
 
 
 @dataclass(frozen=True)

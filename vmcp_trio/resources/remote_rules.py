@@ -35,6 +35,7 @@ its static headers; a :class:`WorkloadToolsPlan`), reporting each rule at its fi
 from __future__ import annotations
 
 import ipaddress
+import ssl
 from collections.abc import Sequence
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -146,9 +147,39 @@ def remote_endpoint(resolver: Resolver, resource: Resource) -> HttpEndpoint | No
                          "addresses and localhost are checked at load time; names are not "
                          "resolved)")
     headers = _headers(resolver, resource, spec.header_forward)
+    ca_bundle = None
+    if isinstance(spec, m.ServerEntrySpec) and spec.ca_bundle_ref is not None:
+        ca_bundle = _ca_bundle(resolver, resource, spec.ca_bundle_ref, url)
     if url is None or headers is None or resource.broken:
         return None
-    return HttpEndpoint(url, spec.transport, headers=headers)
+    return HttpEndpoint(url, spec.transport, headers=headers, ca_bundle=ca_bundle)
+
+
+def _ca_bundle(resolver: Resolver, resource: Resource, ref: m.CABundleRef,
+               url: str | None) -> str | None:
+    """The PEM certificates of ``caBundleRef`` (reported when missing or unreadable)."""
+    here: tuple[PathPart, ...] = ("spec", "caBundleRef", "configMapRef")
+    selector = ref.config_map_ref
+    target = resolver.ref(resource, (*here, "name"), "ConfigMap", selector.name)
+    if target is None:
+        return None
+    config_map: m.ConfigMapResource = target.spec
+    pem = config_map.data.get(selector.key)
+    if pem is None:
+        resolver.report.error(resource, (*here, "key"), "reference",
+                              f"ConfigMap {target.namespace}/{selector.name} has no key "
+                              f"{selector.key!r}")
+        return None
+    try:
+        ssl.create_default_context(cadata=pem)
+    except (ssl.SSLError, ValueError):
+        resolver.report.error(target, ("data", selector.key), "ca-bundle",
+                              "is not PEM CA certificates")
+        return None
+    if url is not None and not url.startswith("https://"):
+        resolver.report.warn(resource, ("spec", "caBundleRef"), "unused-field",
+                             "is unused: remoteUrl is not https")
+    return pem
 
 
 def _headers(resolver: Resolver, resource: Resource,

@@ -139,9 +139,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "MCPTelemetryConfig": (
         ("openTelemetry.caBundleRef", "a CA bundle from a ConfigMap"),
     ),
-    "MCPServerEntry": (
-        ("caBundleRef", "a CA bundle from a ConfigMap"),
-    ),
     "MCPRemoteProxy": (
         ("authzConfig", "authorization (Cedar policies)"),
         ("authzConfigRef", "authorization (MCPAuthzConfig)"),

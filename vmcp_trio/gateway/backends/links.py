@@ -23,6 +23,7 @@ The health of a backend is not decided here: callers check it before opening a l
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -109,6 +110,20 @@ class BackendLinks:
         """Streamable HTTP backends found not to speak 2026-07-28."""
         self.legacy_backends: set[str] = set()
         """Streamable HTTP backends found to speak only the legacy HTTP+SSE transport."""
+        self._trusting: dict[str, HttpClient] = {}
+        """A client per CA bundle of an endpoint (``caBundleRef``), at most one per bundle."""
+
+    def client_for(self, endpoint: HttpEndpoint) -> HttpClient:
+        """The HTTP client of ``endpoint``: the shared one, or one that also trusts the
+        endpoint's CA bundle (kept, so its connections are pooled as the shared one's)."""
+        if endpoint.ca_bundle is None:
+            return self.client
+        client = self._trusting.get(endpoint.ca_bundle)
+        if client is None:
+            context = ssl.create_default_context()
+            context.load_verify_locations(cadata=endpoint.ca_bundle)
+            client = self._trusting[endpoint.ca_bundle] = HttpClient(ssl_context=context)
+        return client
 
     def update(self, plan: GatewayPlan, strategies: Mapping[str, OutgoingStrategy],
                stdio: Mapping[str, StdioProcess], changed: set[str]) -> None:
@@ -155,7 +170,7 @@ class BackendLinks:
                 or name in self.legacy_backends):
             return None
         credentials = SessionCredentials(name, self.strategies[name], caller)
-        link = HttpBackendLink(name, endpoint.url, self.client, session_sink=sink,
+        link = HttpBackendLink(name, endpoint.url, self.client_for(endpoint), session_sink=sink,
                                credentials=_with_static(endpoint, credentials),
                                timeout=self.timeout(name))
         link.join(supervisor, capabilities, joined)
@@ -169,21 +184,24 @@ class BackendLinks:
         docstring)."""
         credentials = _with_static(endpoint, credentials)
         if endpoint.transport == "streamable-http" and name not in self.handshake_backends:
-            stateless = StatelessBackendLink(name, endpoint.url, self.client, session_sink=sink,
+            stateless = StatelessBackendLink(name, endpoint.url, self.client_for(endpoint),
+                                             session_sink=sink,
                                              credentials=credentials, timeout=timeout)
             if await stateless.start(supervisor, capabilities, listen=listen):
                 return stateless
             self.handshake_backends.add(name)
         refused: FallbackToLegacy | None = None
         if endpoint.transport == "streamable-http" and name not in self.legacy_backends:
-            link = HttpBackendLink(name, endpoint.url, self.client, session_sink=sink,
+            link = HttpBackendLink(name, endpoint.url, self.client_for(endpoint),
+                                   session_sink=sink,
                                    credentials=credentials, timeout=timeout)
             try:
                 await link.start(supervisor, capabilities, listen=listen)
                 return link
             except FallbackToLegacy as exc:
                 refused = exc
-        legacy = LegacySseBackendLink(name, endpoint.url, self.client, session_sink=sink,
+        legacy = LegacySseBackendLink(name, endpoint.url, self.client_for(endpoint),
+                                      session_sink=sink,
                                       credentials=credentials, timeout=timeout)
         try:
             await legacy.start(supervisor.nursery, capabilities)
