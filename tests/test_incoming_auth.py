@@ -12,13 +12,18 @@ exactly one way.
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import hashlib
 import hmac
+import http.server
 import json
 import secrets
+import ssl
+import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -30,11 +35,15 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from vmcp_trio.auth.headers import parse_challenges
+from vmcp_trio.auth.incoming.authenticator import AuthFailure
+from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.resources.plan import OIDCIncoming
 
 from .fixtures.idp import Idp, running_idp
 from .gateway_helpers import RawClient, Running, quickstart_docs, running_gateway
-from .helpers import free_port
-from .jwt_helpers import generate, mint, mint_raw
+from .helpers import free_port, private_ca
+from .jwt_helpers import generate, jwk_of, mint, mint_raw
 
 AUDIENCE = "https://vmcp.test/mcp"
 """The resource indicator clients ask the provider for, and vmcp's configured audience."""
@@ -484,3 +493,61 @@ async def test_readiness_says_no_while_the_issuer_is_down(idp: Idp) -> None:
     assert ready_status == 503 and health_status == 200
     assert "never fetched" in answer["notReady"]["auth"]
     assert "storage" not in answer["notReady"]
+
+
+@contextlib.contextmanager
+def https_jwks(tls: tuple[Path, Path], jwks: dict[str, Any]) -> Iterator[str]:
+    """A JWKS document served over https with the given certificate, on 127.0.0.1."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(jwks).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tls[0]), str(tls[1]))
+    # The handshake in each request's thread: one a client gives up on must not stall accept.
+    server.socket = context.wrap_socket(server.socket, server_side=True,
+                                        do_handshake_on_connect=False)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"https://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_an_issuer_behind_a_private_ca_is_trusted_through_its_ca_bundle(
+        tmp_path: Path) -> None:
+    """An MCPOIDCConfig's caBundleRef: the issuer's JWKS is fetched over TLS that chains to
+    the bundle's CA; without the bundle the same issuer's keys cannot be had (503)."""
+    ca, cert, key = private_ca(tmp_path, "issuer")
+    signing = generate("RS256")
+    with https_jwks((cert, key), {"keys": [jwk_of(signing.public_key(), "k1", "RS256")]}) \
+            as issuer:
+        now = int(time.time())
+        token = mint(signing, {"iss": issuer, "aud": "gw", "sub": "alice", "iat": now,
+                               "exp": now + 300}, alg="RS256", kid="k1")
+        for bundle in (ca.read_text(), None):
+            plan = OIDCIncoming(issuer=issuer, audience="gw", jwks_url=f"{issuer}/jwks",
+                                jwks_allow_private_ip=True, ca_bundle=bundle)
+            client = HttpClient()
+            authenticator = build_authenticator(plan, AuthSettings(), client)
+            try:
+                if bundle is not None:
+                    assert (await authenticator.authenticate(token)).subject == "alice"
+                else:
+                    with pytest.raises(AuthFailure) as refused:
+                        await authenticator.authenticate(token)
+                    assert refused.value.status == 503
+            finally:
+                await client.aclose()

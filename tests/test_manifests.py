@@ -53,9 +53,6 @@ class Mistake:
 Expected = NotYet | Mistake
 
 EXPECTED: dict[str, Expected] = {
-    'docs-website/guides-k8s-auth-k8s-03-corporate-oidc-config.yaml': NotYet(
-        'a CA bundle from a ConfigMap',
-        ('MCPOIDCConfig corporate-oidc: spec.inline.caBundleRef [not-implemented]',)),
     'docs-website/guides-k8s-customize-tools-04-mcpremoteproxy-with-toolconfig.yaml': Mistake(
         ('an incomplete snippet: names MCPToolConfig github-tools-config, which '
          'guides-k8s-customize-tools-02 defines'),
@@ -88,9 +85,6 @@ EXPECTED: dict[str, Expected] = {
         ('Redis session storage without sessionStorage.hmacSecretRefs (the replicas need '
          'shared secrets; deriving them is not implemented)'),
         ('VirtualMCPServer my-vmcp: spec.sessionStorage.hmacSecretRefs [required]',)),
-    'docs-website/guides-k8s-telemetry-and-metrics-05-telemetry-with-ca-bundle.yaml': NotYet(
-        'a CA bundle from a ConfigMap',
-        ('MCPTelemetryConfig shared-otel: spec.openTelemetry.caBundleRef [not-implemented]',)),
     'docs-website/guides-mcp-notion-remote-01-notion-proxy.yaml': NotYet(
         ("an embedded authorization server in front of one backend (authServerRef) and audit "
          "logging, both of the MCPRemoteProxy's own pod"),

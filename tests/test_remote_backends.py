@@ -374,7 +374,7 @@ def test_a_telemetry_config_becomes_the_gateways_otel_environment() -> None:
                  kind="MCPTelemetryConfig")
     resource(bad, "MCPTelemetryConfig")["spec"]["openTelemetry"] = {
         "caBundleRef": {"configMapRef": {"name": "ca", "key": "ca.crt"}}}
-    expect_error(validate(bad), "not-implemented", "spec.openTelemetry.caBundleRef",
+    expect_error(validate(bad), "reference", "spec.openTelemetry.caBundleRef.configMapRef.name",
                  kind="MCPTelemetryConfig")
     dangling = gateway_docs(telemetryConfigRef={"name": "nowhere"})
     expect_error(validate(dangling), "reference", "spec.telemetryConfigRef.name")

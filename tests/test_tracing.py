@@ -313,3 +313,15 @@ def test_a_telemetry_config_sends_the_gateways_traces_to_its_collector(tmp_path:
         assert received.headers[0]["x-tenant"] == "acme"
         assert received.headers[0]["x-key"] == "collector-key"
         assert "collector-key" not in served.log()
+
+
+def test_a_telemetry_ca_bundle_is_given_to_the_exporter_as_a_private_file() -> None:
+    from vmcp_trio.cli import _telemetry_environment
+    from vmcp_trio.resources.plan import TelemetryPlan
+
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    variables = _telemetry_environment(TelemetryPlan((("OTEL_TRACES_EXPORTER", "otlp"),),
+                                                     ca_bundle=pem))
+    path = Path(variables["OTEL_EXPORTER_OTLP_CERTIFICATE"])
+    assert path.read_text() == pem and path.stat().st_mode & 0o777 == 0o600
+    assert variables["OTEL_TRACES_EXPORTER"] == "otlp"

@@ -24,7 +24,7 @@ from .secrets import command as secret_command
 
 if TYPE_CHECKING:
     from .resources import LoadOptions, ValidationResult
-    from .resources.plan import GatewayPlan
+    from .resources.plan import GatewayPlan, TelemetryPlan
 
 __all__ = ["main"]
 
@@ -368,7 +368,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return None, list(again.problems), exposure
         return chosen, list(again.problems), reason
     if plan.telemetry is not None:  # the manifest's OTEL_* settings; the process's own win
-        for name, value in plan.telemetry.environment().items():
+        for name, value in _telemetry_environment(plan.telemetry).items():
             os.environ.setdefault(name, value)
     _configure_traces(usage_error)
     _raise_open_file_limit()
@@ -574,6 +574,24 @@ def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
         parser.error(message)
 
     return usage_error
+
+
+def _telemetry_environment(telemetry: TelemetryPlan) -> dict[str, str]:
+    """The ``OTEL_*`` variables of a ``telemetryConfigRef``; its CA bundle, if any, written to
+    a file of this process's own (mode 0600, removed at exit) for the exporter to read."""
+    import atexit
+    import shutil
+    import tempfile
+
+    variables = telemetry.environment()
+    if telemetry.ca_bundle is not None:
+        folder = tempfile.mkdtemp(prefix="vmcp-otlp-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        path = os.path.join(folder, "ca.pem")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+            out.write(telemetry.ca_bundle)
+        variables["OTEL_EXPORTER_OTLP_CERTIFICATE"] = path
+    return variables
 
 
 def _configure_traces(usage_error: Callable[[str], NoReturn]) -> None:

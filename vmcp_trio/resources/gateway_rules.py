@@ -271,8 +271,10 @@ def _oidc_config(resolver: Resolver, gateway: Resource,
 
 
 def _oidc_plan(inline: m.SharedInlineOIDC, audience: str, scopes: tuple[str, ...],
-               resource_url: str | None, secret: SecretValue | None) -> OIDCIncoming:
+               resource_url: str | None, secret: SecretValue | None,
+               ca_bundle: str | None = None) -> OIDCIncoming:
     return OIDCIncoming(
+        ca_bundle=ca_bundle,
         issuer=inline.issuer,
         audience=audience,
         client_id=inline.client_id,
@@ -320,7 +322,12 @@ def _oidc_config_ref(resolver: Resolver, gateway: Resource, incoming: m.Incoming
         if shared.inline.client_secret_ref is not None:
             secret = resolver.secret(target, ("spec", "inline", "clientSecretRef"),
                                      shared.inline.client_secret_ref)
-        return _oidc_plan(shared.inline, audience, scopes, ref.resource_url, secret)
+        ca_bundle = None
+        if shared.inline.ca_bundle_ref is not None:
+            ca_bundle = remote_rules.read_ca_bundle(
+                resolver, target, shared.inline.ca_bundle_ref, ("spec", "inline", "caBundleRef"),
+                shared.inline.issuer)
+        return _oidc_plan(shared.inline, audience, scopes, ref.resource_url, secret, ca_bundle)
     sa = shared.kubernetes_service_account or m.ServiceAccountOIDC()
     return KubernetesIncoming(
         audience=audience,

@@ -130,6 +130,18 @@ class Envelope(Model):
 # --- OIDC (incoming) ---------------------------------------------------------------------------
 
 
+class ConfigMapKeySelector(Model):
+    """Kubernetes' ``configMapKeyRef``: a key of a ConfigMap."""
+
+    name: DnsSubdomain
+    key: NonEmpty
+    optional: Bool | None = None
+
+
+class CABundleRef(Model):
+    config_map_ref: ConfigMapKeySelector
+
+
 class SharedInlineOIDC(Model):
     """An external OIDC issuer whose tokens vmcp validates (MCPOIDCConfig ``inline``).
 
@@ -145,6 +157,8 @@ class SharedInlineOIDC(Model):
         False, alias="protectedResourceAllowPrivateIP"
     )
     insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
+    ca_bundle_ref: CABundleRef | None = None
+    """CA certificates (PEM, in a ConfigMap) the issuer's TLS certificate may also chain to."""
 
 
 class InlineOIDC(SharedInlineOIDC):
@@ -644,18 +658,6 @@ class RemoteBackendSpec(Model):
     allow_private_endpoint: Bool = False
 
 
-class ConfigMapKeySelector(Model):
-    """Kubernetes' ``configMapKeyRef``: a key of a ConfigMap."""
-
-    name: DnsSubdomain
-    key: NonEmpty
-    optional: Bool | None = None
-
-
-class CABundleRef(Model):
-    config_map_ref: ConfigMapKeySelector
-
-
 class ServerEntrySpec(RemoteBackendSpec):
     """MCPServerEntry (ToolHive v0.16+): a remote server vMCP reaches directly, no pod."""
 
@@ -715,6 +717,7 @@ class OpenTelemetrySettings(Model):
     metrics: Enabled | None = None
     tracing: TracingSettings | None = None
     use_legacy_attributes: Bool = True
+    ca_bundle_ref: CABundleRef | None = None
 
 
 class TelemetryConfigSpec(Model):

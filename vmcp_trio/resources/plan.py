@@ -108,6 +108,8 @@ class OIDCIncoming:
     jwks_allow_private_ip: bool = False
     protected_resource_allow_private_ip: bool = False
     insecure_allow_http: bool = False
+    ca_bundle: str | None = None
+    """PEM CA certificates the issuer's endpoints may also chain to (``caBundleRef``)."""
     mode: Literal["oidc"] = "oidc"
 
 
@@ -481,6 +483,9 @@ class TelemetryPlan:
 
     variables: tuple[tuple[str, str], ...]
     headers: tuple[tuple[str, SecretValue], ...] = ()
+    ca_bundle: str | None = None
+    """PEM CA certificates the collector's certificate may chain to (``caBundleRef``: written
+    to a file for ``OTEL_EXPORTER_OTLP_CERTIFICATE`` at start)."""
 
     def environment(self) -> dict[str, str]:
         """The variables, with ``OTEL_EXPORTER_OTLP_HEADERS`` when there are headers."""

@@ -65,6 +65,7 @@ __all__ = [
     "header_problem",
     "merge_tool_config",
     "private_host",
+    "read_ca_bundle",
     "remote_endpoint",
     "tool_config_plan",
 ]
@@ -149,16 +150,18 @@ def remote_endpoint(resolver: Resolver, resource: Resource) -> HttpEndpoint | No
     headers = _headers(resolver, resource, spec.header_forward)
     ca_bundle = None
     if isinstance(spec, m.ServerEntrySpec) and spec.ca_bundle_ref is not None:
-        ca_bundle = _ca_bundle(resolver, resource, spec.ca_bundle_ref, url)
+        ca_bundle = read_ca_bundle(resolver, resource, spec.ca_bundle_ref,
+                                   ("spec", "caBundleRef"), url)
     if url is None or headers is None or resource.broken:
         return None
     return HttpEndpoint(url, spec.transport, headers=headers, ca_bundle=ca_bundle)
 
 
-def _ca_bundle(resolver: Resolver, resource: Resource, ref: m.CABundleRef,
-               url: str | None) -> str | None:
-    """The PEM certificates of ``caBundleRef`` (reported when missing or unreadable)."""
-    here: tuple[PathPart, ...] = ("spec", "caBundleRef", "configMapRef")
+def read_ca_bundle(resolver: Resolver, resource: Resource, ref: m.CABundleRef,
+                   at: tuple[PathPart, ...], url: str | None) -> str | None:
+    """The PEM certificates of the ``caBundleRef`` at ``at`` (reported when missing or
+    unreadable); ``url`` is what they are for (a warning when it is not https)."""
+    here: tuple[PathPart, ...] = (*at, "configMapRef")
     selector = ref.config_map_ref
     target = resolver.ref(resource, (*here, "name"), "ConfigMap", selector.name)
     if target is None:
@@ -177,8 +180,7 @@ def _ca_bundle(resolver: Resolver, resource: Resource, ref: m.CABundleRef,
                               "is not PEM CA certificates")
         return None
     if url is not None and not url.startswith("https://"):
-        resolver.report.warn(resource, ("spec", "caBundleRef"), "unused-field",
-                             "is unused: remoteUrl is not https")
+        resolver.report.warn(resource, at, "unused-field", "is unused: the URL is not https")
     return pem
 
 

@@ -14,7 +14,8 @@ the process's own variables (an operator's ``OTEL_*`` wins). The mapping:
   printed) -> the exporter's headers.
 * Said, not acted on: ``metrics.enabled`` (vmcp does not push OTLP metrics; ``/metrics`` serves
   them) and ``useLegacyAttributes`` are warnings; ``prometheus`` needs nothing (``/metrics`` is
-  always served). ``caBundleRef`` is refused wherever it is written (:mod:`.toolhive_fields`).
+  always served). ``caBundleRef``: the collector's certificate may chain to that ConfigMap's CA
+  (written to a private file for ``OTEL_EXPORTER_OTLP_CERTIFICATE`` at start).
 * Traces are a process-wide setting: a reload that changes them is told they apply at the next
   start.
 """
@@ -22,6 +23,7 @@ the process's own variables (an operator's ``OTEL_*`` wins). The mapping:
 from __future__ import annotations
 
 from . import models as m
+from . import remote_rules
 from .plan import SecretValue, TelemetryPlan
 from .report import Resource
 from .resolver import Resolver
@@ -54,12 +56,12 @@ def resolve_telemetry(resolver: Resolver, gateway: Resource,
         report.warn(target, (*at, "metrics", "enabled"), "ignored-field",
                     "is ignored: vmcp does not push OTLP metrics; GET /metrics serves them")
     variables = {"OTEL_SERVICE_NAME": ref.service_name or gateway.name or "vmcp-trio"}
+    endpoint = _endpoint(settings)
     tracing = settings.tracing
     if settings.enabled and tracing is not None and tracing.enabled:
         variables["OTEL_TRACES_EXPORTER"] = "otlp"
         variables["OTEL_TRACES_SAMPLER"] = "parentbased_traceidratio"
         variables["OTEL_TRACES_SAMPLER_ARG"] = tracing.sampling_rate
-        endpoint = _endpoint(settings)
         if endpoint is not None:
             variables["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
     if settings.resource_attributes:
@@ -73,4 +75,10 @@ def resolve_telemetry(resolver: Resolver, gateway: Resource,
         if value is None:
             return None
         headers.append((header.name, value))
-    return TelemetryPlan(tuple(sorted(variables.items())), tuple(headers))
+    ca_bundle = None
+    if settings.ca_bundle_ref is not None:
+        ca_bundle = remote_rules.read_ca_bundle(resolver, target, settings.ca_bundle_ref,
+                                                (*at, "caBundleRef"), endpoint)
+        if ca_bundle is None:
+            return None
+    return TelemetryPlan(tuple(sorted(variables.items())), tuple(headers), ca_bundle)

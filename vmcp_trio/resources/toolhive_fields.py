@@ -23,7 +23,7 @@ with its own rule:
   MCPRemoteProxy (the pod's own), webhooks, tool exclusion, static ``config.backends``,
   passthrough headers, ``outgoingAuth.default``, the runtime form of incoming/outgoing auth, the
   authorization server's and MCPOIDCConfig's newer options (client delegation, trusted issuers,
-  CIMD, DCR upstream, CA bundles), an MCPServerEntry's ``caBundleRef``. They are refused, never
+  CIMD, DCR upstream). They are refused, never
   silently dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``)
   is accepted without a word.
 
@@ -136,9 +136,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("authServerConfig.upstreamProviders[].oauth2Config.dcrConfig",
          "dynamic client registration at an upstream provider"),
     ),
-    "MCPTelemetryConfig": (
-        ("openTelemetry.caBundleRef", "a CA bundle from a ConfigMap"),
-    ),
     "MCPRemoteProxy": (
         ("authzConfig", "authorization (Cedar policies)"),
         ("authzConfigRef", "authorization (MCPAuthzConfig)"),
@@ -147,7 +144,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("authServerRef", "an embedded authorization server in front of one backend"),
     ),
     "MCPOIDCConfig": (
-        ("inline.caBundleRef", "a CA bundle from a ConfigMap"),
         ("inline.jwksAuthTokenPath", "an authenticated JWKS request"),
         ("kubernetesServiceAccount.introspectionUrl", "token introspection"),
     ),

@@ -108,6 +108,8 @@ def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: Http
 
 
 def _oidc(plan: OIDCIncoming, settings: AuthSettings, client: HttpClient) -> JwtAuthenticator:
+    if plan.ca_bundle is not None:  # the issuer's endpoints chain to a private CA
+        client = HttpClient.trusting(plan.ca_bundle)
     metadata = _Metadata(client, plan.issuer, allow_http=plan.insecure_allow_http,
                          allow_private=plan.jwks_allow_private_ip)
     jwks = JwksCache(plan.issuer, metadata.endpoint("jwks_uri", plan.jwks_url), client,

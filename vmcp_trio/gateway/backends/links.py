@@ -23,7 +23,6 @@ The health of a backend is not decided here: callers check it before opening a l
 from __future__ import annotations
 
 import logging
-import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -120,9 +119,8 @@ class BackendLinks:
             return self.client
         client = self._trusting.get(endpoint.ca_bundle)
         if client is None:
-            context = ssl.create_default_context()
-            context.load_verify_locations(cadata=endpoint.ca_bundle)
-            client = self._trusting[endpoint.ca_bundle] = HttpClient(ssl_context=context)
+            client = self._trusting[endpoint.ca_bundle] = HttpClient.trusting(
+                endpoint.ca_bundle)
         return client
 
     def update(self, plan: GatewayPlan, strategies: Mapping[str, OutgoingStrategy],
