@@ -61,10 +61,8 @@ EXPECTED: dict[str, Expected] = {
         'the placeholder <SERVER_NAME> is not a DNS name',
         ('MCPServer <SERVER_NAME>: metadata.name [dns-name]',)),
     'docs-website/guides-k8s-logging-02.yaml': Mistake(
-        ('placeholders (<SERVER_NAME>, <SERVER_URL>) for the name and the URL; also audit '
-         'logging is not implemented yet'),
+        'placeholders (<SERVER_NAME>, <SERVER_URL>) for the name and the URL',
         ('MCPRemoteProxy <SERVER_NAME>: metadata.name [dns-name]',
-         'MCPRemoteProxy <SERVER_NAME>: spec.audit [not-implemented]',
          'MCPRemoteProxy <SERVER_NAME>: spec.remoteUrl [url]',)),
     'docs-website/guides-k8s-logging-03.yaml': Mistake(
         "placeholders (<SERVER_NAME>) for names, and no spec.incomingAuth (required by "
@@ -81,15 +79,6 @@ EXPECTED: dict[str, Expected] = {
     'docs-website/guides-k8s-rate-limiting-05-vmcp-ratelimit.yaml': Mistake(
         'the placeholder <YOUR_REDIS_ADDRESS> is not host:port',
         ('VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
-    'docs-website/guides-k8s-redis-session-storage-03-vmcp-with-redis.yaml': NotYet(
-        ('Redis session storage without sessionStorage.hmacSecretRefs (the replicas need '
-         'shared secrets; deriving them is not implemented)'),
-        ('VirtualMCPServer my-vmcp: spec.sessionStorage.hmacSecretRefs [required]',)),
-    'docs-website/guides-mcp-notion-remote-01-notion-proxy.yaml': NotYet(
-        ("an embedded authorization server in front of one backend (authServerRef) and audit "
-         "logging, both of the MCPRemoteProxy's own pod"),
-        ('MCPRemoteProxy notion: spec.audit [not-implemented]',
-         'MCPRemoteProxy notion: spec.authServerRef [not-implemented]',)),
     'docs-website/guides-registry-configuration-01-mcp-server-with-claims.yaml': Mistake(
         'a snippet showing only metadata: an MCPServer needs a spec',
         ('MCPServer deploy-helper: spec [required]',)),
@@ -121,11 +110,9 @@ EXPECTED: dict[str, Expected] = {
          'another page of the guide'),
         ('MCPRemoteProxy aws-mcp-proxy: spec.externalAuthConfigRef.name [reference]',)),
     'docs-website/integrations-aws-sts-04-aws-mcp-remote-proxy-combined.yaml': Mistake(
-        ('an incomplete snippet: names MCPExternalAuthConfig aws-mcp-sts-auth, defined in '
-         'another page of the guide; also an embedded authorization server in front of one '
-         'backend (authServerRef) is not implemented yet'),
-        ('MCPRemoteProxy aws-mcp-proxy: spec.authServerRef [not-implemented]',
-         'MCPRemoteProxy aws-mcp-proxy: spec.externalAuthConfigRef.name [reference]',)),
+        'an incomplete snippet: names MCPExternalAuthConfig aws-mcp-sts-auth, defined in another '
+        'page of the guide',
+        ('MCPRemoteProxy aws-mcp-proxy: spec.externalAuthConfigRef.name [reference]',)),
     'docs-website/integrations-okta-02-github-mcpserver-oidc.yaml': Mistake(
         "the placeholder 'YOUR_ISSUER_URL' where URLs belong",
         ('MCPOIDCConfig okta-oidc: spec.inline.issuer [url]',
@@ -216,11 +203,8 @@ EXPECTED: dict[str, Expected] = {
          'VirtualMCPServer team-tools: spec.aggregation.tools[0].workload [required]',
          'VirtualMCPServer team-tools: spec.incomingAuth [required]',)),
     'toolhive-docs/arch-09-operator-architecture-01.yaml': Mistake(
-        ('an incomplete snippet: names an MCPExternalAuthConfig that no document defines; also '
-         'an embedded authorization server in front of one backend (authServerRef) is not '
-         'implemented yet'),
-        ('MCPRemoteProxy bedrock-proxy: spec.authServerRef [not-implemented]',
-         'MCPRemoteProxy bedrock-proxy: spec.externalAuthConfigRef.name [reference]',)),
+        'an incomplete snippet: names an MCPExternalAuthConfig that no document defines',
+        ('MCPRemoteProxy bedrock-proxy: spec.externalAuthConfigRef.name [reference]',)),
     'toolhive-docs/arch-17-token-exchange-delegation-02.yaml': Mistake(
         ('an incomplete snippet: no spec.incomingAuth, an authServerConfig without '
          'upstreamProviders; also client delegation is not implemented yet'),

@@ -226,7 +226,6 @@ def test_the_entrys_external_auth_config_is_its_outgoing_strategy() -> None:
     (proxy(authzConfig={"type": "configMap", "configMap": {"name": "a"}}), "spec.authzConfig",
      "authorization (Cedar policies)"),
     (proxy(rateLimiting={"shared": {"maxTokens": 5}}), "spec.rateLimiting", "rate limiting"),
-    (proxy(audit={"enabled": True}), "spec.audit", "audit logging"),
 ])
 def test_security_fields_are_not_implemented(backend: dict[str, Any], path: str,
                                              what: str) -> None:
@@ -508,3 +507,15 @@ def test_a_ca_bundle_must_be_pem_certificates_in_the_config_map() -> None:
     missing = {"configMapRef": {"name": "ca", "key": "other.crt"}}
     expect_error(validate(gateway_docs(bundle, entry(caBundleRef=missing))), "reference",
                  "spec.caBundleRef.configMapRef.key", contains="has no key 'other.crt'")
+
+
+def test_a_remote_proxys_own_pod_settings_are_said_not_acted_on() -> None:
+    """authServerRef and audit belong to ToolHive's proxy pod, which vmcp does not run: each a
+    warning naming what decides instead (incomingAuth, config.audit)."""
+    result = validate(gateway_docs(proxy(
+        audit={"enabled": True},
+        authServerRef={"kind": "MCPExternalAuthConfig", "name": "pod-auth"})))
+    assert result.ok, result.problems
+    notes = {p.path: p.message for p in matching(result, rule="ignored-field")}
+    assert "incomingAuth decides who gets in" in notes["spec.authServerRef"]
+    assert "config.audit records the calls" in notes["spec.audit"]

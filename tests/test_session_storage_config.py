@@ -67,6 +67,28 @@ def test_redis_without_shared_secrets_is_refused() -> None:
                  contains="opens on every other")
 
 
+def test_without_hmac_secrets_the_fleet_derives_its_keys_from_the_redis_password() -> None:
+    """Every replica holds the Redis password: a long one is enough to derive the same keys
+    (bound to the key prefix), with a warning; a short one is refused."""
+    storage = {"provider": "redis", "address": "redis.example:6379",
+               "passwordRef": {"name": "redis", "key": "password"}}
+    password = ("redis", {"password": "p" * 24})
+    first = validate(gateway_with(storage, password), environ=NO_ENV)
+    assert first.ok, first.problems
+    (note,) = matching(first, rule="derived-secret")
+    assert note.severity is Severity.WARNING and "set hmacSecretRefs" in note.message
+    (secret,) = first.plans[0].fleet_secrets
+    assert len(secret.value) == 32 and secret.value != b"p" * 24
+    again = validate(gateway_with(storage, password), environ=NO_ENV)
+    assert again.plans[0].fleet_secrets == first.plans[0].fleet_secrets
+    elsewhere = validate(gateway_with({**storage, "keyPrefix": "other:"}, password),
+                         environ=NO_ENV)
+    assert elsewhere.plans[0].fleet_secrets != first.plans[0].fleet_secrets
+    short = validate(gateway_with(storage, ("redis", {"password": "short"})), environ=NO_ENV)
+    expect_error(short, "required", "spec.sessionStorage.hmacSecretRefs",
+                 contains="a passwordRef of at least 16 bytes")
+
+
 def test_the_authorization_servers_hmac_secrets_serve_when_the_block_has_none() -> None:
     docs = example_docs("embedded-auth-server.yaml")
     gateway = resource(docs, "VirtualMCPServer")

@@ -93,6 +93,9 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
     "MCPRemoteProxy": (
         ("oidcConfigRef", _PROXY_INCOMING),
         ("oidcConfig", _PROXY_INCOMING),
+        ("authServerRef", _PROXY_INCOMING),
+        ("audit", "the audit log of ToolHive's proxy pod, which vmcp does not run: the "
+                  "gateway's own config.audit records the calls that reach this backend"),
         ("telemetry", _TELEMETRY),
         ("telemetryConfigRef", _TELEMETRY),
     ),
@@ -140,8 +143,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("authzConfig", "authorization (Cedar policies)"),
         ("authzConfigRef", "authorization (MCPAuthzConfig)"),
         ("rateLimiting", "rate limiting"),
-        ("audit", "audit logging"),
-        ("authServerRef", "an embedded authorization server in front of one backend"),
     ),
     "MCPOIDCConfig": (
         ("inline.jwksAuthTokenPath", "an authenticated JWKS request"),
