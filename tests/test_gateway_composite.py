@@ -109,10 +109,7 @@ async def test_a_composite_tool_across_two_backends_with_an_elicitation(mode: st
                 assert not result.is_error, result
                 assert result.structured_content == {"sum": 5, "filed": "added note 1"}
                 assert asked == ["File the sum 5?"]
-                if mode == "legacy":  # one per step, to the end
-                    assert len(progress) >= 4 and progress[-1][0] == progress[-1][1]
-                else:  # 2026-07-28: those before the input request reach the first response
-                    assert progress
+                assert len(progress) >= 4 and progress[-1][0] == progress[-1][1]
                 notes = await client.call_tool("notes_list_notes", {})
                 assert text_of(notes) == "1: sum"
 

@@ -197,6 +197,15 @@ class Call:
     parked: ParkedCall | None = None
     backend: str | None = None
     """The backend the request went to, once routed."""
+    progress_token: str | int | None = None
+    """The client's ``progressToken`` for the gateway's own progress (a composite tool's):
+    a 2026-07-28 retry brings its own, and progress goes under the latest."""
+
+
+def _progress_token(params: dict[str, Any]) -> str | int | None:
+    meta = params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if isinstance(token, str | int) and not isinstance(token, bool) else None
 
 
 @dataclass
@@ -766,8 +775,7 @@ class ClientSession:
         caller's credentials, each authorized, rate limited and audited as a call of its own;
         its elicitation steps ask this client; progress is told per step when the client
         asked for it; cancelling the call cancels every step."""
-        meta = params.get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        call.progress_token = _progress_token(params)
 
         async def call_tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
             route = catalog.tool_routes.get(name)
@@ -804,9 +812,9 @@ class ClientSession:
                                           {"message": message, "requestedSchema": schema})
 
         async def progress(done: int, total: int, message: str) -> None:
-            if isinstance(token, str | int) and not isinstance(token, bool):
+            if call.progress_token is not None:
                 call.stream.push(encode(Notification("notifications/progress", {
-                    "progressToken": token, "progress": done, "total": total,
+                    "progressToken": call.progress_token, "progress": done, "total": total,
                     "message": message})))
 
         result = await run_workflow(workflow, params.get("arguments"),
@@ -1204,6 +1212,7 @@ class ClientSession:
             if problem is not None:
                 return _error(request.id, INVALID_PARAMS, problem)
             parked.call.stream = stream
+            parked.call.progress_token = _progress_token(params)
             await parked.answer(responses)
         else:
             self._expire_parked()
