@@ -216,6 +216,17 @@ def test_traces_stay_off_unless_an_exporter_is_asked_for(environ: dict[str, str]
     assert not tracing.enabled()
 
 
+async def one_traced_call(url: str) -> None:
+    """One session and one tools/call of clock_echo (its span is named after the tool)."""
+    client = RawClient(url)
+    try:
+        assert (await client.initialize()).status == 200
+        await client.request("tools/call", {"name": "clock_echo",
+                                            "arguments": {"message": "traced"}})
+    finally:
+        await client.aclose()
+
+
 def test_the_console_exporter_from_the_standard_variables(tmp_path: Path) -> None:
     """``OTEL_TRACES_EXPORTER=console``: ``vmcp serve`` says so at start and prints the span of
     a call (named after the tool, with the service name of ``OTEL_SERVICE_NAME``)."""
@@ -223,15 +234,7 @@ def test_the_console_exporter_from_the_standard_variables(tmp_path: Path) -> Non
     environ = {"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "gateway-under-test",
                "OTEL_BSP_SCHEDULE_DELAY": "100"}
     with serving_process(docs, tmp_path, env=environ) as served:
-        async def call() -> None:
-            client = RawClient(served.url)
-            try:
-                assert (await client.initialize()).status == 200
-                await client.request("tools/call", {"name": "clock_echo",
-                                                    "arguments": {"message": "traced"}})
-            finally:
-                await client.aclose()
-        trio.run(call)
+        trio.run(one_traced_call, served.url)
     log = served.log()
     assert "traces: exporting to the console" in log
     assert '"name": "tools/call clock_echo"' in log
@@ -295,13 +298,7 @@ def test_a_telemetry_config_sends_the_gateways_traces_to_its_collector(tmp_path:
         vmcp["spec"]["telemetryConfigRef"] = {"name": "shared-otel", "serviceName": "edge"}
         with serving_process(docs, tmp_path, env={"OTEL_BSP_SCHEDULE_DELAY": "100"}) as served:
             async def call() -> None:
-                client = RawClient(served.url)
-                try:
-                    assert (await client.initialize()).status == 200
-                    await client.request("tools/call", {"name": "clock_echo",
-                                                        "arguments": {"message": "traced"}})
-                finally:
-                    await client.aclose()
+                await one_traced_call(served.url)
                 with trio.fail_after(10):
                     while not any(name == "tools/call clock_echo"
                                   for name, _ in received.spans):
