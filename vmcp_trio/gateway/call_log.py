@@ -143,6 +143,8 @@ class CallLog:
         if pending is None:
             pending = self._pending[session, key] = _Pending()
         if self._count >= self.max_pending:
+            if "broken" not in pending.fields:
+                self._told("unlogged")
             pending.fields["broken"] = "1"  # a resume elsewhere cannot trust this log
             return
         if event is not None:
@@ -165,6 +167,8 @@ class CallLog:
             except StorageUnavailable as exc:
                 log.warning("%d call logs not written (their calls cannot be resumed "
                             "elsewhere): %s", len(batch), exc)
+                for _ in batch:
+                    self._told("unlogged")
 
     async def _write(self, r: Any, *, batch: dict[tuple[str, str], _Pending]) -> None:
         ttl = milliseconds(self.ttl)

@@ -126,7 +126,7 @@ class SessionSharing:
         """A request of ``session`` arrived here: renew its record now and then, and (a copy)
         see now and then that someone listens to its backends."""
         now = trio.current_time()
-        if now - self._renewed.get(session.id, 0.0) > self.records.ttl / 4:
+        if now - self._renewed.get(session.id, -math.inf) > self.records.ttl / 4:
             self._renewed[session.id] = now
             self._spawn(self._renew, session.id)
         if (session.joined is not None

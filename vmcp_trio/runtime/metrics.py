@@ -85,7 +85,9 @@ class Metrics:
                                        "sessions did, by event: adopted (a copy of another "
                                        "replica's session), taken_over (a call whose replica "
                                        "died, resumed here), lost (such a call ended with an "
-                                       "error)", ["event"], registry=self.registry)
+                                       "error), unlogged (a call's log could not be written: it "
+                                       "cannot be resumed elsewhere)", ["event"],
+                                       registry=self.registry)
         self.exchange_shared = Counter("vmcp_token_exchange_shared", "Token exchanges answered "
                                        "through the replicas' shared cache, by outcome: hit "
                                        "(another replica's token), fallback (Redis away: "
