@@ -23,6 +23,8 @@ from vmcp_trio.resources.problems import Problem, Severity
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
+TOOLHIVE_MANIFESTS = ROOT.parent / "shared" / "toolhive" / "manifests"
+"""The real ToolHive manifests (``../shared`` beside the repository, as in CI)."""
 
 
 def example_docs(name: str) -> list[dict[str, Any]]:

@@ -4,7 +4,6 @@ paths, and every composite tool definition of the collected ToolHive manifests."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ import yaml
 from vmcp_trio.gateway.composite import StepFailed, WorkflowPorts, run_workflow
 from vmcp_trio.resources.composite_plan import PlanError, WorkflowPlan, build_plan
 
-MANIFESTS = Path("/work/shared/toolhive/manifests")
+from .helpers import TOOLHIVE_MANIFESTS
 
 
 def plan_of(steps: list[dict[str, Any]], **extra: Any) -> WorkflowPlan:
@@ -619,12 +618,12 @@ KNOWN_BAD = {
 
 def composite_definitions() -> list[tuple[str, str, dict[str, Any]]]:
     found = []
-    for path in sorted(MANIFESTS.rglob("*.yaml")):
+    for path in sorted(TOOLHIVE_MANIFESTS.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if not isinstance(doc, dict):
                 continue
             spec = doc.get("spec") or {}
-            rel = str(path.relative_to(MANIFESTS))
+            rel = str(path.relative_to(TOOLHIVE_MANIFESTS))
             if doc.get("kind") == "VirtualMCPCompositeToolDefinition":
                 found.append((rel, "spec", spec))
             if doc.get("kind") == "VirtualMCPServer":
@@ -634,7 +633,6 @@ def composite_definitions() -> list[tuple[str, str, dict[str, Any]]]:
     return found
 
 
-@pytest.mark.skipif(not MANIFESTS.is_dir(), reason="the ToolHive manifests are not present")
 def test_every_toolhive_composite_tool_builds() -> None:
     definitions = composite_definitions()
     assert len(definitions) >= 30

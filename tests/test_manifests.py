@@ -25,9 +25,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from vmcp_trio.resources import LoadOptions, ValidationResult, validate_documents
 from vmcp_trio.resources.loading import SourceDocument, load_paths, load_text
 
-from .helpers import ROOT
+from .helpers import TOOLHIVE_MANIFESTS
 
-MANIFESTS = ROOT.parent / "shared" / "toolhive" / "manifests"
+MANIFESTS = TOOLHIVE_MANIFESTS
 FILES = sorted(p for p in MANIFESTS.rglob("*") if p.suffix in (".yaml", ".yml"))
 OPTIONS = LoadOptions(environ={})
 """Nothing from the environment of the machine running the tests."""
