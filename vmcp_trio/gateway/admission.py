@@ -31,14 +31,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
 from ..auth.identity import ANONYMOUS, Identity
+from ..auth.jwt import TokenError, parse_jws
 from ..auth.outgoing.strategies import UpstreamTokens
 from ..auth.policy.cedar import CedarPolicies
 from ..auth.policy.mcp_checks import DENIED, checks_for, denial_message, item_check
 from ..auth.policy.rate_limits import Admission, refusal, retry_after_seconds
-from ..protocol.base64url import decode as b64url_decode
 from ..protocol.jsonrpc import TOO_BUSY, ErrorObject, ErrorResponse, Request
 from ..runtime.metrics import Metrics
 from ..runtime.redis import StorageUnavailable
@@ -69,15 +67,12 @@ class Refusal:
 
 
 def _jwt_claims(token: str) -> dict[str, Any] | None:
-    """The payload of a JWT-shaped token, unverified; None when it is not one."""
-    parts = token.split(".")
-    if len(parts) != 3:
-        return None
+    """The payload of a JWT-shaped token, unverified (see the module docstring); None when it
+    is not one."""
     try:
-        claims = orjson.loads(b64url_decode(parts[1]))
-    except ValueError:
+        return parse_jws(token).claims
+    except TokenError:
         return None
-    return claims if isinstance(claims, dict) else None
 
 
 class Gate:

@@ -67,6 +67,10 @@ class Catalog:
     failures: Mapping[str, str] = field(default_factory=dict)
     """Backends left out because they are unavailable, with why."""
 
+    def tool(self, name: object) -> dict[str, Any] | None:
+        """The listed tool of that name (as clients see it), if any."""
+        return next((tool for tool in self.tools if tool.get("name") == name), None)
+
     def resource_backend(self, uri: str) -> str | None:
         """The backend serving ``uri``: a listed resource, else the first matching template."""
         backend = self.resource_routes.get(uri)

@@ -555,12 +555,12 @@ class ClientSession:
         gate = self.services.gate
         if gate is None:
             return None
-        tools: tuple[dict[str, Any], ...] = ()
+        catalog = None
         if request.method == "tools/call" and gate.policies is not None:
-            tools = (await self.catalog()).tools
+            catalog = await self.catalog()
 
         def annotations(name: str) -> dict[str, Any]:
-            tool = next((tool for tool in tools if tool.get("name") == name), None)
+            tool = catalog.tool(name) if catalog is not None else None
             hints = tool.get("annotations") if tool is not None else None
             return hints if isinstance(hints, dict) else {}
 
@@ -785,9 +785,9 @@ class ClientSession:
             if route is None:
                 raise StepFailed(f"no tool {name[:100]!r} (a step names a tool as clients see "
                                  "it, or as <backend>.<tool>)")
-            listed = next((tool for tool in catalog.tools if tool.get("name") == name), None) \
-                or next((tool for tool in catalog.tools
-                         if catalog.tool_routes.get(str(tool.get("name"))) == route), None)
+            listed = catalog.tool(name) or next(
+                (tool for tool in catalog.tools
+                 if catalog.tool_routes.get(str(tool.get("name"))) == route), None)
             if listed is not None:
                 arguments = coerce_arguments(arguments, listed.get("inputSchema"))
             step = Request(request.id, "tools/call", {"name": name, "arguments": arguments})

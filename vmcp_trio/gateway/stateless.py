@@ -172,7 +172,7 @@ class StatelessFront:
                                    headers: dict[str, str]) -> StatelessRejection | None:
         params = request.params or {}
         catalog = await session.catalog()
-        tool = next((t for t in catalog.tools if t.get("name") == params.get("name")), None)
+        tool = catalog.tool(params.get("name"))
         if tool is None:
             return None  # the call itself answers "Unknown tool"
         return check_param_headers(tool.get("inputSchema"), params.get("arguments"), headers)

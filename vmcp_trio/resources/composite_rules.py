@@ -11,14 +11,16 @@ share a name.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import models as m
-from .composite_plan import PlanError, WorkflowPlan, build_plan
 from .gateway_config import Placed
 from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
+
+if TYPE_CHECKING:
+    from .composite_plan import WorkflowPlan
 
 __all__ = ["check_definitions", "resolve_composites"]
 
@@ -32,6 +34,10 @@ def _parts(path: str) -> tuple[PathPart, ...]:
 
 def _build(resolver: Resolver, owner: Resource, raw: Any,
            at: tuple[PathPart, ...]) -> WorkflowPlan | None:
+    # Imported here: the templates' engine (Jinja2) is loaded only for a configuration that
+    # has composite tools, so `vmcp validate` of any other does not pay for it.
+    from .composite_plan import PlanError, build_plan
+
     try:
         plan = build_plan(raw)
     except PlanError as exc:

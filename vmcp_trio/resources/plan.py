@@ -15,11 +15,13 @@ import hmac
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote
 
-from .composite_plan import WorkflowPlan
 from .durations import Duration
+
+if TYPE_CHECKING:  # the templates' engine is loaded only by a configuration that has some
+    from .composite_plan import WorkflowPlan
 
 __all__ = [
     "AUDIT_EVENT_TYPES",

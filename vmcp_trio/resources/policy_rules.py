@@ -28,11 +28,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import cedarpy
-import yaml
-
 from . import models as m
 from .gateway_config import Placed
+from .loading import load_text
 from .plan import (
     AUDIT_EVENT_TYPES,
     AuditSettings,
@@ -55,6 +53,8 @@ _CEDAR_OPTIONS = ("group_claim_name", "role_claim_name", "group_entity_type")
 
 def _policies_problem(policies: Any) -> tuple[Path, str] | None:
     """Why these policies cannot be used (the path within the list), or None."""
+    import cedarpy  # here: only a configuration with policies loads the Cedar engine
+
     if not isinstance(policies, list | tuple) or not policies:
         return (), "needs at least one Cedar policy"
     for index, policy in enumerate(policies):
@@ -68,6 +68,8 @@ def _policies_problem(policies: Any) -> tuple[Path, str] | None:
 
 
 def _entities_problem(entities_json: Any) -> str | None:
+    import cedarpy
+
     if not isinstance(entities_json, str):
         return "must be a string holding a JSON list of Cedar entities"
     try:
@@ -119,10 +121,8 @@ def _from_config_map(resolver: Resolver, gateway: Resource,
         report.error(gateway, (*AUTHZ, "configMap", "key"), "reference",
                      f"ConfigMap {target.namespace}/{ref.name} has no key {ref.key!r}")
         return None
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError:
-        document = None
+    docs, problems = load_text(text, f"ConfigMap {target.namespace}/{ref.name}[{ref.key}]")
+    document = docs[0].body if len(docs) == 1 and not problems else None
     if not isinstance(document, dict) or document.get("type") != "cedarv1":
         report.error(target, ("data", ref.key), "authz",
                      "must be ToolHive's authz.json: {version, type: cedarv1, cedar: {...}}")

@@ -21,11 +21,11 @@ import shutil
 import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..defaults import DEFAULT_BACKEND_URL_TEMPLATE, DEFAULT_PROXY_PORT
 from . import models as m
 from . import remote_rules
-from .composite_plan import WorkflowPlan
 from .plan import (
     Endpoint,
     HttpEndpoint,
@@ -40,6 +40,9 @@ from .plan import (
 )
 from .problems import PathPart, format_path
 from .report import Report, Resource, ResourceKey
+
+if TYPE_CHECKING:
+    from .composite_plan import WorkflowPlan
 
 __all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template", "secret_variable"]
 
