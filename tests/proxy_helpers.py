@@ -1,0 +1,102 @@
+"""The proxy's test harness: a recording remote (a stand-in: no installable server echoes the
+raw headers it received or lets a test pace its SSE events), the proxy run in this process
+(``build_proxy`` + ``serve_proxy``, the parts ``vmcp proxy`` runs), settings for it, and one
+request through it (:func:`fetch`) or a hand-made one on a socket (:func:`raw_http`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import hypercorn.trio
+import trio
+from hypercorn.config import Config
+
+from vmcp_trio.app.proxy import build_proxy, serve_proxy
+from vmcp_trio.http.asgi import lifespan
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.proxy.settings import ProxySettings
+
+# --- a recording remote (stand-in) ---------------------------------------------------------------
+
+@dataclass
+class Remote:
+    """What the recording remote received, and the pace of its SSE answer."""
+
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    first_event_read: trio.Event = field(default_factory=trio.Event)
+
+
+def recording_app(remote: Remote) -> Any:
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        remote.seen.append({"method": scope["method"], "path": scope["path"],
+                            "query": scope["query_string"].decode(),
+                            "headers": [(k.decode(), v.decode()) for k, v in scope["headers"]],
+                            "body": body})
+        if scope["path"] == "/stream":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            await send({"type": "http.response.body", "more_body": True,
+                        "body": b"event: message\ndata: {\"progress\": 1}\n\n"})
+            with trio.fail_after(10):  # the client must have it before the rest is written
+                await remote.first_event_read.wait()
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": b"event: message\ndata: {\"result\": 2}\n\n"})
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            (b"content-type", b"application/json"), (b"x-end", b"1"),
+            (b"connection", b"x-resp-hop"), (b"x-resp-hop", b"1")]})
+        await send({"type": "http.response.body", "body": b'{"ok": true}'})
+    return app
+
+
+@asynccontextmanager
+async def recording_remote() -> AsyncIterator[tuple[str, Remote]]:
+    remote = Remote()
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    config.errorlog = None
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(hypercorn.trio.serve, recording_app(remote), config))
+        yield f"{binds[0]}/mcp", remote
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def running_proxy(settings: ProxySettings) -> AsyncIterator[str]:
+    """The proxy of ``settings`` in this process; yields its client URL."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(partial(serve_proxy, build_proxy(settings),
+                                           shutdown_trigger=stop.wait))
+        yield urls[0]
+        stop.set()
+
+
+def base(target: str, **fields: Any) -> ProxySettings:
+    return ProxySettings(server_name="remote", target_uri=target, **{"drain_delay": 0.0, **fields})
+
+
+async def fetch(url: str, *, method: str = "POST", headers: list[tuple[str, str]] | None = None,
+                body: bytes = b"{}") -> tuple[int, dict[str, str], bytes]:
+    client = HttpClient()
+    try:
+        with trio.fail_after(20):
+            status, raw, data = await client.request(method, url, headers=headers or [],
+                                                     body=body)
+    finally:
+        await client.aclose()
+    return status, {k.decode().lower(): v.decode() for k, v in raw}, data
