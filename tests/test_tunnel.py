@@ -4,10 +4,6 @@ official SDK client reaches that server through the relay's public URL."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
-
 import httpx2
 import orjson
 import pytest
@@ -15,11 +11,8 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from vmcp_trio.app.tunnel import run_relay
 from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
 from vmcp_trio.http.client import HttpClient, HttpError
-from vmcp_trio.http.serving import hypercorn_config, listen, serve
-from vmcp_trio.proxy.tunnel_agent import TunnelAgent, status_app
 from vmcp_trio.proxy.tunnel_relay import TunnelRelay
 from vmcp_trio.proxy.tunnel_tokens import TunnelTokens, new_token_line
 from vmcp_trio.resources.plan import OIDCIncoming
@@ -28,57 +21,15 @@ from .fixtures.idp import running_idp
 from .fixtures.sdk_servers import make_server, serving
 from .gateway_helpers import Reply, StatelessClient
 from .helpers import free_port
+from .tunnel_helpers import (
+    LINE,
+    agent_running,
+    connections,
+    relay_running,
+    status_running,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-
-TOKEN, LINE = new_token_line("demo")
-
-
-@asynccontextmanager
-async def relay_running(relay: TunnelRelay, port: int = 0) -> AsyncIterator[str]:
-    """The relay as ``vmcp tunnel relay`` runs it (with its incoming auth's tasks)."""
-    urls: list[str] = []
-    ready = trio.Event()
-
-    def on_ready(bound: list[str]) -> None:
-        urls.extend(bound)
-        ready.set()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(partial(run_relay, relay, "127.0.0.1", port, on_ready=on_ready))
-        await ready.wait()
-        yield urls[0]
-        nursery.cancel_scope.cancel()
-
-
-@asynccontextmanager
-async def status_running(agent: TunnelAgent) -> AsyncIterator[str]:
-    """The agent's ``--metrics-port`` server."""
-    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
-    async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, status_app(agent), config, listen(config),
-                                            shutdown_trigger=trio.sleep_forever))
-        yield binds[0]
-        nursery.cancel_scope.cancel()
-
-
-def connections(agent: TunnelAgent, outcome: str = "connected") -> float:
-    return agent.metrics.registry.get_sample_value("vmcp_tunnel_connections_total",
-                                                   {"outcome": outcome}) or 0.0
-
-
-@asynccontextmanager
-async def agent_running(relay_url: str, target: str, token: str = TOKEN,
-                        silence_limit: float = 60.0) -> AsyncIterator[TunnelAgent]:
-    client = HttpClient()
-    agent = TunnelAgent(relay_url.replace("http://", "ws://"), "demo", token, target, client,
-                        silence_limit=silence_limit)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(agent.run)
-        yield agent
-        nursery.cancel_scope.cancel()
-    await client.aclose()
-
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_client_reaches_the_internal_server_through_the_relay(mode: str) -> None:
