@@ -15,7 +15,7 @@ import hypercorn.trio
 import trio
 from hypercorn.config import Config
 
-from vmcp_trio.app.proxy import build_proxy, serve_proxy
+from vmcp_trio.app.proxy import ProxyProcess, build_proxy, serve_proxy
 from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.proxy.settings import ProxySettings
@@ -28,6 +28,8 @@ class Remote:
 
     seen: list[dict[str, Any]] = field(default_factory=list)
     first_event_read: trio.Event = field(default_factory=trio.Event)
+    release: trio.Event = field(default_factory=trio.Event)
+    """``/quiet`` (an event stream) and ``/hold`` (JSON) answer only once this is set."""
 
 
 def recording_app(remote: Remote) -> Any:
@@ -55,6 +57,15 @@ def recording_app(remote: Remote) -> Any:
             await send({"type": "http.response.body", "more_body": False,
                         "body": b"event: message\ndata: {\"result\": 2}\n\n"})
             return
+        if scope["path"] == "/quiet":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            await remote.release.wait()
+            await send({"type": "http.response.body", "more_body": False,
+                        "body": b"event: message\ndata: {\"late\": 1}\n\n"})
+            return
+        if scope["path"] == "/hold":
+            await remote.release.wait()
         await send({"type": "http.response.start", "status": 200, "headers": [
             (b"content-type", b"application/json"), (b"x-end", b"1"),
             (b"connection", b"x-resp-hop"), (b"x-resp-hop", b"1")]})
@@ -76,12 +87,12 @@ async def recording_remote() -> AsyncIterator[tuple[str, Remote]]:
 
 
 @asynccontextmanager
-async def running_proxy(settings: ProxySettings) -> AsyncIterator[str]:
-    """The proxy of ``settings`` in this process; yields its client URL."""
+async def running_proxy(proxy: ProxySettings | ProxyProcess) -> AsyncIterator[str]:
+    """The proxy of these settings (or these parts) in this process; yields its client URL."""
     stop = trio.Event()
+    process = build_proxy(proxy) if isinstance(proxy, ProxySettings) else proxy
     async with trio.open_nursery() as nursery:
-        urls = await nursery.start(partial(serve_proxy, build_proxy(settings),
-                                           shutdown_trigger=stop.wait))
+        urls = await nursery.start(partial(serve_proxy, process, shutdown_trigger=stop.wait))
         yield urls[0]
         stop.set()
 
@@ -100,3 +111,19 @@ async def fetch(url: str, *, method: str = "POST", headers: list[tuple[str, str]
     finally:
         await client.aclose()
     return status, {k.decode().lower(): v.decode() for k, v in raw}, data
+
+
+async def raw_http(url: str, data: bytes, *, linger: float = 3.0) -> tuple[bytes, bool]:
+    """Send hand-made bytes to the server of ``url``; read until it closes the connection or
+    ``linger`` seconds pass: what came back, and whether the server closed."""
+    host, port = url.split("/")[2].rsplit(":", 1)
+    stream = await trio.open_tcp_stream(host, int(port))
+    await stream.send_all(data)
+    received = b""
+    closed = False
+    with trio.move_on_after(linger):
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+        closed = True
+    await stream.aclose()
+    return received, closed

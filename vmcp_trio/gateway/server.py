@@ -38,6 +38,7 @@ from ..http.asgi import (
     Receive,
     Scope,
     Send,
+    StatusSend,
     http_request,
     send_bytes,
     send_json,
@@ -78,31 +79,24 @@ def _is_stateless(request: HttpRequest) -> bool:
             and request.header("mcp-session-id") is None)
 
 
-class _GuardedSend:
-    """The ASGI ``send`` of one request: remembers the response's status (and so whether it
-    has started), and closes an HTTP/1.1 connection whose request body was not read (a refusal
-    sent before it: the unread body would otherwise be taken for the next request, or a pooled
-    client would reuse a connection the server is about to drop)."""
+class _GuardedSend(StatusSend):
+    """The ASGI ``send`` of one request (:class:`~vmcp_trio.http.asgi.StatusSend`), which also
+    closes an HTTP/1.1 connection whose request body was not read (a refusal sent before it:
+    the unread body would otherwise be taken for the next request, or a pooled client would
+    reuse a connection the server is about to drop)."""
 
-    __slots__ = ("_close", "_send", "request", "status")
+    __slots__ = ("_close", "request")
 
     def __init__(self, send: Send, request: HttpRequest, http_version: str) -> None:
-        self._send = send
+        super().__init__(send)
         self.request = request
         self._close = http_version in ("1.0", "1.1")
-        self.status = 0
-
-    @property
-    def started(self) -> bool:
-        return self.status != 0
 
     async def __call__(self, message: dict[str, Any]) -> None:
-        if not self.status:
-            self.status = message.get("status", 200)
-            if self._close and self.request.body_unread:
-                message = {**message, "headers": [*message.get("headers", ()),
-                                                  (b"connection", b"close")]}
-        await self._send(message)
+        if not self.status and self._close and self.request.body_unread:
+            message = {**message, "headers": [*message.get("headers", ()),
+                                              (b"connection", b"close")]}
+        await super().__call__(message)
 
 
 ExtraEndpoints = Callable[[HttpRequest, Send], Awaitable[bool]]

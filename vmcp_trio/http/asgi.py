@@ -11,6 +11,8 @@ Hypercorn's trio worker calls the app once per request. What this layer adds:
   ``http.disconnect`` (hypercorn's ``send`` never raises after the client left, so this is the
   only way to notice, and it cancels the writer's scope).
 * The lifespan protocol (an app that returns on lifespan crashes hypercorn's ``serve``).
+* Only origin-form request-targets reach an app (:mod:`vmcp_trio.protocol.targets`; 400
+  otherwise).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from urllib.parse import parse_qs
 
 import orjson
 import trio
+
+from ..protocol.targets import target_problem
 
 __all__ = [
     "ASGIApp",
@@ -68,7 +72,7 @@ class BodyTooLarge(Exception):
 
 class HttpRequest:
     __slots__ = ("_body_size", "_receive", "body_done", "body_timeout", "client", "headers",
-                 "method", "path", "query_string", "scheme", "scope")
+                 "method", "path", "query_string", "raw_path", "scheme", "scope")
 
     def __init__(self, scope: Scope, receive: Receive, *, body_timeout: float = 30.0) -> None:
         self.scope = scope
@@ -79,6 +83,9 @@ class HttpRequest:
         self._body_size = 0
         self.method: str = scope["method"]
         self.path: str = scope["path"]
+        """Percent-decoded, for routing."""
+        self.raw_path: str = (scope.get("raw_path") or b"").decode("latin-1") or self.path
+        """As the client encoded it, for forwarding."""
         self.scheme: str = scope.get("scheme", "http")
         self.query_string: bytes = scope.get("query_string", b"")
         client = scope.get("client")
@@ -113,6 +120,17 @@ class HttpRequest:
             return False
         declared = self.headers.get("content-length")
         return (declared is not None and declared != "0") or "transfer-encoding" in self.headers
+
+    def body_bound(self, limit: int) -> int:
+        """The most bytes the body may hold, at most ``limit``: its declared
+        ``Content-Length``; none on HTTP/1 without ``Transfer-Encoding``; else ``limit``."""
+        declared = self.headers.get("content-length")
+        if declared is not None and declared.isdigit():
+            return min(int(declared), limit)
+        if self.scope.get("http_version", "1.1") in ("1.0", "1.1") and (
+                "transfer-encoding" not in self.headers):
+            return 0
+        return limit
 
     async def body(self, limit: int) -> bytes:
         """The whole body: at most ``limit`` bytes (:class:`BodyTooLarge`), within
@@ -193,7 +211,12 @@ async def send_empty(send: Send, status: int, headers: Headers = ()) -> None:
 
 class StatusSend:
     """The ASGI ``send`` of one request, remembering the status of the response (0 before it
-    started), for the access record and for knowing whether an error can still be answered."""
+    started), for the access record and for knowing whether an error can still be answered.
+
+    The message that ends the response is sent shielded from cancellation: hypercorn closes a
+    ``Connection: close`` connection inside that very call, and the client's disconnect it
+    causes wakes the app's watchers, whose cancellation would otherwise interrupt the close and
+    leave the socket open for good."""
 
     __slots__ = ("_send", "status")
 
@@ -201,11 +224,19 @@ class StatusSend:
         self._send = send
         self.status = 0
 
+    @property
+    def started(self) -> bool:
+        return self.status != 0
+
     async def __call__(self, message: dict[str, Any]) -> None:
         if not self.status:
             status = message.get("status", 200)
             self.status = status if isinstance(status, int) else 200
-        await self._send(message)
+        if message["type"] == "http.response.body" and not message.get("more_body"):
+            with trio.CancelScope(shield=True):
+                await self._send(message)
+        else:
+            await self._send(message)
 
 
 class StreamWriter:
@@ -252,12 +283,19 @@ async def open_stream(request: HttpRequest, send: Send,
 async def http_request(scope: Scope, receive: Receive, send: Send, *,
                        body_timeout: float = 30.0) -> HttpRequest | None:
     """What an app's ``__call__`` starts with: the HTTP request of ``scope``; None when there
-    is none to serve (the lifespan protocol, answered here for as long as the server runs, or
-    another scope type)."""
+    is none to serve (the lifespan protocol, answered here for as long as the server runs,
+    another scope type, or a request-target :func:`~vmcp_trio.protocol.targets.target_problem`
+    refuses, answered 400 here)."""
     if scope["type"] == "lifespan":
         await lifespan(receive, send)
         return None
     if scope["type"] != "http":
+        return None
+    problem = target_problem((scope.get("raw_path") or b"").decode("latin-1") or scope["path"],
+                             scope.get("query_string", b"").decode("latin-1"), scope["path"])
+    if problem is not None:
+        await send_json(send, 400, {"error": "invalid_request", "error_description": problem},
+                        [("connection", "close")])
         return None
     return HttpRequest(scope, receive, body_timeout=body_timeout)
 

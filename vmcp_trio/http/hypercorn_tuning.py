@@ -9,8 +9,10 @@ its CPU per call (bench/gateway_overhead.py). :func:`install` makes the headers 
 first body chunk (or the end of the message) and skips the empty write of a Content-Length
 response's end, so a JSON reply is one write.
 
-The app must therefore send a body chunk right after starting a response that may stay quiet:
-:func:`vmcp_trio.http.asgi.open_stream` starts SSE responses with a comment line for that reason.
+An event stream (``Content-Type: text/event-stream``) is the exception: its headers go out at
+once. A client waits for them to know its stream is open (many wait before they send anything
+else), and a forwarded stream's first event may come much later, or only once the client goes
+on (``vmcp proxy`` and the tunnel relay forward a remote's standalone GET stream as it is).
 
 **Keep-alive timer.** hypercorn's connection restarts an idle-timeout task (``nursery.start``,
 a lock, a cancel) every time the connection goes idle, that is after every response, and cancels
@@ -65,8 +67,13 @@ def install() -> bool:
             headers = list(chain(event.headers, self.config.response_headers("h11")))
             if self.keep_alive_requests >= self.config.keep_alive_max_requests:
                 headers.append((b"connection", b"close"))
-            self._vmcp_pending = pending + encode(
+            head = pending + encode(
                 self, h11.Response(headers=headers, status_code=event.status_code))
+            if _is_event_stream(event.headers):
+                self._vmcp_pending = b""
+                await self.send(RawData(data=head))
+            else:
+                self._vmcp_pending = head
             return
         if isinstance(event, Body | EndBody):
             data = encode(self, h11.Data(data=event.data) if isinstance(event, Body)
@@ -92,6 +99,11 @@ def install() -> bool:
 
     tcp_server.TCPServer._close = close  # type: ignore[method-assign]
     return True
+
+
+def _is_event_stream(headers: Any) -> bool:
+    return any(name.lower() == b"content-type" and value.lower().startswith(b"text/event-stream")
+               for name, value in headers)
 
 
 class MovableIdleTask:

@@ -2,14 +2,19 @@
 
 Rules it keeps:
 
-* Transparent: the method, the path and query (onto the target's origin), the end-to-end
-  headers (:mod:`.headers`) and the body go to the remote; its status, end-to-end headers and
+* Transparent: the method, the path and query exactly as the client encoded them (put on the
+  target's origin by :func:`~vmcp_trio.protocol.targets.forwarded_url`, which checks that the URL
+  still names that origin: a request-target never steers the proxy, or its credentials, to
+  another host), the end-to-end headers (:mod:`.headers`) and the body go to the remote; its
+  status, end-to-end headers and
   body come back. The body of an SSE response (a POST's stream, the GET stream, a legacy
   ``/sse`` stream) is relayed chunk by chunk as the remote writes it: a progress notification
   reaches the client before the result.
 * Bounded: a request body over ``max_body_bytes`` is refused with 413 before anything is sent
   (request bodies are read whole: an MCP POST is one JSON-RPC message, and a whole body can be
-  sent again after a 401); a response is read only as fast as the client takes it (the server's
+  sent again after a 401), and the bodies held at once are bounded in all and per client
+  (:class:`~vmcp_trio.http.body_budget.BodyBudget`: 503 with ``Retry-After`` past it); a
+  response is read only as fast as the client takes it (the server's
   ``send`` waits for the socket), so a slow client holds at most the socket buffers, never a
   growing queue.
 * The client leaving ends the exchange with the remote at once (its stream is closed, so the
@@ -32,14 +37,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import trio
 
 from ..auth.outgoing.caller import Caller
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_json
-from ..http.client import HttpClient, HttpError, HttpResponse
+from ..http.body_budget import BodyBudget
+from ..http.client import HttpClient, HttpError, HttpResponse, Origin
+from ..protocol.targets import forwarded_url
 from ..runtime import tracing
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 from .headers import request_headers, response_headers
@@ -67,15 +73,20 @@ class Forwarder:
     forward_authorization: bool = True
     """The client's ``Authorization`` crosses (no incoming auth and no outgoing credential)."""
     max_body_bytes: int = 4 * 1024 * 1024
+    bodies: BodyBudget = field(default_factory=BodyBudget)
+    """What the request bodies being forwarded may hold in all, and per client."""
     origin: str = field(init=False)
+    """``scheme://host[:port]`` of the target."""
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.target)
-        self.origin = f"{parts.scheme}://{parts.netloc}"
+        origin, _ = Origin.of(self.target)
+        self.origin = f"{origin.scheme}://{origin.host_header.decode('ascii')}"
 
     def url(self, request: HttpRequest) -> str:
-        query = request.query_string.decode("latin-1")
-        return f"{self.origin}{request.path}" + (f"?{query}" if query else "")
+        """The remote's URL for ``request`` (raises ValueError when it would leave the
+        target's origin)."""
+        return forwarded_url(self.origin, request.raw_path,
+                             request.query_string.decode("latin-1"))
 
     async def _headers(self, request: HttpRequest, caller: Caller | None
                        ) -> list[tuple[str, str]]:
@@ -93,18 +104,30 @@ class Forwarder:
         """Forward ``request`` and relay the answer (raises :class:`RemoteRefused` before
         anything was sent when a credential cannot be had)."""
         try:
-            body = await request.body(self.max_body_bytes)
-        except BodyTooLarge as exc:
-            await send_json(send, 413, {"error": "request_too_large", "error_description":
+            url = self.url(request)
+        except ValueError as exc:
+            await send_json(send, 400, {"error": "invalid_request", "error_description":
                                         str(exc)})
             return
-        with tracing.forward_span(request.method, request.path, request.headers, body,
-                                  self.origin):
-            await self._forward(request, send, caller, tracing.replace_body(body))
+        async with self.bodies.reserve(request.client,
+                                       request.body_bound(self.max_body_bytes)) as room:
+            if not room:
+                await send_json(send, 503, {"error": "proxy_busy", "error_description":
+                                            "the proxy holds as many request bodies as it "
+                                            "may; try again"}, [("retry-after", "1")])
+                return
+            try:
+                body = await request.body(self.max_body_bytes)
+            except BodyTooLarge as exc:
+                await send_json(send, 413, {"error": "request_too_large",
+                                            "error_description": str(exc)})
+                return
+            with tracing.forward_span(request.method, request.path, request.headers, body,
+                                      self.origin):
+                await self._forward(request, send, caller, url, tracing.replace_body(body))
 
-    async def _forward(self, request: HttpRequest, send: Send, caller: Caller | None,
+    async def _forward(self, request: HttpRequest, send: Send, caller: Caller | None, url: str,
                        body: bytes) -> None:
-        url = self.url(request)
         headers = await self._headers(request, caller)
         async with trio.open_nursery() as nursery:
 

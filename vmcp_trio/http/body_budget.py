@@ -1,0 +1,66 @@
+"""How many bytes of request bodies a forwarding server holds at once, and how many one client may.
+
+``vmcp proxy`` and the tunnel relay read a request's body whole before forwarding it (it may be
+sent again after a 401; the tunnel's stream opens once it is there), each body bounded by
+``max_body_bytes``. Without a bound on their sum, many concurrent maximal uploads hold memory
+without limit. :class:`BodyBudget` is that bound:
+
+* A request reserves its body's size before reading it: the declared ``Content-Length``, else
+  (a chunked body) the most it may be. The reservation is held until the exchange ends.
+* No more than ``total`` bytes are reserved at once, and no more than ``per_client`` by one
+  client (its address, or the identity its token names): one client's uploads cannot take the
+  budget from the others.
+* A reservation that does not fit waits up to ``wait`` seconds for room, then is refused: the
+  caller answers 503 with ``Retry-After``, never a hang.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+__all__ = ["BodyBudget"]
+
+
+class BodyBudget:
+    def __init__(self, total: int = 64 * 1024 * 1024, *, per_client: int | None = None,
+                 wait: float = 10.0) -> None:
+        if total < 1:
+            raise ValueError("the body budget must be positive")
+        self.total = total
+        self.per_client = per_client if per_client is not None else max(total // 4, 1)
+        self.wait = wait
+        self.reserved = 0
+        self._by_client: dict[str, int] = {}
+        self._released = trio.Event()
+
+    def _fits(self, client: str, amount: int) -> bool:
+        return (self.reserved + amount <= self.total
+                and self._by_client.get(client, 0) + amount <= self.per_client)
+
+    @asynccontextmanager
+    async def reserve(self, client: str, amount: int) -> AsyncIterator[bool]:
+        """Hold ``amount`` bytes (capped at ``per_client``) for ``client`` for the block:
+        True, or False when there was no room within ``wait`` seconds (nothing is held)."""
+        amount = max(min(amount, self.per_client), 0)
+        with trio.move_on_after(self.wait):
+            while not self._fits(client, amount):
+                await self._released.wait()
+        if not self._fits(client, amount):
+            yield False
+            return
+        self.reserved += amount
+        self._by_client[client] = self._by_client.get(client, 0) + amount
+        try:
+            yield True
+        finally:
+            self.reserved -= amount
+            left = self._by_client[client] - amount
+            if left:
+                self._by_client[client] = left
+            else:
+                del self._by_client[client]
+            self._released.set()
+            self._released = trio.Event()
