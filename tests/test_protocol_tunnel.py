@@ -17,11 +17,13 @@ from vmcp_trio.protocol.tunnel import (
     FlowControlBlocked,
     FrameType,
     HeadReceived,
+    HeadRefused,
     PingReceived,
     PongReceived,
     ProtocolError,
     StreamEnded,
     StreamOpened,
+    StreamRefused,
     StreamReset,
     TunnelProtocol,
     WindowOpened,
@@ -287,17 +289,46 @@ def test_streams_are_bounded_on_both_sides() -> None:
         agent.receive(frame(FrameType.OPEN, 3, _payload(FrameType.OPEN)))
 
 
-@pytest.mark.parametrize("head", [
+BAD_HEADS = [
     b"not json", b"[]", b'{"method": "GET"}', b'{"method": "G ET", "path": "/"}',
-    b'{"method": "GET", "path": "x"}', b'{"method": "GET", "path": "/", "query": 1}',
+    b'{"method": "M-SEARCH", "path": "/"}', b'{"method": "' + b"A" * 17 + b'", "path": "/"}',
+    b'{"method": "GET", "path": "x"}', b'{"method": "GET", "path": "*"}',
+    b'{"method": "GET", "path": "@127.0.0.1:9/x"}', b'{"method": "GET", "path": "/a%0d%0ab"}',
+    b'{"method": "GET", "path": "/a#b"}', b'{"method": "GET", "path": "/", "query": 1}',
     b'{"method": "GET", "path": "/", "headers": [["a"]]}',
     b'{"method": "GET", "path": "/", "headers": [["", "v"]]}',
     b'{"method": "GET", "path": "/", "headers": ' + json.dumps([["a", "b"]] * 101).encode()
     + b"}",
+]
+
+
+@pytest.mark.parametrize("head", BAD_HEADS)
+def test_a_bad_request_head_refuses_that_stream_alone(head: bytes) -> None:
+    """The agent resets the stream of a bad head; the connection and its other streams go on:
+    late frames of the refused stream are ignored, the next OPEN is served."""
+    relay, agent = pair()
+    sid = opened(relay, agent)
+    refused = agent.receive(frame(FrameType.OPEN, sid + 1, head))
+    assert isinstance(refused, StreamRefused) and refused.stream_id == sid + 1
+    assert agent.receive(frame(FrameType.DATA, sid + 1, b"late")) is None
+    assert agent.receive(frame(FrameType.END, sid + 1)) is None
+    assert agent.receive(relay.send_data(sid, b"{}")) == DataReceived(sid, b"{}")
+    relay.send_reset(sid + 0, "done")
+    relay._last_id = sid + 1  # what the relay would have numbered the refused one
+    opened(relay, agent)
+
+
+@pytest.mark.parametrize(("method", "path", "headers", "status"), [
+    ("M-SEARCH", "/", [], 400), ("A" * 17, "/", [], 400), ("GET", "*", [], 400),
+    ("GET", "@127.0.0.1:9/x", [], 400), ("OPTIONS", "x", [], 400), ("GET", "/a%00", [], 400),
+    ("GET", "/", [("a", "b")] * 101, 431), ("GET", "/", [("a", "b" * 70_000)], 431),
 ])
-def test_a_bad_request_head_is_a_protocol_error(head: bytes) -> None:
-    with pytest.raises(ProtocolError):
-        TunnelProtocol("agent").receive(frame(FrameType.OPEN, 1, head))
+def test_the_relay_opens_no_stream_for_a_head_the_agent_would_refuse(
+        method: str, path: str, headers: list[tuple[str, str]], status: int) -> None:
+    relay, _ = pair()
+    with pytest.raises(HeadRefused) as refused:
+        relay.open_stream(method, path, "", headers)
+    assert refused.value.status == status and not relay.streams
 
 
 @pytest.mark.parametrize("head", [b'{"status": 99}', b'{"status": "200"}', b'{"status": true}',
@@ -311,10 +342,14 @@ def test_a_bad_response_head_is_a_protocol_error(head: bytes) -> None:
 
 def test_heads_are_bounded_both_ways() -> None:
     relay, agent = pair(max_head_bytes=200)
-    with pytest.raises(ValueError, match="200 bytes"):
+    with pytest.raises(HeadRefused, match="200 bytes"):
         relay.open_stream("GET", "/", "", [("x", "y" * 300)])
+    refused = agent.receive(frame(FrameType.OPEN, 1, b'{"method": "GET", "path": "/'
+                                  + b"a" * 300 + b'"}'))
+    assert isinstance(refused, StreamRefused) and "200 bytes" in refused.reason
+    sid, _ = relay.open_stream("GET", "/", "", [])
     with pytest.raises(ProtocolError, match="200 bytes"):
-        agent.receive(frame(FrameType.OPEN, 1, b'{"method": "GET", "path": "/' + b"a" * 300
+        relay.receive(frame(FrameType.HEAD, sid, b'{"status": 200, "x": "' + b"a" * 300
                             + b'"}'))
 
 

@@ -45,6 +45,13 @@ The rules it keeps (a frame that breaks one is a :class:`ProtocolError`):
   stream, and one stuck stream never blocks the others.
 * Everything is bounded: the payload of a frame (``max_payload``), a head (``max_head_bytes``,
   with at most 100 headers), the open streams, a window (2**31 - 1).
+* A request head is a method of at most 16 letters, an origin-form path and query
+  (:func:`~vmcp_trio.protocol.targets.target_problem`) and at most 100 headers
+  (:func:`check_request_head`). The relay refuses to open a stream for a request that breaks
+  this (:class:`HeadRefused`: the client gets 400 or 431, and the tunnel never sees it); an
+  OPEN that carries such a head anyway is refused by the agent as that stream's error alone
+  (:class:`StreamRefused`: it resets the stream), never the connection's, so one request cannot
+  cut the exchanges of others.
 """
 
 from __future__ import annotations
@@ -55,9 +62,12 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Literal
 
+from .targets import target_problem
+
 __all__ = ["END_STREAM", "DataReceived", "Event", "FlowControlBlocked", "FrameType", "HeadReceived",
-           "PingReceived", "PongReceived", "ProtocolError", "StreamEnded", "StreamOpened",
-           "StreamReset", "TunnelProtocol", "WindowOpened"]
+           "HeadRefused", "PingReceived", "PongReceived", "ProtocolError", "StreamEnded",
+           "StreamOpened", "StreamRefused", "StreamReset", "TunnelProtocol", "WindowOpened",
+           "check_request_head"]
 
 Role = Literal["relay", "agent"]
 Headers = list[tuple[str, str]]
@@ -67,6 +77,7 @@ END_STREAM = 0x80
 """The flag bit of the type byte: the sender's half of the stream ends with this frame."""
 MAX_WINDOW = 2**31 - 1
 MAX_HEADERS = 100
+MAX_METHOD = 16
 PING_BYTES = 8
 
 
@@ -89,6 +100,31 @@ class FlowControlBlocked(Exception):
     """More DATA than the peer granted: send at most :meth:`TunnelProtocol.sendable` bytes."""
 
 
+class HeadRefused(ValueError):
+    """A request head the tunnel does not carry: the HTTP status to answer its client with
+    (400, or 431 for its headers) and why."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+def check_request_head(method: object, path: object, query: object, headers: object) -> None:
+    """Raise :class:`HeadRefused` unless this is a request head the tunnel carries."""
+    if not isinstance(method, str) or not method.isascii() or not method.isalpha() or len(
+            method) > MAX_METHOD:
+        raise HeadRefused(400, f"the method must be a name of at most {MAX_METHOD} letters")
+    if not isinstance(query, str):
+        raise HeadRefused(400, "the query must be a string")
+    if not isinstance(path, str):
+        raise HeadRefused(400, "the path must be a string")
+    problem = target_problem(path, query)
+    if problem is not None:
+        raise HeadRefused(400, problem)
+    if not isinstance(headers, list | tuple) or len(headers) > MAX_HEADERS:
+        raise HeadRefused(431, f"a request carries at most {MAX_HEADERS} headers")
+
+
 # --- events ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -100,6 +136,15 @@ class StreamOpened:
     headers: Headers
     end_stream: bool = False
     """The request has no body (its half ended with the OPEN)."""
+
+
+@dataclass(frozen=True)
+class StreamRefused:
+    """An OPEN whose request head breaks :func:`check_request_head`: reset that stream (the
+    relay answers its client 502); the connection goes on."""
+
+    stream_id: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -146,8 +191,8 @@ class PongReceived:
     payload: bytes
 
 
-Event = (StreamOpened | HeadReceived | DataReceived | StreamEnded | StreamReset | WindowOpened
-         | PingReceived | PongReceived)
+Event = (StreamOpened | StreamRefused | HeadReceived | DataReceived | StreamEnded | StreamReset
+         | WindowOpened | PingReceived | PongReceived)
 
 
 # --- one stream --------------------------------------------------------------------------------
@@ -212,14 +257,19 @@ class TunnelProtocol:
     def open_stream(self, method: str, path: str, query: str, headers: Headers, *,
                     end: bool = False) -> tuple[int, bytes]:
         """The relay opens a stream for a request: its id and the OPEN frame (``end``: the
-        request has no body). Raises ValueError when ``max_streams`` are open (answer the
-        client 503)."""
+        request has no body). Raises :class:`HeadRefused` for a head the agent would refuse
+        (answer the client with its status), ValueError when ``max_streams`` are open (answer
+        the client 503)."""
         if self.role != "relay":
             raise ValueError("only the relay opens streams")
+        check_request_head(method, path, query, headers)
+        try:
+            payload = self._head_bytes({"method": method, "path": path, "query": query,
+                                        "headers": [list(h) for h in headers]})
+        except ValueError as exc:
+            raise HeadRefused(431, str(exc)) from None
         if len(self.streams) >= self.max_streams:
             raise ValueError(f"{self.max_streams} streams are open")
-        payload = self._head_bytes({"method": method, "path": path, "query": query,
-                                    "headers": [list(h) for h in headers]})
         self._last_id += 1
         stream_id = self._last_id
         self.streams[stream_id] = _Stream(self.window, self.window, local_open=not end)
@@ -372,23 +422,23 @@ class TunnelProtocol:
             raise ProtocolError(f"{what} is not a JSON object")
         return head
 
-    def _opened(self, stream_id: int, payload: bytes, end: bool) -> StreamOpened:
+    def _opened(self, stream_id: int, payload: bytes, end: bool) -> StreamOpened | StreamRefused:
         if self.role != "agent":
             raise ProtocolError("OPEN sent to the relay")
         if stream_id <= self._last_id:
             raise ProtocolError(f"OPEN reuses stream id {stream_id}")
         if len(self.streams) >= self.max_streams:
             raise ProtocolError(f"OPEN past {self.max_streams} open streams")
-        head = self._decode_head(payload, "the request head")
-        method, path, query = head.get("method"), head.get("path"), head.get("query", "")
-        if not isinstance(method, str) or not method.isalpha() or len(method) > 16:
-            raise ProtocolError("the request head's method is not a method name")
-        if not isinstance(path, str) or not path.startswith("/"):
-            raise ProtocolError("the request head's path must start with /")
-        if not isinstance(query, str):
-            raise ProtocolError("the request head's query must be a string")
-        headers = _headers(head.get("headers", []), "the request head")
-        self._last_id = stream_id
+        self._last_id = stream_id  # from here on, a fault of the head is this stream's
+        try:
+            head = self._decode_head(payload, "the request head")
+            method, path, query = head.get("method"), head.get("path"), head.get("query", "")
+            raw_headers = head.get("headers", [])
+            check_request_head(method, path, query, raw_headers)
+            headers = _headers(raw_headers, "the request head")
+        except (ProtocolError, HeadRefused) as exc:
+            return StreamRefused(stream_id, str(exc))
+        assert isinstance(method, str) and isinstance(path, str) and isinstance(query, str)
         self.streams[stream_id] = _Stream(self.window, self.window, remote_open=not end)
         return StreamOpened(stream_id, method, path, query, headers, end)
 

@@ -37,12 +37,14 @@ from trio_websocket import (
 
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import Receive, Scope, Send, http_request, send_bytes, send_json
-from ..http.client import HttpClient, HttpError
+from ..http.client import HttpClient, HttpError, Origin
+from ..protocol.targets import forwarded_url
 from ..protocol.tunnel import (
     DataReceived,
     ProtocolError,
     StreamEnded,
     StreamOpened,
+    StreamRefused,
     StreamReset,
     TunnelProtocol,
 )
@@ -70,7 +72,8 @@ class TunnelAgent:
         is taken for dead and made again."""
         self.name = name
         self._token = token
-        self.origin = "/".join(target.split("/", 3)[:3])
+        origin, _ = Origin.of(target)
+        self.origin = f"{origin.scheme}://{origin.host_header.decode('ascii')}"
         self.client = client
         self.credentials = credentials
         self.injected = injected
@@ -134,7 +137,11 @@ class TunnelAgent:
             if isinstance(message, str):
                 raise ProtocolError("a text message on the tunnel")
             opened = await link.take(message)
-            if opened is not None:
+            if isinstance(opened, StreamRefused):  # that request alone: the others go on
+                log.warning("tunnel %s: stream %d refused: %s", self.name, opened.stream_id,
+                            opened.reason)
+                await link.send(link.protocol.send_reset(opened.stream_id, opened.reason))
+            elif opened is not None:
                 streams.start_soon(self._serve, link, opened, link.track(opened.stream_id))
 
     async def _serve(self, link: TunnelLink, opened: StreamOpened,
@@ -202,7 +209,11 @@ class TunnelAgent:
         wire = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in opened.headers]
         headers = request_headers(wire, forward_authorization=not self.credentials,
                                   injected=added)
-        url = self.origin + opened.path + (f"?{opened.query}" if opened.query else "")
+        try:
+            url = forwarded_url(self.origin, opened.path, opened.query)
+        except ValueError as exc:
+            await self._answer(link, stream_id, 400, str(exc))
+            return
         try:
             async with self.client.stream(opened.method, url, headers=headers,
                                           body=body) as response:
@@ -233,7 +244,8 @@ class TunnelAgent:
 
     @staticmethod
     async def _answer(link: TunnelLink, stream_id: int, status: int, reason: str) -> None:
-        body = orjson.dumps({"error": "bad_gateway", "error_description": reason[:500]})
+        body = orjson.dumps({"error": "invalid_request" if status == 400 else "bad_gateway",
+                             "error_description": reason[:500]})
         await link.send(link.protocol.send_head(stream_id, status,
                                                 [("content-type", "application/json")]))
         await link.send_body(stream_id, body, end=True)

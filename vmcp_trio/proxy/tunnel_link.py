@@ -31,6 +31,7 @@ from ..protocol.tunnel import (
     ProtocolError,
     StreamEnded,
     StreamOpened,
+    StreamRefused,
     StreamReset,
     TunnelProtocol,
     WindowOpened,
@@ -77,13 +78,13 @@ class TunnelLink:
         if window is not None:
             window.set()
 
-    async def take(self, frame: bytes) -> StreamOpened | None:
-        """Handle one received frame; a :class:`StreamOpened` is the caller's to serve.
-        Raises ProtocolError."""
+    async def take(self, frame: bytes) -> StreamOpened | StreamRefused | None:
+        """Handle one received frame; a :class:`StreamOpened` is the caller's to serve, a
+        :class:`StreamRefused` its to reset. Raises ProtocolError."""
         event: Event | None = self.protocol.receive(frame)
         if event is None:
             return None
-        if isinstance(event, StreamOpened):
+        if isinstance(event, StreamOpened | StreamRefused):
             return event
         if isinstance(event, PingReceived):
             await self.send(TunnelProtocol.pong(event.payload))

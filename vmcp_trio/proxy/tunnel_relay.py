@@ -23,10 +23,15 @@
 * Each client request gets a request id and an access record naming its tunnel, and a fault
   ends that request only (:mod:`.served`).
 * ``/health`` and ``/metrics`` (agents connected, exchanges in flight, body bytes each way, agent
-  connections by outcome) are the relay's own, not forwarded.
-* Bounded: request bodies (``max_body_bytes``, 413), exchanges in flight per tunnel (the
-  protocol's stream limit: one more waits up to ``slot_wait`` seconds for a stream to finish,
-  then gets 503), frames (the protocol's payload limit), heads.
+  connections by outcome) are the relay's own, not forwarded, and answered without a token:
+  they count tunnels but never name one (the names are the relay's customers).
+* A request the agent would refuse (its method, path or headers:
+  :func:`~vmcp_trio.protocol.tunnel.check_request_head`) is answered 400 or 431 here, before
+  its body is read, and never reaches the tunnel.
+* Bounded: request bodies (``max_body_bytes``, 413; and their sum, per client and in all:
+  :class:`~vmcp_trio.http.body_budget.BodyBudget`, 503 past it), exchanges in flight per tunnel
+  (the protocol's stream limit: one more waits up to ``slot_wait`` seconds for a stream to
+  finish, then gets 503), frames (the protocol's payload limit), heads.
 """
 
 from __future__ import annotations
@@ -46,17 +51,22 @@ from ..http.asgi import (
     Receive,
     Scope,
     Send,
+    http_request,
     lifespan,
     send_bytes,
     send_json,
 )
+from ..http.body_budget import BodyBudget
+from ..http.origin import host_of
 from ..protocol.tunnel import (
     DataReceived,
     HeadReceived,
+    HeadRefused,
     ProtocolError,
     StreamEnded,
     StreamReset,
     TunnelProtocol,
+    check_request_head,
 )
 from ..runtime.logs import note
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
@@ -102,6 +112,7 @@ class TunnelRelay:
         self.max_body_bytes = max_body_bytes
         self.max_streams = max_streams
         self.agents: dict[str, _Agent] = {}
+        self.bodies = BodyBudget(wait=slot_wait)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -109,8 +120,10 @@ class TunnelRelay:
         elif scope["type"] == "websocket":
             await self._agent(scope, receive, send)
         elif scope["type"] == "http":
-            await serve_contained(HttpRequest(scope, receive), send, self._client,
-                                  what="relay", log=log, quiet_paths=_OWN_PATHS)
+            request = await http_request(scope, receive, send)
+            if request is not None:
+                await serve_contained(request, send, self._client, what="relay", log=log,
+                                      quiet_paths=_OWN_PATHS)
 
     # --- agents --------------------------------------------------------------------------------
 
@@ -201,24 +214,26 @@ class TunnelRelay:
             scopes_supported=self.scopes)
 
     def _tunnel_of(self, request: HttpRequest) -> tuple[str, str] | None:
-        """The tunnel a client request is for and the path to forward: ``{name}.{domain}``
-        hosts keep the whole path, ``/t/{name}/...`` loses the prefix."""
+        """The tunnel a client request is for and the path to forward, as the client encoded
+        it: ``{name}.{domain}`` hosts keep the whole path, ``/t/{name}/...`` loses the
+        prefix."""
         if self.domain is not None:
-            host = (request.header("host") or "").rsplit(":", 1)[0].lower().strip(".")
+            host = (host_of(request.header("host") or "") or "").lower().strip(".")
             if host.endswith("." + self.domain):
                 name = host[: -len(self.domain) - 1]
                 if name and "." not in name:
-                    return name, request.path
+                    return name, request.raw_path
         if request.path.startswith(PUBLIC_PREFIX):
-            name, _, rest = request.path[len(PUBLIC_PREFIX):].partition("/")
-            return name, "/" + rest
+            name = request.path[len(PUBLIC_PREFIX):].partition("/")[0]
+            encoded = request.raw_path[len(PUBLIC_PREFIX):].partition("/")[2]
+            return name, "/" + encoded
         return None
 
     async def _client(self, request: HttpRequest, send: Send) -> None:
         if request.path in _OWN_PATHS and not (
                 self.domain and (request.header("host") or "").endswith(self.domain)):
             if request.path == "/health":
-                await send_json(send, 200, {"status": "ok", "tunnels": sorted(self.agents)})
+                await send_json(send, 200, {"status": "ok", "tunnels": len(self.agents)})
             else:
                 await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
             return
@@ -236,35 +251,48 @@ class TunnelRelay:
             return
         name, rest = found
         note(backend=name[:63])
+        query = request.query_string.decode("latin-1")
+        headers = request_headers(request.scope["headers"],
+                                  forward_authorization=self.authenticator is None)
+        try:
+            check_request_head(request.method, rest, query, headers)
+        except HeadRefused as exc:
+            await send_json(send, exc.status, {"error": "invalid_request",
+                                               "error_description": str(exc)})
+            return
         agent = self.agents.get(name)
         if agent is None:
             await send_json(send, 503, {"error": "tunnel_not_connected", "error_description":
                                         f"no agent is connected for tunnel {name[:63]!r}"},
                             [("retry-after", "5")])
             return
-        try:
-            body = await request.body(self.max_body_bytes)
-        except BodyTooLarge as exc:
-            await send_json(send, 413, {"error": "request_too_large",
-                                        "error_description": str(exc)})
-            return
-        link = agent.link
-        headers = request_headers(request.scope["headers"],
-                                  forward_authorization=self.authenticator is None)
-        with trio.move_on_after(self.slot_wait) as waited:
-            await agent.slots.acquire()
-        if waited.cancelled_caught:
-            await send_json(send, 503, {"error": "tunnel_busy", "error_description":
-                                        f"tunnel {name!r} has {self.max_streams} exchanges in "
-                                        f"flight"}, [("retry-after", "1")])
-            return
-        try:
-            self.metrics.streams.inc()
-            self.metrics.bytes.labels("to_target").inc(len(body))
-            await self._exchange(request, send, name, rest, link, headers, body)
-        finally:
-            self.metrics.streams.dec()
-            agent.slots.release()
+        async with self.bodies.reserve(request.client,
+                                       request.body_bound(self.max_body_bytes)) as room:
+            if not room:
+                await send_json(send, 503, {"error": "relay_busy", "error_description":
+                                            "the relay holds as many request bodies as it "
+                                            "may; try again"}, [("retry-after", "1")])
+                return
+            try:
+                body = await request.body(self.max_body_bytes)
+            except BodyTooLarge as exc:
+                await send_json(send, 413, {"error": "request_too_large",
+                                            "error_description": str(exc)})
+                return
+            with trio.move_on_after(self.slot_wait) as waited:
+                await agent.slots.acquire()
+            if waited.cancelled_caught:
+                await send_json(send, 503, {"error": "tunnel_busy", "error_description":
+                                            f"tunnel {name!r} has {self.max_streams} exchanges "
+                                            f"in flight"}, [("retry-after", "1")])
+                return
+            try:
+                self.metrics.streams.inc()
+                self.metrics.bytes.labels("to_target").inc(len(body))
+                await self._exchange(request, send, name, rest, agent.link, headers, body)
+            finally:
+                self.metrics.streams.dec()
+                agent.slots.release()
 
     async def _exchange(self, request: HttpRequest, send: Send, name: str, rest: str,
                         link: TunnelLink, headers: list[tuple[str, str]], body: bytes) -> None:
@@ -272,6 +300,10 @@ class TunnelRelay:
             stream_id, opening = link.protocol.open_stream(
                 request.method, rest, request.query_string.decode("latin-1"), headers,
                 end=not body)
+        except HeadRefused as exc:  # a head larger than the protocol carries
+            await send_json(send, exc.status, {"error": "invalid_request",
+                                               "error_description": str(exc)})
+            return
         except ValueError as exc:  # the agent went between the lookup and now
             await send_json(send, 503, {"error": "tunnel_busy", "error_description": str(exc)},
                             [("retry-after", "1")])
