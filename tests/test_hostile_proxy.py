@@ -8,18 +8,23 @@ nowhere else, and that the proxy serves well-behaved requests afterwards. The ru
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from typing import Any
 
 import orjson
 import pytest
 import trio
 
 from vmcp_trio.app.proxy import build_proxy
+from vmcp_trio.auth.oauth.discovery import FetchError
 from vmcp_trio.http.body_budget import BodyBudget
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.http.origin import host_of
 from vmcp_trio.protocol.targets import forwarded_url, target_problem
+from vmcp_trio.proxy.remote_login import LoginFailed, RemoteLogin, _Challenge
+from vmcp_trio.proxy.settings import RemoteAuthSettings
 
 from .fixtures.sdk_servers import make_server, serving
 from .helpers import free_port
@@ -242,3 +247,45 @@ async def test_a_reservation_waits_for_room() -> None:
         await trio.sleep(0.1)
         assert not got
     assert got == [True] and budget.reserved == 0
+
+
+# --- the remote login's discovery ------------------------------------------------------------
+
+@pytest.mark.parametrize("challenge", [
+    {"resource_metadata": "http://127.0.0.1:{port}/.well-known/oauth-protected-resource"},
+    {"resource_metadata": "http://[::1]:{port}/x", "realm": "http://127.0.0.1:{port}"},
+    {"realm": "http://127.0.0.1:{port}"},
+    {"resource_metadata": "http://localhost:{port}/prm", "realm": "https://127.0.0.1:{port}/"},
+])
+async def test_a_public_remotes_401_cannot_steer_discovery_to_loopback(
+        challenge: dict[str, str]) -> None:
+    """A public remote's challenge names loopback (or private) URLs: none is fetched (the login
+    fails, or falls back to the target's own origin). With --remote-auth-allow-private the same
+    challenge is followed (so the recording server would have seen the requests)."""
+    async with recording_remote() as (remote_url, remote):
+        port = remote_url.split("/")[2].rsplit(":", 1)[1]
+        named = _Challenge(**{k: v.format(port=port) for k, v in challenge.items()})
+        for allowed in (False, True):
+            login = RemoteLogin(RemoteAuthSettings(allow_private=allowed),
+                                target="https://mcp.example.test/mcp", server_name="remote",
+                                client=HttpClient(), store=None)
+            login._challenge = named
+            with trio.fail_after(20), contextlib.suppress(FetchError, LoginFailed):
+                await login._discover()
+            if not allowed:
+                assert not remote.seen
+                assert login.metadata is None or login.metadata.issuer == (
+                    "https://mcp.example.test")
+            await login.client.aclose()
+        assert remote.seen  # allowed: the loopback URLs were fetched
+
+
+def test_the_allowance_comes_from_the_configuration_alone() -> None:
+    def local(target: str, **settings: Any) -> bool:
+        return RemoteLogin(RemoteAuthSettings(**settings), target=target, server_name="r",
+                           client=HttpClient(), store=None).local
+
+    assert not local("https://mcp.example.com/mcp")
+    assert local("http://127.0.0.1:9/mcp") and local("http://localhost:9/mcp")
+    assert local("https://mcp.example.com/mcp", issuer="http://localhost:8080")
+    assert local("https://mcp.example.com/mcp", allow_private=True)

@@ -68,6 +68,10 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
                         help="do not open a browser for the OAuth flow")
     remote.add_argument("--remote-auth-timeout", type=duration, default="30s",
                         metavar="DURATION", help="timeout of the OAuth flow (default: 30s)")
+    remote.add_argument("--remote-auth-allow-private", action="store_true",
+                        help="the remote's authorization server may be reached over plain http "
+                             "and at private addresses (an in-cluster server; implied when "
+                             "the target or the configured issuer is on loopback)")
     headers = parser.add_argument_group("headers and token exchange")
     headers.add_argument("--remote-forward-headers", action="append", default=[],
                          metavar="NAME=VALUE",

@@ -170,7 +170,8 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         for flag in ("remote_auth_issuer", "remote_auth_authorize_url", "remote_auth_token_url",
                      "remote_auth_client_id", "remote_auth_client_secret",
                      "remote_auth_client_secret_file", "remote_auth_resource",
-                     "remote_auth_scopes", "remote_auth_scope_param_name"):
+                     "remote_auth_scopes", "remote_auth_scope_param_name",
+                     "remote_auth_allow_private"):
             if getattr(args, flag):
                 check.error(f"--{flag.replace('_', '-')} needs --remote-auth")
         return None
@@ -196,7 +197,8 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         resource=args.remote_auth_resource,
         scope_param_name=args.remote_auth_scope_param_name or "scope",
         callback_port=args.remote_auth_callback_port,
-        skip_browser=args.remote_auth_skip_browser, timeout=args.remote_auth_timeout)
+        skip_browser=args.remote_auth_skip_browser, timeout=args.remote_auth_timeout,
+        allow_private=args.remote_auth_allow_private)
 
 
 def _token_exchange(args: argparse.Namespace, check: _Checker,

@@ -2,7 +2,12 @@
 token it then sends (a :class:`~.credentials.RemoteCredential`).
 
 How the login is found (each step through :mod:`vmcp_trio.auth.oauth`, with its bounded fetches
-and SSRF rules; https everywhere except on loopback addresses):
+and SSRF rules). Every URL is fetched over https at public addresses only, unless the
+operator's own configuration says the login is local: the target (``--target-uri``) or a
+configured issuer or authorization URL is on loopback, or ``--remote-auth-allow-private`` is
+given. That allowance is decided once, from the configuration, and never from a URL the remote
+or a document names (``resource_metadata``, an issuer, a ``realm``, an endpoint): a public
+remote cannot steer the proxy to loopback or private addresses.
 
 1. The authorization server: ``--remote-auth-authorize-url`` + ``--remote-auth-token-url``
    as given; else ``--remote-auth-issuer``'s metadata (RFC 8414 / OIDC); else the remote's own
@@ -139,6 +144,11 @@ class RemoteLogin:
         self.open_url = open_url or (lambda url, left: announce(
             url, left, open_browser=not settings.skip_browser))
         self.resource = settings.resource or canonical_uri(target)
+        self.local = settings.allow_private or any(
+            url is not None and is_loopback_url(url)
+            for url in (target, settings.issuer, settings.authorize_url, settings.token_url))
+        """Plain http and private addresses are allowed for this login (decided from the
+        configuration alone)."""
         self.metadata: AuthorizationServerMetadata | None = None
         self.credentials: ClientCredentials | None = None
         self.redirect_uri: str | None = None
@@ -239,11 +249,10 @@ class RemoteLogin:
         if (metadata_url is None or self.metadata is None or self.settings.issuer
                 or self.settings.authorize_url):
             return False
-        local = is_loopback_url(metadata_url)
         try:
             resource = await protected_resource_metadata(
-                self.client, self.resource, metadata_url=metadata_url, allow_http=local,
-                allow_private=local)
+                self.client, self.resource, metadata_url=metadata_url, allow_http=self.local,
+                allow_private=self.local)
         except FetchError:
             return False
         if not resource.authorization_servers or (
@@ -381,9 +390,8 @@ class RemoteLogin:
             self.scopes = settings.scopes or ()
             return
         if settings.issuer:
-            local = is_loopback_url(settings.issuer)
             metadata = await authorization_server_metadata(
-                self.client, settings.issuer, allow_http=local, allow_private=local)
+                self.client, settings.issuer, allow_http=self.local, allow_private=self.local)
             self.scopes = settings.scopes if settings.scopes is not None else OIDC_DEFAULT_SCOPES
         else:
             challenge = self._challenge or await self._probe()
@@ -420,11 +428,10 @@ class RemoteLogin:
         settings = self.settings
         issuer: str | None = None
         scopes: tuple[str, ...] = ()
-        local = is_loopback_url(challenge.resource_metadata or self.target)
         try:
             resource = await protected_resource_metadata(
                 self.client, self.resource, metadata_url=challenge.resource_metadata,
-                allow_http=local, allow_private=local)
+                allow_http=self.local, allow_private=self.local)
             if not resource.authorization_servers:
                 raise LoginFailed(f"the protected resource metadata of {self.resource} names "
                                   "no authorization server")
@@ -445,9 +452,8 @@ class RemoteLogin:
                          "origin is taken as the authorization server (2025-03-26)", exc)
                 return await self._origin_as_issuer(challenge)
         self._choose_scopes(challenge, scopes)
-        local = is_loopback_url(issuer)
-        return await authorization_server_metadata(self.client, issuer, allow_http=local,
-                                                   allow_private=local)
+        return await authorization_server_metadata(self.client, issuer, allow_http=self.local,
+                                                   allow_private=self.local)
 
     def _choose_scopes(self, challenge: _Challenge, advertised: tuple[str, ...]) -> None:
         if self.settings.scopes is not None:
@@ -463,10 +469,10 @@ class RemoteLogin:
         parts = urlsplit(self.target)
         origin = f"{parts.scheme}://{parts.netloc}"
         self._choose_scopes(challenge, ())
-        local = is_loopback_url(origin)
         try:
-            return await authorization_server_metadata(self.client, origin, allow_http=local,
-                                                       allow_private=local)
+            return await authorization_server_metadata(self.client, origin,
+                                                       allow_http=self.local,
+                                                       allow_private=self.local)
         except FetchError as exc:
             log.info("remote login: no metadata at %s (%s): its default endpoints", origin, exc)
         return AuthorizationServerMetadata(
@@ -533,12 +539,12 @@ class RemoteLogin:
         if endpoint is None:
             raise LoginFailed(f"the authorization server {self.metadata.issuer} offers no "
                               "dynamic client registration: give --remote-auth-client-id")
-        local = is_loopback_url(endpoint)
         try:
             registered = await register_client(
                 self.client, endpoint, redirect_uris=[redirect_uri],
                 client_name=f"vmcp proxy ({self.server_name})",
-                scope=" ".join(self.scopes) or None, allow_http=local, allow_private=local)
+                scope=" ".join(self.scopes) or None, allow_http=self.local,
+                allow_private=self.local)
         except (RegistrationError, FetchError) as exc:
             raise LoginFailed(f"dynamic client registration failed: {exc}") from None
         log.info("remote login: registered client %s at %s", registered.client_id, endpoint)

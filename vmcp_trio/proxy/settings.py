@@ -31,6 +31,9 @@ class RemoteAuthSettings:
     callback_port: int = 8666
     skip_browser: bool = False
     timeout: float = 30.0
+    allow_private: bool = False
+    """``--remote-auth-allow-private``: the authorization server may be reached over plain
+    http and at private addresses, wherever a document names it."""
 
 
 @dataclass(frozen=True)
