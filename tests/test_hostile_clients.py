@@ -34,7 +34,7 @@ from .authserver_helpers import (
     tokens,
 )
 from .fixtures.idp import Idp
-from .gateway_helpers import RawClient, StatelessClient, quickstart_docs
+from .gateway_helpers import RawClient, StatelessClient, quickstart_docs, running_gateway
 from .serve_helpers import Served, serving
 
 MARKER = "PAYLOAD-MARKER-7f3a"
@@ -466,6 +466,63 @@ async def test_a_session_s_requests_at_work_are_bounded(tight: Served) -> None:
     assert all("result" in reply.messages[-1] for reply in replies)
     assert (await client.request("ping")).status == 200
     await client.aclose()
+
+
+async def post_from(url: str, source: str, payload: Any, session: str | None = None,
+                    version: str = "2025-11-25") -> tuple[int, dict[str, str]]:
+    """POST ``payload`` from the loopback address ``source`` (each address is another client
+    under anonymous auth): the status and the headers of the answer."""
+    host, port = url.split("/")[2].rsplit(":", 1)
+    sock = trio.socket.socket()
+    await sock.bind((source, 0))
+    await sock.connect((host, int(port)))
+    stream = trio.SocketStream(sock)
+    body = orjson.dumps(payload)
+    extra = f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {version}\r\n" \
+        if session else ""
+    await stream.send_all(
+        f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\n{extra}Connection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    received = b""
+    with trio.fail_after(15):
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+    await stream.aclose()
+    head = received.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    pairs = (line.split(": ", 1) for line in head[1:] if ": " in line)
+    return int(head[0].split()[1]), {name.lower(): value for name, value in pairs}
+
+
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t"}}}
+PING = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+
+
+async def test_one_client_cannot_take_every_session_of_the_gateway() -> None:
+    """--max-sessions 6, one client holding all six: each newcomer is served, the greedy
+    client giving up its longest-idle sessions, until the table is shared out evenly; then a
+    newcomer is refused (503) only because every client holds its share."""
+    async with running_gateway(quickstart_docs(), max_sessions=6) as (url, process):
+        gateway = process.gateway
+        greedy = [(await post_from(url, "127.0.0.2", INITIALIZE))[1]["mcp-session-id"]
+                  for _ in range(6)]
+        newcomers = []
+        for n in range(3, 6):  # three others arrive: each gets a session
+            status, headers = await post_from(url, f"127.0.0.{n}", INITIALIZE)
+            assert status == 200
+            newcomers.append((f"127.0.0.{n}", headers["mcp-session-id"]))
+        alive = [(await post_from(url, "127.0.0.2", PING, s))[0] for s in greedy]
+        assert alive == [404, 404, 404, 200, 200, 200]  # its oldest three made room
+        for source, session in newcomers:
+            assert (await post_from(url, source, PING, session))[0] == 200
+        status, _ = await post_from(url, "127.0.0.6", INITIALIZE)  # 3 + 1 + 1 + 1: room
+        assert (status, gateway.held()) == (200, 6)
+        status, _ = await post_from(url, "127.0.0.7", INITIALIZE)  # 2 + 1 x 4: room
+        assert status == 200
+        status, headers = await post_from(url, "127.0.0.8", INITIALIZE)  # 1 each: full
+        assert status == 503 and headers.get("retry-after")
+        assert gateway.metrics.registry.get_sample_value("vmcp_sessions_evicted_total") == 5
 
 
 # --- with the embedded authorization server ----------------------------------------------------

@@ -159,13 +159,10 @@ class Gateway:
 
     async def create_session(self, revision: Revision, client_capabilities: dict[str, Any],
                              client_info: dict[str, Any], caller: Caller) -> ClientSession:
-        """A new handshake session. Raises :class:`TooManySessions` when the gateway holds
-        ``max_sessions``, or this client ``max_sessions_per_client`` all with a stream open
-        (otherwise its longest-idle session makes room: a client that never says DELETE
-        cannot lock itself, or anyone, out)."""
-        if len(self.sessions) >= self.settings.max_sessions:
-            raise TooManySessions(f"the gateway holds {len(self.sessions)} sessions, the most "
-                                  "it may; try again later", status=503)
+        """A new handshake session. Past ``max_sessions_per_client`` this client's longest-idle
+        session without an open stream makes room (429 when every one has a stream open: a
+        client that never says DELETE cannot lock itself, or anyone, out); a full gateway makes
+        room by :meth:`_make_room` (503 when it cannot). Raises :class:`TooManySessions`."""
         mine = self._by_client.setdefault(caller.client_key, {})
         if len(mine) >= self.settings.max_sessions_per_client:
             idle = [s for s in mine.values() if s.open_connections == 0]
@@ -176,17 +173,60 @@ class Gateway:
             oldest = min(idle, key=lambda s: s.last_active)
             log.info("session %s ended: its client opened more than %d sessions",
                      oldest.id[:8], self.settings.max_sessions_per_client)
-            del mine[oldest.id]
-            oldest.close()
+            self._end_for_room(oldest)
+        self._make_room(caller.client_key)
         assert self._sessions_nursery is not None
         session = ClientSession(self.services, secrets.token_urlsafe(24), revision,
                                 client_capabilities, client_info, caller)
         self.sessions[session.id] = session
-        mine[session.id] = session
+        self._by_client.setdefault(caller.client_key, {})[session.id] = session
         await self._sessions_nursery.start(session.run)
         if self.sharing is not None:
             await self.sharing.created(session)
         return session
+
+    def held(self) -> int:
+        """Sessions and 2026-07-28 contexts held (what ``max_sessions`` bounds)."""
+        return len(self.sessions) + len(self.stateless_sessions)
+
+    def _make_room(self, newcomer: tuple[str, ...]) -> None:
+        """Room for one more session of the client ``newcomer`` (:attr:`Caller.client_key`)
+        when the gateway holds ``max_sessions``, so that no client is refused because of
+        another one: the client holding the most sessions gives up its longest-idle one
+        (one without an open stream first) when it holds at least two more than the newcomer
+        does; the newcomer gives up its own when it holds as many as anyone. Only a table
+        shared out evenly (every client at most one session more than the newcomer, who holds
+        none) is full: :class:`TooManySessions` (503)."""
+        if self.held() < self.settings.max_sessions:
+            return
+        own = len(self._by_client.get(newcomer, ()))
+        largest = max(self._by_client.values(), key=len, default={})
+        if len(largest) > own + 1:
+            holder = largest
+        elif own:
+            holder = self._by_client[newcomer]
+        else:
+            raise TooManySessions(f"the gateway holds {self.held()} sessions, the most it "
+                                  "may, shared out evenly among its clients; try again later",
+                                  status=503)
+        victim = min(holder.values(), key=lambda s: (s.open_connections > 0, s.last_active))
+        log.info("session %s ended to make room: the gateway holds %d sessions, the most it "
+                 "may, and its client held %d of them", victim.id[:8], self.held(),
+                 len(holder))
+        self.metrics.sessions_evicted.inc()
+        self._end_for_room(victim)
+
+    def _end_for_room(self, session: ClientSession) -> None:
+        """End ``session`` now and take it out of the table at once (its task finishes
+        later)."""
+        if self.sessions.get(session.id) is session:
+            del self.sessions[session.id]
+        mine = self._by_client.get(session.client_key)
+        if mine is not None:
+            mine.pop(session.id, None)
+            if not mine:
+                del self._by_client[session.client_key]
+        session.close()
 
     async def stateless_session(self, caller: Caller) -> ClientSession:
         """The context of an identity's 2026-07-28 requests: a session no client can name,
@@ -198,6 +238,7 @@ class Gateway:
             if session is not None and not session.closed.is_set():
                 session.caller = caller
                 return session
+            self._make_room(caller.client_key)
             assert self._sessions_nursery is not None
             session = ClientSession(self.services, "stateless-" + secrets.token_urlsafe(12),
                                     STATELESS, RELAY_CAPABILITIES, {}, caller)
@@ -229,9 +270,7 @@ class Gateway:
         if waiting is not None:
             await waiting.wait()
             return self.sessions.get(session_id)
-        if len(self.sessions) >= self.settings.max_sessions:
-            raise TooManySessions(f"the gateway holds {len(self.sessions)} sessions, the most "
-                                  "it may; try again later", status=503)
+        self._make_room(caller.client_key)
         self._adopting[session_id] = done = trio.Event()
         try:
             record = await sharing.load(session_id, caller)
@@ -332,8 +371,8 @@ class Gateway:
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
         mine = self._by_client.get(session.client_key)
-        if mine is not None:
-            mine.pop(session.id, None)
+        if mine is not None and mine.get(session.id) is session:
+            del mine[session.id]
             if not mine:
                 del self._by_client[session.client_key]
         if self.stateless_sessions.get(session.identity.key) is session:

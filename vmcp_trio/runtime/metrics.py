@@ -78,6 +78,9 @@ class Metrics:
         self.faults = Counter("vmcp_faults", "Unexpected errors contained where they happened, "
                               "by what they ended: request, session or connection",
                               ["scope"], registry=self.registry)
+        self.sessions_evicted = Counter("vmcp_sessions_evicted", "Sessions ended to make room "
+                                        "for another client's when the gateway held "
+                                        "--max-sessions", registry=self.registry)
         self.client_disconnects = Counter("vmcp_client_disconnects", "Clients that left before "
                                           "their request was read or answered",
                                           registry=self.registry)
