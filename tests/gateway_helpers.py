@@ -284,3 +284,31 @@ class StatelessClient:
     async def call(self, tool: str, arguments: dict[str, Any], **params: Any) -> Reply:
         return await self.post("tools/call", {"name": tool, "arguments": arguments, **params},
                                name=tool)
+
+
+async def post_from(url: str, source: str, payload: Any, session: str | None = None,
+                    version: str = "2025-11-25") -> tuple[int, dict[str, str]]:
+    """POST ``payload`` as JSON to ``url`` from the loopback address ``source`` (each address
+    is another client under anonymous auth, and for the authorization server's limits): the
+    status and the headers of the answer."""
+    host, port = url.split("/")[2].rsplit(":", 1)
+    path = "/" + url.split("/", 3)[3]
+    sock = trio.socket.socket()
+    await sock.bind((source, 0))
+    await sock.connect((host, int(port)))
+    stream = trio.SocketStream(sock)
+    body = orjson.dumps(payload)
+    extra = f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {version}\r\n" \
+        if session else ""
+    await stream.send_all(
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\n{extra}Connection: close\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    received = b""
+    with trio.fail_after(15):
+        while chunk := await stream.receive_some(65536):
+            received += chunk
+    await stream.aclose()
+    head = received.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    pairs = (line.split(": ", 1) for line in head[1:] if ": " in line)
+    return int(head[0].split()[1]), {name.lower(): value for name, value in pairs}

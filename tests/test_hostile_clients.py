@@ -34,7 +34,13 @@ from .authserver_helpers import (
     tokens,
 )
 from .fixtures.idp import Idp
-from .gateway_helpers import RawClient, StatelessClient, quickstart_docs, running_gateway
+from .gateway_helpers import (
+    RawClient,
+    StatelessClient,
+    post_from,
+    quickstart_docs,
+    running_gateway,
+)
 from .serve_helpers import Served, serving
 
 MARKER = "PAYLOAD-MARKER-7f3a"
@@ -466,32 +472,6 @@ async def test_a_session_s_requests_at_work_are_bounded(tight: Served) -> None:
     assert all("result" in reply.messages[-1] for reply in replies)
     assert (await client.request("ping")).status == 200
     await client.aclose()
-
-
-async def post_from(url: str, source: str, payload: Any, session: str | None = None,
-                    version: str = "2025-11-25") -> tuple[int, dict[str, str]]:
-    """POST ``payload`` from the loopback address ``source`` (each address is another client
-    under anonymous auth): the status and the headers of the answer."""
-    host, port = url.split("/")[2].rsplit(":", 1)
-    sock = trio.socket.socket()
-    await sock.bind((source, 0))
-    await sock.connect((host, int(port)))
-    stream = trio.SocketStream(sock)
-    body = orjson.dumps(payload)
-    extra = f"Mcp-Session-Id: {session}\r\nMCP-Protocol-Version: {version}\r\n" \
-        if session else ""
-    await stream.send_all(
-        f"POST /mcp HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-        f"Accept: application/json, text/event-stream\r\n{extra}Connection: close\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-    received = b""
-    with trio.fail_after(15):
-        while chunk := await stream.receive_some(65536):
-            received += chunk
-    await stream.aclose()
-    head = received.partition(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    pairs = (line.split(": ", 1) for line in head[1:] if ": " in line)
-    return int(head[0].split()[1]), {name.lower(): value for name, value in pairs}
 
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

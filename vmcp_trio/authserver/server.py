@@ -61,6 +61,7 @@ from ..runtime.supervisor import NamedTask
 from .cimd import ClientDocumentError, ClientDocuments
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
+from .rates import AddressRate
 from .refresher import UpstreamRefresher
 from .storage import (
     CodeGrant,
@@ -97,7 +98,13 @@ UNUSED_CLIENT_LIFETIME = 24 * 3600.0
 fades); its first login extends it to CLIENT_LIFETIME."""
 PENDING_LIFETIME = 600.0
 REGISTRATIONS_PER_MINUTE = 20
+REGISTRATIONS_PER_MINUTE_ALL = 120
+"""Registrations from every address together (per replica)."""
 AUTHORIZATIONS_PER_MINUTE = 30
+AUTHORIZATIONS_PER_MINUTE_ALL = 600
+"""Logins started from every address together (per replica): with PENDING_LIFETIME, at most
+6,000 pending logins, within the pending table's 10,000, so the table never fills and refuses
+everyone."""
 MAX_STATE_CHARS = 1024
 CONSENT_LIFETIME = 600
 """Seconds a consent page's form stays valid."""
@@ -111,28 +118,6 @@ _PAGE_HEADERS = [("cache-control", "no-store"), ("x-frame-options", "DENY"),
                  ("referrer-policy", "no-referrer")]
 _NO_STORE = [("cache-control", "no-store"), ("pragma", "no-cache")]
 _CORS = [("access-control-allow-origin", "*")]
-
-
-class _RateLimit:
-    """A token bucket per client address, bounded in addresses."""
-
-    def __init__(self, per_minute: int, max_addresses: int = 10_000) -> None:
-        self.rate = per_minute / 60.0
-        self.burst = float(per_minute)
-        self.max_addresses = max_addresses
-        self.buckets: dict[str, tuple[float, float]] = {}
-
-    def retry_after(self, address: str, now: float) -> int:
-        """0 when allowed (and counted), else seconds to wait."""
-        tokens, last = self.buckets.get(address, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
-        if tokens < 1.0:
-            self.buckets[address] = (tokens, now)
-            return max(1, int((1.0 - tokens) / self.rate) + 1)
-        if len(self.buckets) >= self.max_addresses and address not in self.buckets:
-            self.buckets.clear()
-        self.buckets[address] = (tokens - 1.0, now)
-        return 0
 
 
 def _sha256(text: str) -> str:
@@ -169,8 +154,9 @@ class AuthorizationServer:
         self.revoked_sessions: dict[str, float] = {}
         """Sessions revoked in this process (replayed code, reused refresh token, revocation),
         until their tokens would have expired anyway: their access tokens stop working."""
-        self.registrations = _RateLimit(REGISTRATIONS_PER_MINUTE)
-        self.authorizations = _RateLimit(AUTHORIZATIONS_PER_MINUTE)
+        self.registrations = AddressRate(REGISTRATIONS_PER_MINUTE, REGISTRATIONS_PER_MINUTE_ALL)
+        self.authorizations = AddressRate(AUTHORIZATIONS_PER_MINUTE,
+                                         AUTHORIZATIONS_PER_MINUTE_ALL)
         """Logins started per client address: what one address may hold of the pending
         table."""
         storage.on_revoked = self.heard_revocation
@@ -287,10 +273,13 @@ class AuthorizationServer:
             await send_json(send, 405, {"error": "invalid_request",
                                         "error_description": "use POST"}, [("allow", "POST")])
             return
-        wait = self.registrations.retry_after(request.client, time.monotonic())
-        if wait:
+        refused = self.registrations.retry_after(request.client, time.monotonic())
+        if refused is not None:
+            wait, whose = refused
             await send_json(send, 429, {"error": "invalid_request", "error_description":
-                                        "too many registrations from this address"},
+                                        "too many registrations from this address"
+                                        if whose == "address" else
+                                        "too many registrations at once; try again shortly"},
                             [("retry-after", str(wait))])
             return
         content_type = (request.header("content-type") or "").split(";")[0].strip().lower()
@@ -357,11 +346,12 @@ class AuthorizationServer:
         return redirect_uri + ("&" if urlsplit(redirect_uri).query else "?") + query
 
     async def authorize(self, request: HttpRequest, send: Send) -> None:
-        wait = self.authorizations.retry_after(request.client, time.monotonic())
-        if wait:
-            await send_text(send, 429, "Authorization failed: too many logins started from "
-                            "this address; try again shortly\n",
-                            headers=[("retry-after", str(wait))])
+        refused = self.authorizations.retry_after(request.client, time.monotonic())
+        if refused is not None:
+            wait, whose = refused
+            await send_text(send, 429, "Authorization failed: too many logins started "
+                            f"{'from this address' if whose == 'address' else 'at once'}; "
+                            "try again shortly\n", headers=[("retry-after", str(wait))])
             return
         if request.method == "POST":
             await self._consent_answer(request, send)
@@ -716,9 +706,9 @@ class AuthorizationServer:
         await self.storage.set_code_family(code_id, family_id)
         if self.documents.is_document_client(client.client_id):
             return answer, grant.subject  # not registered here: nothing to keep
-        if client.expires_at - time.time() < CLIENT_LIFETIME / 2:  # a client in use stays
-            await self.storage.put_client(dataclasses.replace(
-                client, expires_at=time.time() + CLIENT_LIFETIME))
+        if not client.used or client.expires_at - time.time() < CLIENT_LIFETIME / 2:
+            await self.storage.put_client(dataclasses.replace(  # a client in use stays
+                client, used=True, expires_at=time.time() + CLIENT_LIFETIME))
         return answer, grant.subject
 
     def _same_resource(self, form: dict[str, str], bound: str | None) -> str | None:

@@ -3,7 +3,10 @@
 Records (all with an expiry; storage drops them after it):
 
 * :class:`RegisteredClient`: a client registered with RFC 7591 (its metadata, and the SHA-256 of
-  its secret for a confidential client).
+  its secret for a confidential client). A registration that has not completed a login yet
+  (``used`` false) is one of at most ``max_unused_clients``: a newer one pushes the oldest
+  out, so a flood of registrations that are never used costs bounded memory and never locks
+  registration.
 * :class:`PendingAuthorization`: an ``/oauth/authorize`` in progress, keyed by the internal state
   of its current upstream leg (a fresh one per leg, single use: :meth:`Storage.take_pending`).
 * :class:`CodeGrant`: an issued authorization code, keyed by the code's id. Redeemed once; a
@@ -27,8 +30,9 @@ from typing import Protocol
 
 from ...runtime.redis import StorageUnavailable
 
-__all__ = ["ROTATION_GRACE", "CodeGrant", "PendingAuthorization", "RefreshFamily",
-           "RegisteredClient", "Storage", "StorageFull", "StorageUnavailable", "StoredUpstream"]
+__all__ = ["MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant", "PendingAuthorization",
+           "RefreshFamily", "RegisteredClient", "Storage", "StorageFull", "StorageUnavailable",
+           "StoredUpstream"]
 
 
 ROTATION_GRACE = 10.0
@@ -37,6 +41,11 @@ as the one it was replaced with was never used: a client whose answer was lost (
 error, a Redis failover between the write and the reply) retries with the token it still
 holds, and that is not reuse. Any other old token, or the replaced one after its successor
 was used, revokes the family."""
+
+
+MAX_UNUSED_CLIENTS = 2_000
+"""Registrations kept that have not completed a login (about 30 KB each at the most metadata
+a registration may carry: 60 MB in all, at worst)."""
 
 
 class StorageFull(StorageUnavailable):
@@ -58,6 +67,9 @@ class RegisteredClient:
     expires_at: float
     application_type: str = "web"
     """OpenID Connect Registration's ``application_type`` ("web" or "native"), as registered."""
+    used: bool = False
+    """A login of this client completed (until then it may be pushed out by newer unused
+    registrations)."""
 
 
 @dataclass(frozen=True)
@@ -150,7 +162,10 @@ class Storage(Protocol):
         """Why the storage cannot serve now (for readiness), or None: it can."""
         ...
 
-    async def put_client(self, client: RegisteredClient) -> None: ...
+    async def put_client(self, client: RegisteredClient) -> None:
+        """Keep ``client``; while it is not ``used``, among the newest
+        :data:`MAX_UNUSED_CLIENTS` unused ones (the oldest unused is forgotten)."""
+        ...
     async def get_client(self, client_id: str) -> RegisteredClient | None: ...
 
     async def put_pending(self, pending: PendingAuthorization) -> None: ...

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from . import (
+    MAX_UNUSED_CLIENTS,
     ROTATION_GRACE,
     CodeGrant,
     PendingAuthorization,
@@ -66,10 +67,14 @@ class _Table(Generic[T]):
 
 
 class MemoryStorage:
-    def __init__(self, *, limit: int = 100_000, pending_limit: int = 10_000) -> None:
+    def __init__(self, *, limit: int = 100_000, pending_limit: int = 10_000,
+                 max_unused_clients: int = MAX_UNUSED_CLIENTS) -> None:
         self.clients: _Table[RegisteredClient] = _Table(
             limit, full=f"{limit} clients are registered, the most this server holds; try "
                         "again when unused registrations have expired")
+        self.unused: OrderedDict[str, None] = OrderedDict()
+        """The registrations without a login yet, oldest first."""
+        self.max_unused_clients = max_unused_clients
         self.pending: _Table[PendingAuthorization] = _Table(
             pending_limit, full=f"{pending_limit} logins are in progress, the most this server "
                                 "holds; try again shortly")
@@ -86,6 +91,13 @@ class MemoryStorage:
 
     async def put_client(self, client: RegisteredClient) -> None:
         self.clients.put(client.client_id, client, client.expires_at)
+        if client.used:
+            self.unused.pop(client.client_id, None)
+            return
+        self.unused[client.client_id] = None
+        while len(self.unused) > self.max_unused_clients:
+            oldest, _ = self.unused.popitem(last=False)
+            self.clients.pop(oldest)
 
     async def get_client(self, client_id: str) -> RegisteredClient | None:
         return self.clients.get(client_id)

@@ -4,7 +4,9 @@ Layout, every key under the VirtualMCPServer's prefix (``vmcp:auth:{ns:name}:`` 
 two gateways never read each other's rows) and every key with a TTL:
 
 =============================  ================================================================
-``client:<id>``                a registered client (JSON)
+``client:<id>``                a registered client (JSON); ``unused-clients`` the sorted set
+                               of those without a login yet, by registration time (the
+                               newest ``max_unused_clients`` are kept, one Lua script)
 ``pending:<state>``            a login in progress, sealed (it carries PKCE verifiers and the
                                tokens of finished legs); taken with GETDEL (single use)
 ``code:<key>``                 an authorization code's grant (JSON); ``code-used:<key>`` set NX
@@ -44,6 +46,7 @@ from ...auth.sealing import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
 from ...runtime.redis import RedisConnection, milliseconds
 from . import (
+    MAX_UNUSED_CLIENTS,
     ROTATION_GRACE,
     CodeGrant,
     PendingAuthorization,
@@ -57,6 +60,8 @@ __all__ = ["RedisStorage"]
 log = logging.getLogger("vmcp.authserver.redis")
 
 T = TypeVar("T")
+UNUSED_WINDOW = 30 * 24 * 3600.0
+"""Entries of ``unused-clients`` older than this are dropped (their client expired long ago)."""
 _ROTATE = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 local current = redis.call('GET', KEYS[1])
@@ -69,6 +74,21 @@ end
 redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
 return 0
 """
+
+
+_PUT_UNUSED = """
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[6])
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+local over = redis.call('ZCARD', KEYS[1]) - tonumber(ARGV[5])
+if over > 0 then
+  local oldest = redis.call('ZPOPMIN', KEYS[1], over)
+  for i = 1, #oldest, 2 do redis.call('DEL', ARGV[7] .. oldest[i]) end
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return over
+"""
+"""Keep an unused registration among the newest ``limit`` (those that expired go first)."""
 
 
 def _encode(record: Any) -> bytes:
@@ -85,8 +105,10 @@ def _decode(cls: type[T], data: str | bytes) -> T:
 
 
 class RedisStorage:
-    def __init__(self, plan: RedisPlan, seal_secrets: Sequence[bytes]) -> None:
+    def __init__(self, plan: RedisPlan, seal_secrets: Sequence[bytes], *,
+                 max_unused_clients: int = MAX_UNUSED_CLIENTS) -> None:
         self.redis = RedisConnection(plan, plan.key_prefix)
+        self.max_unused_clients = max_unused_clients
         self.sealer = Sealer(seal_secrets, info=STORAGE_INFO)
         self.on_revoked: Callable[[str, float], None] | None = None
         """Told of every session revoked by any replica (the revocations channel)."""
@@ -122,9 +144,19 @@ class RedisStorage:
     # --- clients, pending logins, codes -----------------------------------------------------
 
     async def put_client(self, client: RegisteredClient) -> None:
-        ttl = milliseconds(client.expires_at - time.time())
-        await self._do(lambda r: r.set(self._key("client", client.client_id),
-                                       _encode(client).decode(), px=ttl))
+        now = time.time()
+        ttl = milliseconds(client.expires_at - now)
+        key, unused = self._key("client", client.client_id), self._key("unused-clients")
+        if client.used:
+            async def put(r: Redis[str]) -> None:
+                async with r.pipeline(transaction=True) as tx:
+                    tx.set(key, _encode(client).decode(), px=ttl)
+                    tx.zrem(unused, [client.client_id])
+            await self._do(put)
+            return
+        await self._do(lambda r: r.eval(_PUT_UNUSED, keys=[unused, key], args=[
+            _encode(client).decode(), ttl, now, client.client_id, self.max_unused_clients,
+            now - UNUSED_WINDOW, self._key("client", "")]))
 
     async def get_client(self, client_id: str) -> RegisteredClient | None:
         data = await self._do(lambda r: r.get(self._key("client", client_id)))
