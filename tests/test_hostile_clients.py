@@ -328,6 +328,16 @@ POST_HEAD = (b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: applicatio
              b"Accept: application/json, text/event-stream\r\n")
 
 
+@pytest.mark.parametrize("target", [b"@127.0.0.1:1/mcp", b"%40127.0.0.1/mcp", b"*",
+                                    b"http://127.0.0.1/mcp", b"/mcp%0d%0aX:%201", b"/mcp#x"])
+async def test_a_request_target_that_is_not_origin_form_is_400(gateway: Served,
+                                                               target: bytes) -> None:
+    reply = await raw_http(gateway, b"POST " + target + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                           b"Content-Type: application/json\r\n", b"{}")
+    assert reply.startswith(b"HTTP/1.1 400") and b"request-target" in reply, reply[:200]
+    await gateway.assert_serving()
+
+
 async def test_a_stalled_body_gets_408_and_the_connection_closes(gateway: Served) -> None:
     """--body-timeout 1: a body that stops arriving frees its connection."""
     started = trio.current_time()
