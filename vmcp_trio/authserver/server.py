@@ -50,6 +50,7 @@ from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 import orjson
 
 from ..auth.identity import Identity
+from ..auth.jwt import TokenError, parse_jws, verify_signature
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_empty, send_json, send_text
 from ..http.client import HttpClient
@@ -698,6 +699,8 @@ class AuthorizationServer:
             raise OAuthError("invalid_grant", "redirect_uri differs from the authorization "
                                               "request's")
         verify_pkce(grant.code_challenge, "S256", form.get("code_verifier"))
+        if await self._session_revoked(grant.session_id):
+            raise OAuthError("invalid_grant", "the login session of this code ended")
         resource = self._same_resource(form, grant.resource)
         family_id = secrets.token_urlsafe(18)
         answer = await self._issue(client.client_id, grant.subject, grant.session_id,
@@ -732,6 +735,9 @@ class AuthorizationServer:
             raise OAuthError("invalid_grant", "the refresh token was issued to another client")
         if family.revoked:
             raise OAuthError("invalid_grant", "the refresh token was revoked")
+        if await self._session_revoked(family.session_id):
+            await self.storage.revoke_family(family_id)
+            raise OAuthError("invalid_grant", "the login session of this refresh token ended")
         if self.documents.is_document_client(client.client_id):
             await self._document_still_valid(client.client_id)
         resource = self._same_resource(form, family.resource)
@@ -797,22 +803,33 @@ class AuthorizationServer:
     # --- revocation -------------------------------------------------------------------------
 
     async def _revoke_session(self, session_id: str) -> None:
-        until = time.time() + max(self.access_lifetime, 60.0)
-        self.revoked_sessions[session_id] = until
-        await self.storage.drop_session(session_id, until)
+        """End a login session: its upstream tokens are dropped, its access tokens stop working
+        here at once (and at every replica, through the storage), and its refresh tokens and
+        codes are refused for as long as one of them could still be presented."""
+        now = time.time()
+        self.revoked_sessions[session_id] = now + max(self.access_lifetime, 60.0)
+        await self.storage.drop_session(
+            session_id, now + max(self.refresh_lifetime, self.code_lifetime,
+                                  self.access_lifetime, 60.0))
+
+    async def _session_revoked(self, session_id: str) -> bool:
+        """Whether a login session ended (here, or at any replica sharing the storage)."""
+        return not self._session_live(session_id) or await self.storage.session_revoked(
+            session_id)
+
+    def _session_live(self, session_id: str) -> bool:
+        until = self.revoked_sessions.get(session_id)
+        if until is None:
+            return True
+        if until < time.time():
+            del self.revoked_sessions[session_id]
+            return True
+        return False
 
     def session_valid(self, identity: Identity) -> bool:
         """For the incoming authenticator: False when the token's session was revoked."""
         session = identity.claims.get("tsid")
-        if not isinstance(session, str):
-            return True
-        until = self.revoked_sessions.get(session)
-        if until is None:
-            return True
-        if until < time.time():
-            del self.revoked_sessions[session]
-            return True
-        return False
+        return not isinstance(session, str) or self._session_live(session)
 
     async def upstream_access_token(self, session_id: str, provider: str) -> str | None:
         """The stored upstream access token of a session (for the outgoing strategies)."""
@@ -852,8 +869,11 @@ class AuthorizationServer:
                 and stored.issuer != provider.issuer)
 
     def heard_revocation(self, session_id: str, until: float) -> None:
-        """Another replica revoked a session (the storage's broadcast)."""
-        self.revoked_sessions[session_id] = until
+        """Another replica revoked a session (the storage's broadcast): its access tokens stop
+        working here (kept in memory only as long as one could still be valid; the storage
+        remembers the revocation for the rest)."""
+        self.revoked_sessions[session_id] = min(
+            until, time.time() + max(self.access_lifetime, 60.0))
 
     async def session_not_revoked(self, identity: Identity) -> bool:
         """For a token this process sees for the first time: is its session revoked in the
@@ -867,6 +887,36 @@ class AuthorizationServer:
         except StorageUnavailable:
             return True
 
+    async def _revocable(self, token: str, client: RegisteredClient
+                         ) -> tuple[str | None, tuple[str, str]] | None:
+        """What revoking ``token`` for ``client`` ends: ``(refresh family or None, (session
+        id, subject))``; None when the token is not one of ours issued to this client (RFC 7009
+        section 2.1: only that client may revoke it; nothing is said either way). A refresh
+        token must be its family's current one (or the one it replaced, within the retry
+        grace); an access token must verify with our keys. Either ends its whole login
+        session (section 2.1 allows a server to revoke the related tokens)."""
+        family_id, _, opaque = token.partition("~")
+        presented = self.opaque.check("rt", opaque) if opaque else None
+        if presented is not None:
+            family = await self.storage.get_family(family_id)
+            if family is None or family.client_id != client.client_id or presented not in (
+                    family.current_id, family.previous_id):
+                return None
+            return family_id, (family.session_id, family.subject)
+        try:
+            parsed = parse_jws(token)
+            key = await self.keys.key_for(parsed.kid)
+            if key is None:
+                return None
+            verify_signature(parsed, key)
+        except TokenError:
+            return None
+        claims = parsed.claims
+        if (claims.get("iss") != self.issuer or claims.get("client_id") != client.client_id
+                or not isinstance(claims.get("tsid"), str)):
+            return None
+        return None, (claims["tsid"], str(claims.get("sub")))
+
     async def revoke(self, request: HttpRequest, send: Send) -> None:
         """RFC 7009: always 200 for a well-formed request (an unknown token is no error)."""
         try:
@@ -876,13 +926,12 @@ class AuthorizationServer:
             await self._oauth_error(send, exc)
             return
         token = form.get("token", "")
-        family_id, _, opaque = token.partition("~")
-        if opaque and self.opaque.check("rt", opaque) is not None:
-            family = await self.storage.get_family(family_id)
-            # Only the client the token was issued to may revoke it (RFC 7009 section 2.1).
-            if family is not None and family.client_id == client.client_id:
+        session = await self._revocable(token, client)
+        if session is not None:
+            family_id, subject = session
+            if family_id is not None:
                 await self.storage.revoke_family(family_id)
-                await self._revoke_session(family.session_id)
-                self._audit("token_revoked", "success", request, client_id=client.client_id,
-                            subject=family.subject)
+            await self._revoke_session(subject[0])
+            self._audit("token_revoked", "success", request, client_id=client.client_id,
+                        subject=subject[1])
         await send_empty(send, 200, _NO_STORE)

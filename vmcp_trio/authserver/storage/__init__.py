@@ -36,11 +36,11 @@ __all__ = ["MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant", "PendingAuthoriz
 
 
 ROTATION_GRACE = 10.0
-"""Seconds during which the refresh token a rotation replaced may be presented again, as long
-as the one it was replaced with was never used: a client whose answer was lost (a network
+"""Seconds during which the refresh token a rotation replaced may be presented again, once, as
+long as the one it was replaced with was never used: a client whose answer was lost (a network
 error, a Redis failover between the write and the reply) retries with the token it still
-holds, and that is not reuse. Any other old token, or the replaced one after its successor
-was used, revokes the family."""
+holds, and that is not reuse. Any other old token, the replaced one a second time, or after its
+successor was used, revokes the family."""
 
 
 MAX_UNUSED_CLIENTS = 2_000

@@ -139,7 +139,11 @@ class MemoryStorage:
         if family.revoked or (family.current_id != presented_id and not retry):
             family.revoked = True
             return None
-        family.previous_id, family.previous_until = presented_id, time.time() + ROTATION_GRACE
+        if retry:  # the one retry the grace allows
+            family.previous_id, family.previous_until = None, 0.0
+        else:
+            family.previous_id = presented_id
+            family.previous_until = time.time() + ROTATION_GRACE
         family.current_id = new_id
         family.expires_at = expires_at
         self.families.put(family_id, family, expires_at)

@@ -64,16 +64,20 @@ UNUSED_WINDOW = 30 * 24 * 3600.0
 """Entries of ``unused-clients`` older than this are dropped (their client expired long ago)."""
 _ROTATE = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-local current = redis.call('GET', KEYS[1])
-if current == ARGV[1] or redis.call('GET', KEYS[4]) == ARGV[1] then
+if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  redis.call('PEXPIRE', KEYS[3], ARGV[3])
-  return 1
+elseif redis.call('GET', KEYS[4]) == ARGV[1] then
+  redis.call('DEL', KEYS[4])
+else
+  redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
+  return 0
 end
-redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
-return 0
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[3])
+return 1
 """
+"""Rotate a family: its current token makes the new one current (the old one may be retried
+once within the grace); the replaced one, once; anything else revokes the family."""
 
 
 _PUT_UNUSED = """
@@ -233,16 +237,17 @@ class RedisStorage:
         await self._do(put)
 
     async def get_family(self, family_id: str) -> RefreshFamily | None:
-        async def get(r: Redis[str]) -> tuple[str | None, str | None, bool]:
+        async def get(r: Redis[str]) -> tuple[str | None, str | None, str | None, bool]:
             data = await r.get(self._key("family", family_id))
             current = await r.get(self._key("family-current", family_id))
+            previous = await r.get(self._key("family-previous", family_id))
             revoked = await r.exists([self._key("family-revoked", family_id)])
-            return data, current, bool(revoked)
-        data, current, revoked = await self._do(get)
+            return data, current, previous, bool(revoked)
+        data, current, previous, revoked = await self._do(get)
         if data is None or current is None:
             return None
         family = _decode(RefreshFamily, data)
-        family.current_id, family.revoked = current, revoked
+        family.current_id, family.previous_id, family.revoked = current, previous, revoked
         return family
 
     async def rotate(self, family_id: str, presented_id: str, new_id: str,
