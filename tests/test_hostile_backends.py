@@ -185,6 +185,36 @@ async def test_a_hostile_stdio_backend_fails_only_its_own_calls(
     no_tracebacks(caplog)
 
 
+async def test_a_shared_stdio_backend_hands_out_no_task(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    """A stdio process serves every session, so it cannot say whose a task is: its task result
+    is refused (an error naming the backend, never an id that opens), and its status
+    notification, sent with no call in flight, reaches no session's stream."""
+    docs = gateway_docs("best_effort", [mcp_server("hostile", command=sys.executable,
+                                                   args=[str(STDIO_SERVER)])],
+                        {"hostile": BACKEND_TIMEOUT})
+    declared = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+    async with running_gateway(docs, ready=("clock", "hostile")) as (url, _):
+        caller, other = RawClient(url), RawClient(url)
+        for client in (caller, other):
+            assert "result" in (await client.initialize(declared)).messages[-1]
+        async with trio.open_nursery() as nursery:
+            heard: list[Reply] = []
+
+            async def listen() -> None:
+                with trio.move_on_after(2):
+                    heard.append(await other.get(stop_after=1, timeout=5))
+
+            nursery.start_soon(listen)
+            await trio.sleep(0.3)
+            reply, _ = await call(caller, "hostile_hand_out_task")
+            refused(reply, "hostile", "answered with a task")
+        assert not heard  # nothing came on the other session's stream
+        for client in (caller, other):
+            await client.aclose()
+    no_tracebacks(caplog)
+
+
 async def test_a_stdio_line_just_over_4_mib_restarts_the_backend(
         caplog: pytest.LogCaptureFixture) -> None:
     """The limit holds at its edge too: a line of 4 MiB + 1 KiB (a valid log notification) is

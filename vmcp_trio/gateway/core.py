@@ -33,7 +33,7 @@ from ..auth.outgoing.caller import Caller
 from ..protocol.jsonrpc import ErrorResponse, Message, Request, Response
 from ..protocol.revisions import STATELESS, Revision, revision
 from ..protocol.stateless import StatelessContext
-from ..protocol.tasks import TASKS_EXTENSION, declares_tasks
+from ..protocol.tasks import TASKS_EXTENSION
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
 from ..runtime.redis import StorageUnavailable
@@ -47,7 +47,7 @@ from .session import ClientSession, SessionBusy, SessionClosed, SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
 from .streams import EventStream
-from .tasks import TaskIds
+from .tasks import TaskIds, owns_tasks_per_caller
 
 __all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions",
            "server_capabilities"]
@@ -70,7 +70,7 @@ def server_capabilities(session: ClientSession) -> dict[str, Any]:
     Tasks extension when one of the session's 2026-07-28 backends offers it (the only backends
     a client's declaration is passed to, see :mod:`~vmcp_trio.protocol.tasks`). Other
     extensions are not announced: the gateway cannot vouch for what it does not know."""
-    if any(link.revision.stateless and declares_tasks(link.server_capabilities)
+    if any(owns_tasks_per_caller(link.revision.stateless, link.server_capabilities)
            for link in session.links.values()):
         return {**SERVER_CAPABILITIES, "extensions": {TASKS_EXTENSION: {}}}
     return SERVER_CAPABILITIES

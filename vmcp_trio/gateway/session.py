@@ -87,7 +87,7 @@ from .mrtr import (
 )
 from .session_records import BackendSession, SessionRecord
 from .streams import EventStream, StreamRegistry
-from .tasks import TaskIds
+from .tasks import TaskIds, owns_tasks_per_caller
 
 __all__ = ["ClientSession", "SessionBusy", "SessionClosed", "SessionServices"]
 
@@ -761,9 +761,13 @@ class ClientSession:
                                     f"{unavailable[:500]})",
                     {"unavailable": sorted(catalog.failures)}))
             return _error(request.id, INVALID_PARAMS, f"Unknown {kind}: {name[:200]}")
-        reply = await self._forward(self._link(route.backend), request,
-                                    {**params, "name": route.name}, call)
+        link = self._link(route.backend)
+        reply = await self._forward(link, request, {**params, "name": route.name}, call)
         if isinstance(reply, Response) and is_task_result(reply.result):
+            if not owns_tasks_per_caller(link.revision.stateless, link.server_capabilities):
+                return ErrorResponse(request.id, ErrorObject(
+                    INTERNAL_ERROR, f"backend {route.backend!r} answered with a task, which "
+                    "it may not create here", {"backend": route.backend}))
             return Response(reply.id, self.services.task_ids.sealed_result(
                 self.identity.key, route.backend, reply.result))
         return reply
@@ -974,9 +978,10 @@ class ClientSession:
     # fault, never the backend's or the other sessions'.
 
     def _call_sink(self, link: BackendLink, call: Call) -> Sink:
-        async def sink(message: Message) -> None:
-            message = self.services.task_ids.sealed_notification(self.identity.key, link.name,
-                                                                  message)
+        async def sink(received: Message) -> None:
+            message = self._with_task_sealed(link.name, received)
+            if message is None:
+                return
             if isinstance(message, Notification) and message.method in _LIST_CHANGED:
                 # About the catalog, not the call (a legacy SSE backend's notification lands
                 # on the call in flight): the session's, as if sent apart.
@@ -987,10 +992,25 @@ class ClientSession:
 
     def unrelated_sink(self, link_name: str) -> Sink:
         async def sink(message: Message) -> None:
-            message = self.services.task_ids.sealed_notification(self.identity.key, link_name,
-                                                                  message)
-            await self._guarded(link_name, self._unrelated(link_name, message))
+            sealed = self._with_task_sealed(link_name, message)
+            if sealed is not None:
+                await self._guarded(link_name, self._unrelated(link_name, sealed))
         return sink
+
+    def _with_task_sealed(self, link_name: str, message: Message) -> Message | None:
+        """A backend's message with a task status's id sealed for this session's identity;
+        None (dropped) for a task status from a backend that may not hand out tasks
+        (:func:`~.tasks.owns_tasks_per_caller`)."""
+        if not isinstance(message, Notification) or message.method != STATUS_NOTIFICATION:
+            return message
+        link = self.links.get(link_name)
+        if link is None or not owns_tasks_per_caller(link.revision.stateless,
+                                                     link.server_capabilities):
+            log.debug("session %s: a task status from backend %r dropped: it may not hand "
+                      "out tasks", self.id[:8], link_name)
+            return None
+        return self.services.task_ids.sealed_notification(self.identity.key, link_name,
+                                                          message)
 
     async def _guarded(self, backend: str, delivery: Awaitable[None]) -> None:
         try:

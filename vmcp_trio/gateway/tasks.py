@@ -15,6 +15,13 @@ identity: issuer and subject) as associated data. So the id
 * cannot be forged or borrowed: an id made up, altered, or created for another identity does not
   open, and the client hears -32602 exactly as for an unknown id.
 
+Only a backend that can say whose a task is may hand one out (:func:`owns_tasks_per_caller`): a
+2026-07-28 link (each call carries its caller) whose server declared the extension, the only
+kind a client's declaration is passed to. A task result or a status notification from any other
+backend (a shared stdio process, a handshake session) is refused or dropped, never sealed: a
+notification a shared process sends while no call is in flight would otherwise be sealed for
+every session, and so open its task to every identity.
+
 Anonymous callers share one identity, so their task ids are as private as their values are
 secret (unguessable: the backend's id under encryption, with a 128-bit tag).
 
@@ -33,13 +40,18 @@ import orjson
 
 from ..auth.sealing import Sealer, SealingError
 from ..protocol.jsonrpc import Message, Notification
-from ..protocol.tasks import STATUS_NOTIFICATION
+from ..protocol.tasks import STATUS_NOTIFICATION, declares_tasks
 
-__all__ = ["MAX_TASK_ID", "TaskIds"]
+__all__ = ["MAX_TASK_ID", "TaskIds", "owns_tasks_per_caller"]
 
 MAX_TASK_ID = 2048
 """Longest task id accepted from a client (a sealed id of a backend id of up to about 1 KB)."""
 _INFO = b"vmcp-trio task ids v1"
+
+
+def owns_tasks_per_caller(stateless: bool, server_capabilities: object) -> bool:
+    """Whether a backend link (its era, its server's capabilities) may hand out tasks."""
+    return stateless and declares_tasks(server_capabilities)
 
 
 def _context(owner: tuple[str, str]) -> str:

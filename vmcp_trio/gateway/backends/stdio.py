@@ -54,6 +54,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.log_levels import LOG_LEVELS, most_verbose
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
+from ...protocol.tasks import STATUS_NOTIFICATION
 from ...resources.plan import StdioEndpoint
 from ...runtime.supervisor import Retry
 from .base import BackendError, Sink, initialize_params, read_initialize
@@ -284,6 +285,10 @@ class StdioProcess:
             return
         if method.endswith("/list_changed"):
             await self.router(self.name, None, message)
+            return
+        if method == STATUS_NOTIFICATION:  # one process for every session: whose task is it?
+            log.debug("backend %s: a task status dropped (a shared process hands out no "
+                      "tasks)", self.name)
             return
         owners = self._owners()
         if len(owners) == 1:
