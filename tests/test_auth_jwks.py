@@ -6,6 +6,7 @@ availability the test changes, and which counts the fetches it served.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,9 +22,9 @@ from hypercorn.config import Config
 from vmcp_trio.auth.incoming.jwks import JwksCache, KeysUnavailable
 from vmcp_trio.auth.metadata import bearer_challenge, metadata_url, resource_url
 from vmcp_trio.auth.oauth.discovery import FetchError
-from vmcp_trio.auth.ssrf import UnsafeUrl, check_fetch_url
+from vmcp_trio.auth.ssrf import PUBLIC_ONLY, UnsafeUrl, check_fetch_url, is_public
 from vmcp_trio.http.asgi import lifespan
-from vmcp_trio.http.client import HttpClient
+from vmcp_trio.http.client import HttpClient, HttpError
 from vmcp_trio.runtime.supervisor import Supervisor
 
 from .jwt_helpers import generate, jwk_of
@@ -163,17 +164,74 @@ async def test_the_supervised_refresher_follows_max_age() -> None:
     ("https://169.254.169.254/latest/meta-data", False, False, "jwksAllowPrivateIP"),
     ("https://[::1]/jwks", False, False, "jwksAllowPrivateIP"),
     ("https://[::ffff:127.0.0.1]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://localhost/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://a.localhost/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[64:ff9b::a00:5]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[64:ff9b::a9fe:a9fe]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[64:ff9b:1::a00:5]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[2002:a00:5::1]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[::a00:5]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[::ffff:0:a00:5]/jwks", False, False, "jwksAllowPrivateIP"),
+    ("https://[fec0::1]/jwks", False, False, "jwksAllowPrivateIP"),
     ("ftp://login.example.com/jwks", True, True, r"not an http\(s\) URL"),
+    ("https://[::1/jwks", True, True, r"not an http\(s\) URL"),
 ])
-async def test_unsafe_urls_are_refused(url: str, allow_http: bool, allow_private: bool,
-                                       reason: str) -> None:
+def test_unsafe_urls_are_refused(url: str, allow_http: bool, allow_private: bool,
+                                 reason: str) -> None:
     with pytest.raises(UnsafeUrl, match=reason):
-        await check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
+        check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
 
 
-async def test_what_the_configuration_allows_passes() -> None:
-    await check_fetch_url("http://127.0.0.1:1/jwks", allow_http=True, allow_private=True)
-    await check_fetch_url("https://8.8.8.8/jwks", allow_http=False, allow_private=False)
+def test_what_the_configuration_allows_passes_with_the_guard_its_fetch_needs() -> None:
+    assert check_fetch_url("http://127.0.0.1:1/jwks", allow_http=True,
+                           allow_private=True) is None
+    assert check_fetch_url("https://8.8.8.8/jwks", allow_http=False,
+                           allow_private=False) is PUBLIC_ONLY
+    assert check_fetch_url("https://[64:ff9b::808:808]/jwks", allow_http=False,
+                           allow_private=False) is PUBLIC_ONLY  # NAT64 of 8.8.8.8: public
+
+
+async def test_a_name_is_resolved_once_and_the_connection_goes_where_the_guard_looked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """DNS rebinding: the name answers a public address to the check, then loopback. The
+    guard resolves once and the client connects to the address it checked (here nothing
+    listens on it, so the connection fails) instead of looking the name up again; a name whose
+    answer is private is refused before any connection. (The name service and the network are
+    stand-ins here: no resolver this machine would use can be pointed at a rebinding server.)"""
+    looked_up: list[str] = []
+    answers = {"rebind.test": ["93.184.216.34", "127.0.0.1"], "inside.test": ["10.0.0.5"]}
+
+    def getaddrinfo(host: str, port: int, *args: Any, **kwargs: Any) -> list[Any]:
+        looked_up.append(host)
+        address = answers[host][min(looked_up.count(host), len(answers[host])) - 1]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    opened: list[str] = []
+
+    async def open_tcp_stream(host: str, port: int, **kwargs: Any) -> Any:
+        opened.append(host)
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(trio, "open_tcp_stream", open_tcp_stream)
+    client = HttpClient()
+    with pytest.raises(HttpError, match="cannot connect"):
+        await client.request("GET", "https://rebind.test/jwks", guard=PUBLIC_ONLY)
+    assert looked_up == ["rebind.test"] and opened == ["93.184.216.34"]
+    with pytest.raises(HttpError, match=r"non-public address 10\.0\.0\.5"):
+        await client.request("GET", "https://inside.test/jwks", guard=PUBLIC_ONLY)
+    assert opened == ["93.184.216.34"]
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("address", "public"), [
+    ("8.8.8.8", True), ("2606:4700::1111", True), ("64:ff9b::808:808", True),
+    ("2002:808:808::1", True), ("10.0.0.5", False), ("100.64.0.1", False),
+    ("::ffff:10.0.0.5", False), ("64:ff9b::a00:5", False), ("2002:a00:5::1", False),
+    ("fe80::1%eth0", False), ("ff02::1", False), ("224.0.0.1", False),
+])
+def test_which_addresses_are_public(address: str, public: bool) -> None:
+    assert is_public(address) is public
 
 
 # --- RFC 9728 helpers ----------------------------------------------------------------------------

@@ -55,7 +55,6 @@ from vmcp_trio.authserver.validation import (
     validate_client_document,
     validate_client_metadata,
 )
-from vmcp_trio.http.client import HttpClient
 from vmcp_trio.resources.plan import OIDCProvider
 
 from .authserver_helpers import (
@@ -541,18 +540,15 @@ async def test_documents_on_private_addresses_are_refused_outside_development(
     """draft section 8.6: no fetch of a special-use address (nor of http) unless the server
     runs for development (insecureAllowHTTP)."""
     client_id = documents.publish("/agent.json")
-    http = HttpClient()
-    try:
-        strict = ClientDocuments(http, allow_http=True, allow_private=False)
-        with pytest.raises(ClientDocumentError, match="non-public address"):
-            await strict.resolve(client_id)
-        https_only = ClientDocuments(http, allow_http=False, allow_private=False)
-        assert not https_only.is_document_client(client_id)
-        with pytest.raises(ClientDocumentError, match="https"):
-            await https_only.resolve(client_id)
-        relaxed = ClientDocuments(http, allow_http=True, allow_private=True)
-        with trio.fail_after(10):
-            assert (await relaxed.resolve(client_id)).client_name == "Example Agent"
-    finally:
-        await http.aclose()
+    strict = ClientDocuments(allow_http=True, allow_private=False)
+    with pytest.raises(ClientDocumentError, match="non-public address"):
+        await strict.resolve(client_id)
+    https_only = ClientDocuments(allow_http=False, allow_private=False)
+    assert not https_only.is_document_client(client_id)
+    with pytest.raises(ClientDocumentError, match="https"):
+        await https_only.resolve(client_id)
+    relaxed = ClientDocuments(allow_http=True, allow_private=True)
+    with trio.fail_after(10):
+        assert (await relaxed.resolve(client_id)).client_name == "Example Agent"
+    assert not relaxed.client._idle  # no connection kept to a host a caller chose
     assert documents.hits == {"/agent.json": 1}

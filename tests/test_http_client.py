@@ -110,3 +110,33 @@ async def test_connection_refused_is_an_http_error() -> None:
         await client.request("GET", f"http://127.0.0.1:{port}/")
     with pytest.raises(HttpError, match="not an absolute"):
         await client.request("GET", "ftp://x/")
+
+
+async def test_idle_connections_are_bounded_in_all(server: str) -> None:
+    """Many origins (here the same server under three names) cannot pile up idle connections
+    past ``max_idle``: the one over it is closed instead of kept."""
+    connections.clear()
+    client = HttpClient(max_idle=2)
+    port = server.rsplit(":", 1)[1]
+    for host in ("127.0.0.1", "localhost", "127.0.0.1"):
+        await client.request("GET", f"http://{host}:{port}/a")
+    await client.request("GET", f"http://[::ffff:127.0.0.1]:{port}/a")
+    assert sum(len(idle) for idle in client._idle.values()) == 2
+    await client.aclose()
+
+
+async def test_a_guarded_request_never_reuses_an_unguarded_connection(server: str) -> None:
+    """A connection made to whatever a name resolved to is never taken for a request that
+    must go through a guard (which chose its address itself)."""
+
+    class Loopback:
+        async def addresses(self, host: str, port: int) -> list[str]:
+            return ["127.0.0.1"]
+
+    connections.clear()
+    client = HttpClient()
+    await client.request("GET", server + "/plain")
+    await client.request("GET", server + "/guarded", guard=Loopback())
+    await client.request("GET", server + "/guarded-again", guard=Loopback())
+    assert len(connections) == 2  # one plain, one guarded (reused by the second)
+    await client.aclose()

@@ -9,8 +9,12 @@ them for the authorization server:
 * the URL must be a Client Identifier URL (:func:`~.validation.check_client_id_url`) and pass the
   SSRF guard (:func:`~vmcp_trio.auth.ssrf.check_fetch_url`: https and public addresses only,
   unless ``insecureAllowHTTP``, as for the upstream providers; draft section 8.6);
-* one GET, no redirect followed (draft section 5), within :data:`FETCH_TIMEOUT`, reading at most
-  :data:`MAX_DOCUMENT_BYTES` (5 KB, draft section 8.7); only 200 with a JSON content type;
+* one GET, no redirect followed (draft section 5), within :data:`FETCH_TIMEOUT` (the lookup of
+  the name, the wait for one of the :data:`FETCHES_AT_ONCE` fetches, the connection and the
+  body together), reading at most :data:`MAX_DOCUMENT_BYTES` (5 KB, draft section 8.7); only
+  200 with a JSON content type. The connection goes to the addresses the SSRF guard checked
+  (no second lookup: no DNS rebinding) and is closed after: every document host is one an
+  anonymous caller chose, so none is kept idle;
 * the document's rules: :func:`~.validation.validate_client_document` (its ``client_id`` is the
   URL exactly, public clients only, the registration rules for the rest);
 * cached in memory per process as its ``Cache-Control`` says, between :data:`MIN_CACHE` and
@@ -33,12 +37,13 @@ import orjson
 import trio
 
 from ..auth.ssrf import UnsafeUrl, check_fetch_url
-from ..http.client import HttpClient, HttpError
+from ..http.client import ConnectGuard, HttpClient, HttpError
 from .storage import RegisteredClient
 from .validation import OAuthError, check_client_id_url, validate_client_document
 
-__all__ = ["DEFAULT_CACHE", "FETCH_TIMEOUT", "MAX_CACHE", "MAX_CACHED", "MAX_DOCUMENT_BYTES",
-           "MIN_CACHE", "ClientDocumentError", "ClientDocuments", "is_client_id_url"]
+__all__ = ["DEFAULT_CACHE", "FETCHES_AT_ONCE", "FETCH_TIMEOUT", "MAX_CACHE", "MAX_CACHED",
+           "MAX_DOCUMENT_BYTES", "MIN_CACHE", "ClientDocumentError", "ClientDocuments",
+           "is_client_id_url"]
 
 MAX_DOCUMENT_BYTES = 5 * 1024
 FETCH_TIMEOUT = 5.0
@@ -46,6 +51,7 @@ DEFAULT_CACHE = 300.0
 MIN_CACHE = 60.0
 MAX_CACHE = 24 * 3600.0
 MAX_CACHED = 1000
+FETCHES_AT_ONCE = 16
 
 _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*\"?(\d+)\"?\s*(?:,|$)", re.IGNORECASE)
 _NO_CACHE = re.compile(r"(?:^|,)\s*(?:no-store|no-cache)\s*(?:[,=]|$)", re.IGNORECASE)
@@ -81,9 +87,12 @@ def cache_lifetime(cache_control: str | None) -> float:
 
 
 class ClientDocuments:
-    def __init__(self, client: HttpClient, *, allow_http: bool, allow_private: bool,
+    def __init__(self, *, allow_http: bool, allow_private: bool,
                  timeout: float = FETCH_TIMEOUT, max_cached: int = MAX_CACHED) -> None:
-        self.client = client
+        self.client = HttpClient(max_idle_per_origin=0)
+        """Its own, keeping no connection: each document host is a new origin an anonymous
+        caller chose, and idle connections to such hosts would pile up."""
+        self._fetching = trio.CapacityLimiter(FETCHES_AT_ONCE)
         self.allow_http = allow_http
         self.allow_private = allow_private
         self.timeout = timeout
@@ -118,14 +127,15 @@ class ClientDocuments:
         except OAuthError as exc:
             raise ClientDocumentError(exc.description) from None
         try:
-            await check_fetch_url(url, allow_http=self.allow_http,
-                                  allow_private=self.allow_private)
+            guard = check_fetch_url(url, allow_http=self.allow_http,
+                                    allow_private=self.allow_private)
         except UnsafeUrl as exc:
             raise ClientDocumentError(f"the client_id URL is refused: {exc}") from None
         self.fetches += 1
         try:
             with trio.fail_after(self.timeout):
-                status, content_type, cache_control, body = await self._get(url)
+                async with self._fetching:
+                    status, content_type, cache_control, body = await self._get(url, guard)
         except trio.TooSlowError:
             raise ClientDocumentError(f"the client's metadata document did not arrive within "
                                       f"{self.timeout:g}s", unavailable=True) from None
@@ -157,11 +167,12 @@ class ClientDocuments:
             created_at=now, expires_at=now + lifetime,
             application_type=metadata.application_type), lifetime
 
-    async def _get(self, url: str) -> tuple[int, str | None, str | None, bytes]:
+    async def _get(self, url: str, guard: ConnectGuard | None
+                   ) -> tuple[int, str | None, str | None, bytes]:
         """``(status, Content-Type, Cache-Control, body)``; a body over the limit is an error,
         read no further (the connection is closed)."""
-        async with self.client.stream("GET", url, headers=[("accept", "application/json")]
-                                      ) as response:
+        async with self.client.stream("GET", url, headers=[("accept", "application/json")],
+                                      guard=guard) as response:
             if response.status != 200:
                 return response.status, None, None, b""
             parts: list[bytes] = []

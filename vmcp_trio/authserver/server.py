@@ -149,7 +149,7 @@ class AuthorizationServer:
         self.providers = {p.name: UpstreamProvider(p, client, allow_http=plan.insecure_allow_http,
                                                    allow_private=plan.insecure_allow_http)
                           for p in plan.providers}
-        self.documents = ClientDocuments(client, allow_http=plan.insecure_allow_http,
+        self.documents = ClientDocuments(allow_http=plan.insecure_allow_http,
                                          allow_private=plan.insecure_allow_http)
         """Clients whose client_id is the URL of their metadata document."""
         self.revoked_sessions: dict[str, float] = {}

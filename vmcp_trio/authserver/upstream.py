@@ -29,8 +29,9 @@ and never contain a token, a code, a verifier or a secret. Every network call is
 time (``timeout``) and size (:data:`~vmcp_trio.auth.oauth.discovery.MAX_DOCUMENT_BYTES`).
 
 Only the URLs the provider's discovery document names are put through the SSRF guard
-(:func:`~vmcp_trio.auth.ssrf.check_fetch_url`, with ``allow_http``/``allow_private``); configured
-URLs (the issuer, the ``oauth2`` endpoints) were checked by the configuration rules.
+(:func:`~vmcp_trio.auth.ssrf.check_fetch_url`, with ``allow_http``/``allow_private``), and every
+request to such a URL (each token request, not only the discovery) connects through it;
+configured URLs (the issuer, the ``oauth2`` endpoints) were checked by the configuration rules.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from ..auth.oauth.tokens import (
     parse_token_response,
     token_request,
 )
+from ..auth.ssrf import fetch_guard
 from ..http.client import HttpClient, HttpError
 from ..protocol import base64url
 from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan
@@ -297,8 +299,10 @@ class UpstreamProvider:
     async def _token_request(self, form: dict[str, str], what: str) -> UpstreamTokens:
         endpoints = await self._get_endpoints()
         try:
-            document = await token_request(self.client, endpoints.token, form,
-                                           self._credentials, timeout=self.timeout, what=what)
+            document = await token_request(
+                self.client, endpoints.token, form, self._credentials, timeout=self.timeout,
+                what=what, guard=None if endpoints.issuer is None  # configured (oauth2)
+                else fetch_guard(allow_private=self.allow_private))
             return parse_token_response(document, self._mapping, now=time.time())
         except TokenEndpointError as exc:
             raise self._error(str(exc), oauth_error=exc.oauth_error) from None

@@ -13,8 +13,12 @@ Rules it keeps:
 * A request on a *reused* connection that fails before any response byte arrived is retried
   once on a fresh connection: the server closed the idle connection, so it never saw the
   request. Nothing else is retried.
-* Bounds: response header size (h11's limit), idle connections per origin, and the body size
-  of :meth:`HttpResponse.read`.
+* Bounds: response header size (h11's limit), idle connections per origin and in all, and the
+  body size of :meth:`HttpResponse.read`.
+* A request with a ``guard`` (:class:`ConnectGuard`: the SSRF guard of a URL a peer supplied)
+  connects to the addresses the guard gives for the host, not to a second lookup of the name.
+  Its connection is pooled apart: a guarded request reuses only a connection made through a
+  guard, never one made to whatever the name resolved to.
 
 Timeouts are the caller's: wrap calls in ``trio.fail_after`` / ``trio.move_on_after``.
 """
@@ -23,15 +27,16 @@ from __future__ import annotations
 
 import functools
 import ssl
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import h11
 import trio
 
-__all__ = ["HttpClient", "HttpError", "HttpResponse", "Origin"]
+__all__ = ["ConnectGuard", "HttpClient", "HttpError", "HttpResponse", "Origin"]
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 _READ_CHUNK = 65536
@@ -39,6 +44,13 @@ _READ_CHUNK = 65536
 
 class HttpError(Exception):
     """The exchange failed (connection refused, reset, protocol error, body too large)."""
+
+
+class ConnectGuard(Protocol):
+    async def addresses(self, host: str, port: int) -> Sequence[str]:
+        """The addresses a connection to ``host`` may go to (raises :class:`HttpError` when
+        none may)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +78,11 @@ class Origin:
 
 
 class _Connection:
-    def __init__(self, stream: trio.abc.Stream, origin: Origin, max_header_bytes: int) -> None:
+    def __init__(self, stream: trio.abc.Stream, origin: Origin, max_header_bytes: int, *,
+                 guarded: bool = False) -> None:
         self.stream = stream
         self.origin = origin
+        self.guarded = guarded
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
         self.reused = False
 
@@ -155,14 +169,18 @@ class HttpResponse:
 
 
 class HttpClient:
-    def __init__(self, *, max_idle_per_origin: int = 64, max_header_bytes: int =
-                 DEFAULT_MAX_HEADER_BYTES, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, *, max_idle_per_origin: int = 64, max_idle: int = 512,
+                 max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.max_idle_per_origin = max_idle_per_origin
+        self.max_idle = max_idle
+        self._idle_count = 0
         self.max_header_bytes = max_header_bytes
         self.ssl_context = ssl_context or ssl.create_default_context()
         # This client speaks HTTP/1.1 only: say so in ALPN, or a server may pick h2.
         self.ssl_context.set_alpn_protocols(["http/1.1"])
-        self._idle: dict[Origin, list[_Connection]] = {}
+        self._idle: dict[tuple[Origin, bool], list[_Connection]] = {}
+        """Idle connections by origin and whether they were made through a guard."""
         self._closed = False
 
     @classmethod
@@ -173,9 +191,13 @@ class HttpClient:
         context.load_verify_locations(cadata=ca_bundle)
         return cls(ssl_context=context)
 
-    async def _connect(self, origin: Origin) -> _Connection:
+    async def _connect(self, origin: Origin, guard: ConnectGuard | None = None) -> _Connection:
         try:
-            stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+            if guard is None:
+                stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+            else:
+                stream = await _open_first(await guard.addresses(origin.host, origin.port),
+                                           origin.port)
             if origin.scheme == "https":
                 tls = trio.SSLStream(stream, self.ssl_context, server_hostname=origin.host,
                                      https_compatible=True)
@@ -183,22 +205,28 @@ class HttpClient:
                 stream = tls
         except (OSError, trio.BrokenResourceError) as exc:
             raise HttpError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from None
-        return _Connection(stream, origin, self.max_header_bytes)
+        return _Connection(stream, origin, self.max_header_bytes, guarded=guard is not None)
 
-    def _checkout(self, origin: Origin) -> _Connection | None:
-        idle = self._idle.get(origin)
-        if idle:
-            connection = idle.pop()
-            connection.reused = True
-            return connection
-        return None
+    def _checkout(self, origin: Origin, guarded: bool) -> _Connection | None:
+        idle = self._idle.get((origin, guarded))
+        if not idle:
+            return None
+        connection = idle.pop()
+        self._idle_count -= 1
+        if not idle:
+            del self._idle[origin, guarded]
+        connection.reused = True
+        return connection
 
     async def _release(self, connection: _Connection) -> None:
-        idle = self._idle.setdefault(connection.origin, [])
-        if self._closed or len(idle) >= self.max_idle_per_origin or not connection.reusable():
+        key = (connection.origin, connection.guarded)
+        idle = self._idle.get(key, [])
+        if (self._closed or len(idle) >= self.max_idle_per_origin
+                or self._idle_count >= self.max_idle or not connection.reusable()):
             await connection.aclose()
             return
-        idle.append(connection)
+        self._idle.setdefault(key, idle).append(connection)
+        self._idle_count += 1
 
     async def _exchange(self, connection: _Connection, method: bytes, target: str,
                         headers: list[tuple[bytes, bytes]], body: bytes) -> h11.Response:
@@ -221,8 +249,8 @@ class HttpClient:
 
     @asynccontextmanager
     async def stream(self, method: str, url: str, *,
-                     headers: Iterable[tuple[str, str]] = (),
-                     body: bytes = b"") -> AsyncIterator[HttpResponse]:
+                     headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
+                     guard: ConnectGuard | None = None) -> AsyncIterator[HttpResponse]:
         """Send a request; yield the response with its body still to be read.
 
         Leaving the block before the body ended closes the connection; a finished exchange
@@ -235,7 +263,8 @@ class HttpClient:
         if body or method not in ("GET", "HEAD", "DELETE"):
             wire.append((b"content-length", str(len(body)).encode("ascii")))
         verb = method.encode("ascii")
-        connection = self._checkout(origin) or await self._connect(origin)
+        connection = self._checkout(origin, guard is not None) or await self._connect(
+            origin, guard)
         try:
             try:
                 head = await self._exchange(connection, verb, target, wire, body)
@@ -245,7 +274,7 @@ class HttpClient:
                     raise HttpError(f"request to {origin.host}:{origin.port} failed: "
                                     f"{exc}") from None
                 await connection.aclose()
-                connection = await self._connect(origin)  # the idle one was closed: retry once
+                connection = await self._connect(origin, guard)  # the idle one was closed
                 head = await self._exchange(connection, verb, target, wire, body)
         except BaseException:
             await connection.aclose()
@@ -262,16 +291,29 @@ class HttpClient:
             await connection.aclose()
 
     async def request(self, method: str, url: str, *, headers: Iterable[tuple[str, str]] = (),
-                      body: bytes = b"", limit: int = 16 * 1024 * 1024
+                      body: bytes = b"", limit: int = 16 * 1024 * 1024,
+                      guard: ConnectGuard | None = None
                       ) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         """A whole exchange: ``(status, headers, body)``."""
-        async with self.stream(method, url, headers=headers, body=body) as response:
+        async with self.stream(method, url, headers=headers, body=body,
+                               guard=guard) as response:
             data = await response.read(limit)
             return response.status, response.headers, data
 
     async def aclose(self) -> None:
         self._closed = True
-        idle, self._idle = self._idle, {}
+        idle, self._idle, self._idle_count = self._idle, {}, 0
         for connections in idle.values():
             for connection in connections:
                 await connection.aclose()
+
+
+async def _open_first(addresses: Sequence[str], port: int) -> trio.SocketStream:
+    """A TCP connection to the first of ``addresses`` (IP literals: no lookup) that takes it."""
+    failure: OSError | None = None
+    for address in addresses:
+        try:
+            return await trio.open_tcp_stream(address, port)
+        except OSError as exc:
+            failure = exc
+    raise failure or OSError("no address to connect to")

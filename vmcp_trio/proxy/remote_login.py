@@ -77,7 +77,7 @@ from ..auth.oauth.tokens import (
     token_request,
 )
 from ..auth.outgoing.caller import Caller
-from ..auth.ssrf import is_loopback_url
+from ..auth.ssrf import fetch_guard, is_loopback_url
 from ..http.client import HttpClient, HttpError
 from ..http.serving import ListenError
 from ..runtime.supervisor import NamedTask, Retry
@@ -619,5 +619,6 @@ class RemoteLogin:
         assert self.metadata is not None and self.credentials is not None
         document = await token_request(
             self.client, self.metadata.token_endpoint, {**form, "resource": self.resource},
-            self.credentials, timeout=TOKEN_TIMEOUT, what=what)
+            self.credentials, timeout=TOKEN_TIMEOUT, what=what,
+            guard=fetch_guard(allow_private=self.local))
         return parse_token_response(document, now=time.time())

@@ -87,8 +87,8 @@ class Introspector:
         except FetchError as exc:
             raise IntrospectionUnavailable(str(exc)) from None
         try:
-            await check_fetch_url(endpoint, allow_http=self.allow_http,
-                                  allow_private=self.allow_private)
+            guard = check_fetch_url(endpoint, allow_http=self.allow_http,
+                                    allow_private=self.allow_private)
         except UnsafeUrl as exc:
             raise IntrospectionUnavailable(f"the introspection endpoint is refused: "
                                            f"{exc}") from None
@@ -98,7 +98,7 @@ class Introspector:
             status, _, document = await fetch_json(
                 self.client, endpoint, method="POST", body=body, timeout=self.timeout,
                 headers=[("content-type", "application/x-www-form-urlencoded"),
-                         ("authorization", self._authorization)])
+                         ("authorization", self._authorization)], guard=guard)
         except FetchError as exc:
             raise IntrospectionUnavailable(str(exc)) from None
         if status != 200 or not isinstance(document, dict):

@@ -79,13 +79,13 @@ class JwksCache:
         """One fetch; returns the seconds until the next refresh. Raises FetchError."""
         url = await self._url()
         try:
-            await check_fetch_url(url, allow_http=self.allow_http,
-                                  allow_private=self.allow_private)
+            guard = check_fetch_url(url, allow_http=self.allow_http,
+                                    allow_private=self.allow_private)
         except UnsafeUrl as exc:
             raise FetchError(f"the JWKS URL is refused: {exc}") from None
         self.fetches += 1
         status, headers, document = await fetch_json(self.client, url, headers=self.headers(),
-                                                     timeout=self.fetch_timeout)
+                                                     timeout=self.fetch_timeout, guard=guard)
         if status != 200:
             raise FetchError(f"{url[:200]} answered HTTP {status}")
         try:

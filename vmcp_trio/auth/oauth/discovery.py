@@ -6,7 +6,8 @@ Rules it keeps:
   introspection, token and registration endpoints): at most :data:`MAX_DOCUMENT_BYTES`, within
   a timeout; :class:`FetchError` names the URL and what failed.
 * Every metadata URL is put through the SSRF guard (:func:`~vmcp_trio.auth.ssrf.check_fetch_url`,
-  with the caller's ``allow_http``/``allow_private``) before it is fetched. A refused URL ends
+  with the caller's ``allow_http``/``allow_private``) before it is fetched, and connected to
+  through the guard it gives. A refused URL ends
   the search at once with :class:`DiscoveryError`: the next candidate is on the same host.
 * Candidates are tried in order: no answer, or an answer that is not 200 with a JSON object,
   moves on to the next. The first document found is the answer, and it must be about what was
@@ -42,7 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 import trio
 
-from ...http.client import HttpClient, HttpError
+from ...http.client import ConnectGuard, HttpClient, HttpError
 from ..ssrf import UnsafeUrl, check_fetch_url
 
 __all__ = [
@@ -110,13 +111,16 @@ class AuthorizationServerMetadata:
 
 async def fetch_json(client: HttpClient, url: str, *, method: str = "GET",
                      headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
-                     timeout: float = FETCH_TIMEOUT) -> tuple[int, dict[str, str], Any]:
-    """``(status, headers, decoded JSON)`` of one bounded exchange (lower-case header names)."""
+                     timeout: float = FETCH_TIMEOUT, guard: ConnectGuard | None = None
+                     ) -> tuple[int, dict[str, str], Any]:
+    """``(status, headers, decoded JSON)`` of one bounded exchange (lower-case header names),
+    connected through ``guard`` (the SSRF guard :func:`~vmcp_trio.auth.ssrf.check_fetch_url`
+    gave) within the same deadline."""
     try:
         with trio.fail_after(timeout):
             status, raw_headers, data = await client.request(
                 method, url, headers=[("accept", "application/json"), *headers], body=body,
-                limit=MAX_DOCUMENT_BYTES)
+                limit=MAX_DOCUMENT_BYTES, guard=guard)
     except trio.TooSlowError:
         raise FetchError(f"{url[:200]} did not answer within {timeout:g}s") from None
     except HttpError as exc:
@@ -221,11 +225,11 @@ async def _first_document(client: HttpClient, urls: list[str], *, refused: str, 
     problems: list[str] = []
     for url in urls:
         try:
-            await check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
+            guard = check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
         except UnsafeUrl as exc:
             raise DiscoveryError(f"{refused}: {exc}") from None
         try:
-            status, _, document = await fetch_json(client, url)
+            status, _, document = await fetch_json(client, url, guard=guard)
         except FetchError as exc:
             problems.append(str(exc))
             continue
@@ -284,8 +288,8 @@ async def read_authorization_server_metadata(document: dict[str, Any], *, allow_
         raise DiscoveryError(f"the metadata of {issuer} names an authorization_endpoint that "
                              f"is not an {'http(s)' if allow_http else 'https'} URL")
     try:
-        await check_fetch_url(endpoints["token_endpoint"], allow_http=allow_http,
-                              allow_private=allow_private)
+        check_fetch_url(endpoints["token_endpoint"], allow_http=allow_http,
+                        allow_private=allow_private)
     except UnsafeUrl as exc:
         raise DiscoveryError(f"the token_endpoint is refused: {exc}") from None
     registration = document.get("registration_endpoint")

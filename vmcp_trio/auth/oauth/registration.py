@@ -53,8 +53,8 @@ async def register_client(client: HttpClient, registration_endpoint: str, *,
                           allow_private: bool) -> RegisteredClient:
     """Register a client for the authorization code flow; raises :class:`RegistrationError`."""
     try:
-        await check_fetch_url(registration_endpoint, allow_http=allow_http,
-                              allow_private=allow_private)
+        guard = check_fetch_url(registration_endpoint, allow_http=allow_http,
+                                allow_private=allow_private)
     except UnsafeUrl as exc:
         raise RegistrationError(f"the registration endpoint is refused: {exc}") from None
     metadata: dict[str, Any] = {
@@ -67,7 +67,8 @@ async def register_client(client: HttpClient, registration_endpoint: str, *,
     try:
         status, _, document = await fetch_json(
             client, registration_endpoint, method="POST",
-            headers=[("content-type", "application/json")], body=orjson.dumps(metadata))
+            headers=[("content-type", "application/json")], body=orjson.dumps(metadata),
+            guard=guard)
     except FetchError as exc:
         raise RegistrationError(f"the client registration failed: {exc}") from None
     if status not in (200, 201):

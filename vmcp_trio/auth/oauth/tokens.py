@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus, urlencode
 
-from ...http.client import HttpClient
+from ...http.client import ConnectGuard, HttpClient
 from ...resources.plan import TokenResponseMappingPlan
 from .discovery import FetchError, fetch_json
 
@@ -196,10 +196,12 @@ def oauth_error(document: object, *, redact: Iterable[str] = ()) -> tuple[str, s
 
 async def token_request(client: HttpClient, token_url: str, form: Mapping[str, str],
                         credentials: ClientCredentials | None, *, timeout: float,
-                        what: str = "token request") -> dict[str, Any]:
+                        what: str = "token request", guard: ConnectGuard | None = None
+                        ) -> dict[str, Any]:
     """The JSON object of a successful (200) answer to ``form``, client authentication applied.
-    ``what`` names the request in messages ("authorization code", "refresh token"). Raises
-    :class:`TokenEndpointError`."""
+    ``what`` names the request in messages ("authorization code", "refresh token"); ``guard``
+    is the SSRF guard of a token endpoint a document named (each request connects through it,
+    not only the discovery that checked the URL). Raises :class:`TokenEndpointError`."""
     sent = dict(form)
     headers = [("content-type", "application/x-www-form-urlencoded")]
     hidden = [value for name, value in sent.items() if name not in _PUBLIC_FORM_FIELDS]
@@ -217,7 +219,7 @@ async def token_request(client: HttpClient, token_url: str, form: Mapping[str, s
         status, _, document = await fetch_json(client, token_url, method="POST",
                                                headers=headers,
                                                body=urlencode(sent).encode("ascii"),
-                                               timeout=timeout)
+                                               timeout=timeout, guard=guard)
     except FetchError as exc:
         raise TokenEndpointError(f"the token endpoint failed: {exc}") from None
     error = oauth_error(document, redact=hidden)
