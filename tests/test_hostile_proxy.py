@@ -19,6 +19,7 @@ import trio
 
 from vmcp_trio.app.proxy import build_proxy
 from vmcp_trio.auth.oauth.discovery import FetchError
+from vmcp_trio.http.asgi import client_group
 from vmcp_trio.http.body_budget import BodyBudget
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.http.origin import host_of
@@ -289,3 +290,13 @@ def test_the_allowance_comes_from_the_configuration_alone() -> None:
     assert local("http://127.0.0.1:9/mcp") and local("http://localhost:9/mcp")
     assert local("https://mcp.example.com/mcp", issuer="http://localhost:8080")
     assert local("https://mcp.example.com/mcp", allow_private=True)
+
+
+@pytest.mark.parametrize(("address", "group"), [
+    ("203.0.113.7", "203.0.113.7"), ("2001:db8:1:2:3:4:5:6", "2001:db8:1:2::/64"),
+    ("2001:db8:1:2:ffff::1", "2001:db8:1:2::/64"), ("fe80::1%eth0", "fe80::/64"), ("", ""),
+])
+def test_an_ipv6_client_counts_as_its_slash_64(address: str, group: str) -> None:
+    """Per-client bounds (bodies, logins, registrations, anonymous sessions) group an IPv6
+    client by its /64: one host holds a whole subnet."""
+    assert client_group(address) == group

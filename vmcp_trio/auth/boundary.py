@@ -90,7 +90,7 @@ class IncomingBoundary:
         if auth.anonymous:
             identity = await auth.authenticate(None)
             note(subject=identity.subject)
-            return Caller(identity, address=request.client)
+            return Caller(identity, address=request.client_group)
         try:
             if request.query_string and "access_token" in request.query:
                 raise AuthFailure(400, "invalid_request", "tokens in the query string are "

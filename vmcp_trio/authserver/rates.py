@@ -2,12 +2,17 @@
 
 Registration (``/oauth/register``) and starting a login (``/oauth/authorize``) each write a
 record that lives for a while (a registered client, a pending login). :class:`AddressRate`
-bounds how many one client address may start a minute, and how many every address together
-may, so that many addresses cannot fill a table one address could not: past either, the
-endpoint answers 429 with ``Retry-After`` (the wait until a token is there again). The buckets
-refill continuously; a refused request takes from neither; at most ``max_addresses`` addresses
-are remembered (past them the per-address buckets start over). The limits are per process:
-replicas each keep their own.
+bounds how many one client address (an IPv6 one as its /64) may start a minute, and how many
+every address together may, so that many addresses cannot fill a table one address could not:
+past either, the endpoint answers 429 with ``Retry-After`` (the wait until a token is there
+again). The buckets refill continuously; a refused request takes from neither; at most
+``max_addresses`` addresses are remembered (past them the per-address buckets start over). The
+limits are per process: replicas each keep their own.
+
+The budget for every address together is what keeps the tables' memory bounded; its price is
+that clients from many addresses (about 20 at the per-address rate) can use it up for everyone
+for as long as they keep at it: new logins then wait, existing sessions and tokens are not
+touched.
 """
 
 from __future__ import annotations

@@ -274,7 +274,7 @@ class AuthorizationServer:
             await send_json(send, 405, {"error": "invalid_request",
                                         "error_description": "use POST"}, [("allow", "POST")])
             return
-        refused = self.registrations.retry_after(request.client, time.monotonic())
+        refused = self.registrations.retry_after(request.client_group, time.monotonic())
         if refused is not None:
             wait, whose = refused
             await send_json(send, 429, {"error": "invalid_request", "error_description":
@@ -347,7 +347,7 @@ class AuthorizationServer:
         return redirect_uri + ("&" if urlsplit(redirect_uri).query else "?") + query
 
     async def authorize(self, request: HttpRequest, send: Send) -> None:
-        refused = self.authorizations.retry_after(request.client, time.monotonic())
+        refused = self.authorizations.retry_after(request.client_group, time.monotonic())
         if refused is not None:
             wait, whose = refused
             await send_text(send, 429, "Authorization failed: too many logins started "

@@ -17,6 +17,7 @@ Hypercorn's trio worker calls the app once per request. What this layer adds:
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "HttpRequest",
     "StatusSend",
     "StreamWriter",
+    "client_group",
     "http_request",
     "lifespan",
     "open_stream",
@@ -99,6 +101,13 @@ class HttpRequest:
 
     def header(self, name: str) -> str | None:
         return self.headers.get(name)
+
+    @property
+    def client_group(self) -> str:
+        """Who counts as one client for per-client bounds when nothing else tells clients
+        apart: the address, an IPv6 one taken as its /64 (one host's whole subnet: IPv6
+        hands every host more addresses than any bound could count)."""
+        return client_group(self.client)
 
     def accepts(self, *types: str) -> bool:
         """The Accept header lists every one of ``types`` (or ``*/*``)."""
@@ -177,6 +186,16 @@ class HttpRequest:
     async def wait_disconnect(self) -> None:
         while (await self._receive())["type"] != "http.disconnect":
             pass
+
+
+def client_group(address: str) -> str:
+    """:attr:`HttpRequest.client_group` of an address."""
+    if ":" not in address:
+        return address
+    try:
+        return str(ipaddress.IPv6Network((address.split("%")[0], 64), strict=False))
+    except ValueError:
+        return address
 
 
 def _wire(headers: Headers) -> list[tuple[bytes, bytes]]:

@@ -109,7 +109,7 @@ class Forwarder:
             await send_json(send, 400, {"error": "invalid_request", "error_description":
                                         str(exc)})
             return
-        async with self.bodies.reserve(request.client,
+        async with self.bodies.reserve(request.client_group,
                                        request.body_bound(self.max_body_bytes)) as room:
             if not room:
                 await send_json(send, 503, {"error": "proxy_busy", "error_description":

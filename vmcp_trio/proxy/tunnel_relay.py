@@ -266,7 +266,7 @@ class TunnelRelay:
                                         f"no agent is connected for tunnel {name[:63]!r}"},
                             [("retry-after", "5")])
             return
-        async with self.bodies.reserve(request.client,
+        async with self.bodies.reserve(request.client_group,
                                        request.body_bound(self.max_body_bytes)) as room:
             if not room:
                 await send_json(send, 503, {"error": "relay_busy", "error_description":

@@ -20,7 +20,8 @@ class Caller:
     identity: Identity
     token: str | None = field(default=None, repr=False)
     address: str = ""
-    """The client's network address (what tells anonymous callers apart for bounds)."""
+    """The client's network address, an IPv6 one as its /64 (what tells anonymous callers
+    apart for bounds: :attr:`~vmcp_trio.http.asgi.HttpRequest.client_group`)."""
 
     @property
     def client_key(self) -> tuple[str, ...]:
