@@ -12,6 +12,9 @@ without limit. :class:`BodyBudget` is that bound:
   budget from the others.
 * A reservation that does not fit waits up to ``wait`` seconds for room, then is refused: the
   caller answers 503 with ``Retry-After``, never a hang.
+
+:meth:`BodyBudget.body` is what a forwarding server calls: the body of a request, read within
+the budget and held for the block, or the request answered (503 without room, 413 too large).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
+
+from .asgi import BodyTooLarge, HttpRequest, Send, send_json
 
 __all__ = ["BodyBudget"]
 
@@ -64,3 +69,25 @@ class BodyBudget:
                 del self._by_client[client]
             self._released.set()
             self._released = trio.Event()
+
+    @asynccontextmanager
+    async def body(self, request: HttpRequest, send: Send, limit: int, *,
+                   server: str) -> AsyncIterator[bytes | None]:
+        """The body of ``request`` (at most ``limit`` bytes), reserved for and read within the
+        budget, held for the block; None when the request was answered instead (503 with
+        ``Retry-After`` without room, 413 past ``limit``). ``server`` names who is busy."""
+        async with self.reserve(request.client_group, request.body_bound(limit)) as room:
+            if not room:
+                await send_json(send, 503, {"error": f"{server}_busy", "error_description":
+                                            f"the {server} holds as many request bodies as it "
+                                            "may; try again"}, [("retry-after", "1")])
+                yield None
+                return
+            try:
+                body = await request.body(limit)
+            except BodyTooLarge as exc:
+                await send_json(send, 413, {"error": "request_too_large",
+                                            "error_description": str(exc)})
+                yield None
+                return
+            yield body

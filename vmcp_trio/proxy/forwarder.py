@@ -42,7 +42,7 @@ import trio
 
 from ..auth.outgoing.caller import Caller
 from ..auth.outgoing.strategies import CredentialError
-from ..http.asgi import BodyTooLarge, HttpRequest, Send, send_json
+from ..http.asgi import HttpRequest, Send, send_json
 from ..http.body_budget import BodyBudget
 from ..http.client import HttpClient, HttpError, HttpResponse, Origin
 from ..protocol.targets import forwarded_url
@@ -109,18 +109,9 @@ class Forwarder:
             await send_json(send, 400, {"error": "invalid_request", "error_description":
                                         str(exc)})
             return
-        async with self.bodies.reserve(request.client_group,
-                                       request.body_bound(self.max_body_bytes)) as room:
-            if not room:
-                await send_json(send, 503, {"error": "proxy_busy", "error_description":
-                                            "the proxy holds as many request bodies as it "
-                                            "may; try again"}, [("retry-after", "1")])
-                return
-            try:
-                body = await request.body(self.max_body_bytes)
-            except BodyTooLarge as exc:
-                await send_json(send, 413, {"error": "request_too_large",
-                                            "error_description": str(exc)})
+        async with self.bodies.body(request, send, self.max_body_bytes,
+                                    server="proxy") as body:
+            if body is None:
                 return
             with tracing.forward_span(request.method, request.path, request.headers, body,
                                       self.origin):

@@ -46,7 +46,6 @@ from ..auth.headers import HeaderError, bearer_token
 from ..auth.incoming.authenticator import Authenticator
 from ..auth.metadata import METADATA_PATH
 from ..http.asgi import (
-    BodyTooLarge,
     HttpRequest,
     Receive,
     Scope,
@@ -266,18 +265,9 @@ class TunnelRelay:
                                         f"no agent is connected for tunnel {name[:63]!r}"},
                             [("retry-after", "5")])
             return
-        async with self.bodies.reserve(request.client_group,
-                                       request.body_bound(self.max_body_bytes)) as room:
-            if not room:
-                await send_json(send, 503, {"error": "relay_busy", "error_description":
-                                            "the relay holds as many request bodies as it "
-                                            "may; try again"}, [("retry-after", "1")])
-                return
-            try:
-                body = await request.body(self.max_body_bytes)
-            except BodyTooLarge as exc:
-                await send_json(send, 413, {"error": "request_too_large",
-                                            "error_description": str(exc)})
+        async with self.bodies.body(request, send, self.max_body_bytes,
+                                    server="relay") as body:
+            if body is None:
                 return
             with trio.move_on_after(self.slot_wait) as waited:
                 await agent.slots.acquire()
