@@ -40,35 +40,50 @@ class BodyBudget:
         self.reserved = 0
         self._by_client: dict[str, int] = {}
         self._released = trio.Event()
+        self._waiting = 0
 
     def _fits(self, client: str, amount: int) -> bool:
         return (self.reserved + amount <= self.total
                 and self._by_client.get(client, 0) + amount <= self.per_client)
+
+    async def _take(self, client: str, amount: int) -> bool:
+        if not self._fits(client, amount):  # the usual case fits at once: no deadline set
+            self._waiting += 1
+            try:
+                with trio.move_on_after(self.wait):
+                    while not self._fits(client, amount):
+                        await self._released.wait()
+            finally:
+                self._waiting -= 1
+            if not self._fits(client, amount):
+                return False
+        self.reserved += amount
+        self._by_client[client] = self._by_client.get(client, 0) + amount
+        return True
+
+    def _give_back(self, client: str, amount: int) -> None:
+        self.reserved -= amount
+        left = self._by_client[client] - amount
+        if left:
+            self._by_client[client] = left
+        else:
+            del self._by_client[client]
+        if self._waiting:
+            self._released.set()
+            self._released = trio.Event()
 
     @asynccontextmanager
     async def reserve(self, client: str, amount: int) -> AsyncIterator[bool]:
         """Hold ``amount`` bytes (capped at ``per_client``) for ``client`` for the block:
         True, or False when there was no room within ``wait`` seconds (nothing is held)."""
         amount = max(min(amount, self.per_client), 0)
-        with trio.move_on_after(self.wait):
-            while not self._fits(client, amount):
-                await self._released.wait()
-        if not self._fits(client, amount):
+        if not await self._take(client, amount):
             yield False
             return
-        self.reserved += amount
-        self._by_client[client] = self._by_client.get(client, 0) + amount
         try:
             yield True
         finally:
-            self.reserved -= amount
-            left = self._by_client[client] - amount
-            if left:
-                self._by_client[client] = left
-            else:
-                del self._by_client[client]
-            self._released.set()
-            self._released = trio.Event()
+            self._give_back(client, amount)
 
     @asynccontextmanager
     async def body(self, request: HttpRequest, send: Send, limit: int, *,
@@ -76,13 +91,15 @@ class BodyBudget:
         """The body of ``request`` (at most ``limit`` bytes), reserved for and read within the
         budget, held for the block; None when the request was answered instead (503 with
         ``Retry-After`` without room, 413 past ``limit``). ``server`` names who is busy."""
-        async with self.reserve(request.client_group, request.body_bound(limit)) as room:
-            if not room:
-                await send_json(send, 503, {"error": f"{server}_busy", "error_description":
-                                            f"the {server} holds as many request bodies as it "
-                                            "may; try again"}, [("retry-after", "1")])
-                yield None
-                return
+        client = request.client_group
+        amount = max(min(request.body_bound(limit), self.per_client), 0)
+        if not await self._take(client, amount):
+            await send_json(send, 503, {"error": f"{server}_busy", "error_description":
+                                        f"the {server} holds as many request bodies as it "
+                                        "may; try again"}, [("retry-after", "1")])
+            yield None
+            return
+        try:
             try:
                 body = await request.body(limit)
             except BodyTooLarge as exc:
@@ -91,3 +108,5 @@ class BodyBudget:
                 yield None
                 return
             yield body
+        finally:
+            self._give_back(client, amount)

@@ -20,6 +20,7 @@ agent, the OAuth callback server) and for the tunnel's request heads:
 
 from __future__ import annotations
 
+import functools
 import re
 from urllib.parse import unquote, urlsplit
 
@@ -44,15 +45,10 @@ def target_problem(raw_path: str, query: str, path: str | None = None) -> str | 
     return None
 
 
-def _origin_of(url: str) -> tuple[str, str, int] | None:
-    try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return None
-    if not parts.hostname or parts.username is not None or parts.password is not None:
-        return None
-    return parts.scheme, parts.hostname, port
+@functools.lru_cache(maxsize=64)  # a forwarder has one target
+def _split_origin(origin: str) -> tuple[str, str]:
+    parts = urlsplit(origin)
+    return parts.scheme, parts.netloc
 
 
 def forwarded_url(origin: str, raw_path: str, query: str) -> str:
@@ -60,6 +56,8 @@ def forwarded_url(origin: str, raw_path: str, query: str) -> str:
     (``scheme://host[:port]``); raises :class:`ValueError` when the result would not name that
     origin (a target that :func:`target_problem` accepts never does)."""
     url = f"{origin}{raw_path}" + (f"?{query}" if query else "")
-    if target_problem(raw_path, query) is not None or _origin_of(url) != _origin_of(origin):
+    parts = urlsplit(url)
+    if target_problem(raw_path, query) is not None or (
+            parts.scheme, parts.netloc) != _split_origin(origin):
         raise ValueError("the request-target would leave the target's origin")
     return url
