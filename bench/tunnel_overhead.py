@@ -44,7 +44,7 @@ from common import (  # type: ignore[import-not-found]
     tail,
 )
 
-from vmcp_trio.proxy.tunnel_tokens import new_token_line
+from vmcp_trio.tunnel.tokens import new_token_line
 
 TUNNEL = "bench"
 

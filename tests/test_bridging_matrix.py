@@ -10,7 +10,7 @@ prompt is ``<backend>_<name>``:
 * ``sdk1stdio``: the SDK 1.x ``FastMCP`` server (``tests/fixtures/sdk1_server.py --stdio``), run
   with ``.venv-mcp1``;
 * ``everything``: ``@modelcontextprotocol/server-everything`` over stdio (Node);
-* ``sdk2modern``: the SDK 2.x server over Streamable HTTP, which vmcp talks to in 2026-07-28;
+* ``sdk2stateless``: the SDK 2.x server over Streamable HTTP, which vmcp talks to in 2026-07-28;
 * ``sdk2handshake``: the same refusing 2026-07-28, which vmcp talks to with a handshake;
 * ``legacysse``: the SDK 1.x server on the legacy HTTP+SSE transport (``transport: sse``).
 
@@ -72,9 +72,9 @@ EVERYTHING = ROOT / "tests" / "peers" / "node_modules" / "@modelcontextprotocol"
 GROUP = "matrix"
 
 ERAS = ("2025-03-26", "2025-06-18", "2025-11-25", VERSION)
-KINDS = ("sdk2stdio", "sdk1stdio", "everything", "sdk2modern", "sdk2handshake", "legacysse")
+KINDS = ("sdk2stdio", "sdk1stdio", "everything", "sdk2stateless", "sdk2handshake", "legacysse")
 FAMILY = {"sdk2stdio": "sdk2", "sdk1stdio": "sdk1", "everything": "everything",
-          "sdk2modern": "sdk2", "sdk2handshake": "sdk2", "legacysse": "sdk1"}
+          "sdk2stateless": "sdk2", "sdk2handshake": "sdk2", "legacysse": "sdk1"}
 FEATURES = ("initialize", "tools", "progress", "cancellation", "logging", "resources",
             "subscribe", "prompts", "completion", "elicitation", "sampling", "roots",
             "list_changed")
@@ -129,7 +129,7 @@ class Stack:
     tap: LogTap = field(default_factory=LogTap)
 
 
-def _docs(node: str, modern_url: str, handshake_url: str, sse_url: str) -> list[dict[str, Any]]:
+def _docs(node: str, stateless_url: str, handshake_url: str, sse_url: str) -> list[dict[str, Any]]:
     api = "toolhive.stacklok.dev/v1alpha1"
 
     def backend(name: str, **spec: Any) -> dict[str, Any]:
@@ -144,7 +144,7 @@ def _docs(node: str, modern_url: str, handshake_url: str, sse_url: str) -> list[
         backend("sdk1stdio", command=str(SDK1_PYTHON),
                 args=[str(SDK1_SERVER), "--stdio", "--name", "sdk1stdio"]),
         backend("everything", command=node, args=[str(EVERYTHING), "stdio"]),
-        backend("sdk2modern", url=modern_url),
+        backend("sdk2stateless", url=stateless_url),
         backend("sdk2handshake", url=handshake_url),
         backend("legacysse", url=sse_url, transport="sse"),
         {"apiVersion": api, "kind": "VirtualMCPServer", "metadata": {"name": GROUP},
@@ -156,13 +156,13 @@ def _serve(node: str, sse_url: str, out: queue.Queue[Stack | BaseException]) -> 
     """The thread's life: the in-process backends and the gateway, until ``stop`` is set."""
 
     async def main() -> None:
-        modern, modern_state = make_server("sdk2modern")
+        stateless, stateless_state = make_server("sdk2stateless")
         handshake, handshake_state = make_server("sdk2handshake")
-        async with serving(modern, modern_state) as modern_url, \
+        async with serving(stateless, stateless_state) as stateless_url, \
                 serving(handshake, handshake_state, handshake_only=True) as handshake_url, \
-                running_gateway(_docs(node, modern_url, handshake_url, sse_url)) as (url, gw):
+                running_gateway(_docs(node, stateless_url, handshake_url, sse_url)) as (url, gw):
             stop = trio.Event()
-            out.put(Stack(url, gw, {"sdk2modern": modern_state,
+            out.put(Stack(url, gw, {"sdk2stateless": stateless_state,
                                     "sdk2handshake": handshake_state},
                           stop, trio.lowlevel.current_trio_token()))
             await stop.wait()
@@ -645,7 +645,7 @@ async def check_initialize(cell: Cell) -> str:
                 "everything": ""}[cell.family]
     assert f"{cell.kind}: {expected}" in instructions, instructions[:2000]
     state = cell.stack.states.get(cell.kind)
-    if cell.kind == "sdk2modern" and state is not None:
+    if cell.kind == "sdk2stateless" and state is not None:
         assert set(state.versions) == {VERSION}, set(state.versions)
     if cell.kind == "sdk2handshake" and state is not None:
         assert "2025-11-25" in state.versions, set(state.versions)

@@ -11,7 +11,7 @@ import trio
 import trio.testing
 import yaml
 
-from vmcp_trio.gateway.composite import StepFailed, WorkflowPorts, run_workflow
+from vmcp_trio.composite.engine import StepFailed, WorkflowPorts, run_workflow
 from vmcp_trio.resources.composite_plan import PlanError, WorkflowPlan, build_plan
 
 from .helpers import TOOLHIVE_MANIFESTS

@@ -56,7 +56,7 @@ from typing import Any
 import pytest
 import yaml
 
-from vmcp_trio.proxy.tunnel_tokens import new_token_line
+from vmcp_trio.tunnel.tokens import new_token_line
 
 from .helpers import free_port, stop_process
 

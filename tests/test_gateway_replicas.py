@@ -16,8 +16,8 @@ import pytest
 import trio
 
 from vmcp_trio.app.parts import GatewayProcess
+from vmcp_trio.auth.caller import Caller
 from vmcp_trio.auth.identity import Identity
-from vmcp_trio.auth.outgoing.caller import Caller
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.sse import SSEParser
 

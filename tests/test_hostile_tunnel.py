@@ -18,9 +18,9 @@ from trio_websocket import WebSocketRequest, serve_websocket
 from vmcp_trio.http.body_budget import BodyBudget
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.protocol.tunnel import FrameType, TunnelProtocol
-from vmcp_trio.proxy.tunnel_agent import TunnelAgent
-from vmcp_trio.proxy.tunnel_relay import TunnelRelay
-from vmcp_trio.proxy.tunnel_tokens import TunnelTokens
+from vmcp_trio.tunnel.agent import TunnelAgent
+from vmcp_trio.tunnel.relay import TunnelRelay
+from vmcp_trio.tunnel.tokens import TunnelTokens
 
 from .proxy_helpers import fetch, raw_http, recording_remote
 from .tunnel_helpers import LINE, agent_running, connections, relay_running

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from vmcp_trio.gateway.tasks import TaskIds
+from vmcp_trio.gateway.task_ids import TaskIds
 from vmcp_trio.protocol.jsonrpc import Notification
-from vmcp_trio.protocol.tasks import (
+from vmcp_trio.protocol.tasks_extension import (
     capabilities_for_backend,
     declares_tasks,
     is_task_result,

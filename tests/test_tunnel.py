@@ -13,9 +13,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
 from vmcp_trio.http.client import HttpClient, HttpError
-from vmcp_trio.proxy.tunnel_relay import TunnelRelay
-from vmcp_trio.proxy.tunnel_tokens import TunnelTokens, new_token_line
 from vmcp_trio.resources.plan import OIDCIncoming
+from vmcp_trio.tunnel.relay import TunnelRelay
+from vmcp_trio.tunnel.tokens import TunnelTokens, new_token_line
 
 from .fixtures.idp import running_idp
 from .fixtures.sdk_servers import make_server, serving

@@ -12,9 +12,9 @@ import trio
 from vmcp_trio.app.tunnel import run_relay
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.http.serving import hypercorn_config, listen, serve
-from vmcp_trio.proxy.tunnel_agent import TunnelAgent, status_app
-from vmcp_trio.proxy.tunnel_relay import TunnelRelay
-from vmcp_trio.proxy.tunnel_tokens import new_token_line
+from vmcp_trio.tunnel.agent import TunnelAgent, status_app
+from vmcp_trio.tunnel.relay import TunnelRelay
+from vmcp_trio.tunnel.tokens import new_token_line
 
 TOKEN, LINE = new_token_line("demo")
 

@@ -1,5 +1,5 @@
 """``python -m vmcp_trio`` is the ``vmcp`` command."""
 
-from vmcp_trio.cli import main
+from .cli import main
 
 raise SystemExit(main())

@@ -493,9 +493,9 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     from .auth.incoming.build import AuthSettings, build_authenticator
     from .http.client import HttpClient
     from .proxy.options import incoming_from
-    from .proxy.tunnel_relay import TunnelRelay
-    from .proxy.tunnel_tokens import TokenFileError, TunnelTokens
     from .runtime.logs import configure_logging, say
+    from .tunnel.relay import TunnelRelay
+    from .tunnel.tokens import TokenFileError, TunnelTokens
 
     configure_logging(args.log_format, debug=args.debug)
     usage_error = _usage_errors(args, parser, "vmcp tunnel relay")
@@ -527,7 +527,7 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 def _tunnel_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .proxy.tunnel_tokens import new_token_line
+    from .tunnel.tokens import new_token_line
 
     try:
         token, line = new_token_line(args.name)

@@ -31,11 +31,11 @@ from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
 from ..http.origin import OriginGuard
 from ..http.serving import hypercorn_config, listen, serve
-from ..proxy.app import ProxyApp
 from ..proxy.credentials import Exchanged, RemoteCredential, StaticBearer
 from ..proxy.forwarder import Forwarder
 from ..proxy.login_store import LoginStore
 from ..proxy.remote_login import RemoteLogin
+from ..proxy.server import ProxyApp
 from ..proxy.settings import ProxySettings
 from ..proxy.stdio_bridge import StdioBridge, standard_streams
 from ..runtime.logs import say, write_access_log

@@ -1,8 +1,8 @@
 """Running the two sides of a tunnel: ``vmcp tunnel relay`` and ``vmcp proxy tunnel``.
 
-:func:`run_relay` serves the relay's ASGI app (:mod:`vmcp_trio.proxy.tunnel_relay`) with the
+:func:`run_relay` serves the relay's ASGI app (:mod:`vmcp_trio.tunnel.relay`) with the
 same hypercorn configuration as the other servers, until SIGINT or SIGTERM. :func:`run_agent`
-keeps the agent (:mod:`vmcp_trio.proxy.tunnel_agent`) connected, with the outgoing credentials
+keeps the agent (:mod:`vmcp_trio.tunnel.agent`) connected, with the outgoing credentials
 of ``vmcp proxy`` for the target, until a signal.
 """
 
@@ -18,10 +18,10 @@ from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
 from ..http.serving import hypercorn_config, listen, serve
 from ..proxy.settings import ProxySettings
-from ..proxy.tunnel_agent import TunnelAgent, status_app
-from ..proxy.tunnel_relay import TunnelRelay
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import Supervisor
+from ..tunnel.agent import TunnelAgent, status_app
+from ..tunnel.relay import TunnelRelay
 from .proxy import KEY_REFRESH, outgoing_credentials
 
 __all__ = ["run_agent", "run_relay"]

@@ -25,10 +25,10 @@ from collections.abc import Callable
 
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..runtime.logs import note
+from .caller import Caller
 from .headers import HeaderError, bearer_token
 from .incoming.authenticator import Authenticator, AuthFailure
 from .metadata import METADATA_PATH, bearer_challenge, resource_metadata, resource_url
-from .outgoing.caller import Caller
 
 __all__ = ["IncomingBoundary"]
 

@@ -29,11 +29,11 @@ from typing import Any
 import trio
 
 from .. import __version__
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..protocol.jsonrpc import ErrorResponse, Message, Request, Response
 from ..protocol.revisions import STATELESS, Revision, revision
-from ..protocol.stateless import StatelessContext
-from ..protocol.tasks import TASKS_EXTENSION
+from ..protocol.stateless_requests import StatelessContext
+from ..protocol.tasks_extension import TASKS_EXTENSION
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
 from ..runtime.redis import StorageUnavailable
@@ -41,13 +41,13 @@ from .backends.links import BackendLinks
 from .backends.stdio import RELAY_CAPABILITIES
 from .call_log import CallLog
 from .health import HealthMonitor
-from .mrtr import RequestStateSigner
+from .parked_calls import RequestStateSigner
 from .parked_relay import ParkedRelay
 from .session import ClientSession, SessionBusy, SessionClosed, SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
 from .streams import EventStream
-from .tasks import TaskIds, owns_tasks_per_caller
+from .task_ids import TaskIds, owns_tasks_per_caller
 
 __all__ = ["SERVER_CAPABILITIES", "SHUTTING_DOWN", "Gateway", "TooManySessions",
            "server_capabilities"]
@@ -68,7 +68,7 @@ backend has such items)."""
 def server_capabilities(session: ClientSession) -> dict[str, Any]:
     """What the virtual server offers a session's client: :data:`SERVER_CAPABILITIES`, and the
     Tasks extension when one of the session's 2026-07-28 backends offers it (the only backends
-    a client's declaration is passed to, see :mod:`~vmcp_trio.protocol.tasks`). Other
+    a client's declaration is passed to, see :mod:`~vmcp_trio.protocol.tasks_extension`). Other
     extensions are not announced: the gateway cannot vouch for what it does not know."""
     if any(owns_tasks_per_caller(link.revision.stateless, link.server_capabilities)
            for link in session.links.values()):
@@ -104,7 +104,7 @@ class Gateway:
         self.sessions: dict[str, ClientSession] = {}
         self._by_client: dict[tuple[str, ...], dict[str, ClientSession]] = {}
         """The handshake sessions of each client (:attr:`Caller.client_key`)."""
-        self.stateless_sessions: dict[tuple[str, str], ClientSession] = {}
+        self.stateless_contexts: dict[tuple[str, str], ClientSession] = {}
         self._stateless_lock = trio.Lock()
         """The stateless clients' context, one per identity: their backend links and catalog."""
         self.services = SessionServices(
@@ -187,7 +187,7 @@ class Gateway:
 
     def held(self) -> int:
         """Sessions and 2026-07-28 contexts held (what ``max_sessions`` bounds)."""
-        return len(self.sessions) + len(self.stateless_sessions)
+        return len(self.sessions) + len(self.stateless_contexts)
 
     def _make_room(self, newcomer: tuple[str, ...]) -> None:
         """Room for one more session of the client ``newcomer`` (:attr:`Caller.client_key`)
@@ -228,13 +228,13 @@ class Gateway:
                 del self._by_client[session.client_key]
         session.close()
 
-    async def stateless_session(self, caller: Caller) -> ClientSession:
+    async def stateless_context(self, caller: Caller) -> ClientSession:
         """The context of an identity's 2026-07-28 requests: a session no client can name,
         whose backend links may relay every question (each request says what its client
         takes)."""
         key = caller.identity.key
         async with self._stateless_lock:
-            session = self.stateless_sessions.get(key)
+            session = self.stateless_contexts.get(key)
             if session is not None and not session.closed.is_set():
                 session.caller = caller
                 return session
@@ -245,7 +245,7 @@ class Gateway:
             if self.parked_relay is not None:
                 session.parked_elsewhere = partial(self._parked_elsewhere, self.parked_relay,
                                                    session)
-            self.stateless_sessions[key] = session
+            self.stateless_contexts[key] = session
             await self._sessions_nursery.start(session.run)
             return session
 
@@ -352,7 +352,7 @@ class Gateway:
                                stream: EventStream) -> Response | ErrorResponse | None:
         """A retry another replica passed here: the parked call goes on in the identity's
         context (None: no such context here)."""
-        session = self.stateless_sessions.get(identity)
+        session = self.stateless_contexts.get(identity)
         if session is None or session.closed.is_set():
             return None
         return await session.handle_stateless(request, stream, context)
@@ -375,8 +375,8 @@ class Gateway:
             del mine[session.id]
             if not mine:
                 del self._by_client[session.client_key]
-        if self.stateless_sessions.get(session.identity.key) is session:
-            del self.stateless_sessions[session.identity.key]
+        if self.stateless_contexts.get(session.identity.key) is session:
+            del self.stateless_contexts[session.identity.key]
         if self.sharing is not None:
             self.sharing.forget(session.id)
         for process in self.links.stdio.values():
@@ -394,23 +394,23 @@ class Gateway:
         self.server_info = {"name": f"vmcp-trio/{plan.name}", "version": __version__}
         for process in self.links.stdio.values():
             process.router = self._route_from_stdio
-        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+        for session in [*self.sessions.values(), *self.stateless_contexts.values()]:
             session.backends_changed(gone, new)
 
     def close_all(self) -> None:
-        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+        for session in [*self.sessions.values(), *self.stateless_contexts.values()]:
             session.close()
 
     def stop_calls(self, reason: str) -> None:
         """The shutdown deadline: every request still being answered gets a JSON-RPC error
         saying ``reason``."""
-        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+        for session in [*self.sessions.values(), *self.stateless_contexts.values()]:
             session.stop_calls(reason)
 
     def undelivered(self) -> int:
         """Finished response streams that a connected client has not been given whole yet."""
         return sum(session.streams.undelivered()
-                   for session in [*self.sessions.values(), *self.stateless_sessions.values()])
+                   for session in [*self.sessions.values(), *self.stateless_contexts.values()])
 
     async def reap_idle_sessions(self) -> None:
         """End the sessions idle longer than the TTL (a supervised task)."""
@@ -418,7 +418,7 @@ class Gateway:
         while True:
             await trio.sleep(min(10.0, ttl / 4))
             now = trio.current_time()
-            for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+            for session in [*self.sessions.values(), *self.stateless_contexts.values()]:
                 if session.open_connections == 0 and now - session.last_active > ttl:
                     if self.sharing is not None and not session.revision.stateless:
                         log.info("session %s: this copy let go after %.0fs idle here",
@@ -431,12 +431,12 @@ class Gateway:
     # --- what reaches sessions from the backends ------------------------------------------------
 
     async def _health_changed(self, backend: str, usable: bool) -> None:
-        for session in [*self.sessions.values(), *self.stateless_sessions.values()]:
+        for session in [*self.sessions.values(), *self.stateless_contexts.values()]:
             session.backend_health_changed(backend, usable)
 
     async def _route_from_stdio(self, backend: str, owner: str | None,
                                 message: Message) -> None:
-        everyone = [*self.sessions.values(), *self.stateless_sessions.values()]
+        everyone = [*self.sessions.values(), *self.stateless_contexts.values()]
         targets = everyone if owner is None else [s for s in everyone if s.id == owner]
         for session in targets:
             if backend in session.links:

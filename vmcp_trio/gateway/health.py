@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 import trio
 
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..auth.outgoing.strategies import StaticCredential
 from ..protocol.jsonrpc import ErrorResponse, Message
 from ..resources.plan import GatewayPlan, HttpEndpoint

@@ -1,6 +1,6 @@
 """2026-07-28 retries that reach a replica other than the one holding their parked call.
 
-A multi-round-trip call on a handshake backend is parked where it began (:mod:`.mrtr`); with
+A multi-round-trip call on a handshake backend is parked where it began (:mod:`.parked_calls`); with
 shared sessions its id, sealed in the ``requestState``, starts with that replica's id. A retry
 the balancer sends elsewhere is passed to that replica (fleet message ``parked-retry``), which
 continues the call in the caller's context there (its hidden session for that identity) and
@@ -36,7 +36,7 @@ from ..protocol.jsonrpc import (
     Response,
     decode_message,
 )
-from ..protocol.stateless import StatelessContext
+from ..protocol.stateless_requests import StatelessContext
 from ..runtime.redis import StorageUnavailable
 from .fleet import Fleet
 from .streams import EventStream

@@ -4,8 +4,9 @@
   ``Host`` header must name a loopback host (DNS rebinding, 403); then the caller is
   authenticated (401/403 with an RFC 6750 challenge). A POST's media types are checked (415,
   406), its body is bounded (413) and parsed as JSON-RPC (400), then it goes to the front of its
-  era: 2026-07-28 (:mod:`.stateless`) when its ``MCP-Protocol-Version`` says so and it names no
-  session, else the handshake revisions (:mod:`.handshake`), which also serve GET and DELETE.
+  era: 2026-07-28 (:mod:`.stateless_front`) when its ``MCP-Protocol-Version`` says so and it
+  names no session, else the handshake revisions (:mod:`.handshake_front`), which also serve GET
+  and DELETE.
 * ``/.well-known/oauth-protected-resource[/mcp]``: RFC 9728 metadata (with incoming auth;
   :mod:`vmcp_trio.auth.boundary`, shared with ``vmcp proxy``, also authenticates ``/mcp``).
 * ``/health`` (liveness: the event loop answers), ``/readyz`` (readiness: serving can succeed;
@@ -28,8 +29,8 @@ from typing import Any
 import trio
 
 from ..auth.boundary import IncomingBoundary
+from ..auth.caller import Caller
 from ..auth.incoming.authenticator import Authenticator, AuthFailure
-from ..auth.outgoing.caller import Caller
 from ..http.asgi import (
     BodyTimeout,
     BodyTooLarge,
@@ -58,9 +59,9 @@ from ..runtime.audit import auth_event
 from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
 from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway
-from .handshake import HandshakeFront
+from .handshake_front import HandshakeFront
 from .responder import Responder
-from .stateless import StatelessFront
+from .stateless_front import StatelessFront
 
 __all__ = ["MCP_PATH", "ExtraEndpoints", "GatewayApp"]
 

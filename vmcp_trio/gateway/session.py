@@ -27,9 +27,9 @@ from typing import Any
 
 import trio
 
+from ..auth.caller import Caller
 from ..auth.identity import Identity
-from ..auth.outgoing.caller import Caller
-from ..protocol.eras import params_for_handshake
+from ..composite.engine import StepFailed, WorkflowPorts, coerce_arguments, run_workflow
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -48,13 +48,13 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.log_levels import LOG_LEVELS, level_wanted
 from ..protocol.revisions import Revision, revision
-from ..protocol.stateless import (
+from ..protocol.stateless_requests import (
     CLIENT_CAPABILITIES,
     MISSING_CLIENT_CAPABILITY,
     SUBSCRIPTION_ID,
     StatelessContext,
 )
-from ..protocol.tasks import (
+from ..protocol.tasks_extension import (
     STATUS_NOTIFICATION,
     TASK_METHODS,
     TASKS_EXTENSION,
@@ -62,6 +62,7 @@ from ..protocol.tasks import (
     is_task_result,
     required_capability_data,
 )
+from ..protocol.translation import params_for_handshake
 from ..resources.composite_plan import WorkflowPlan
 from ..resources.plan import GatewayPlan
 from ..runtime import tracing
@@ -75,11 +76,10 @@ from .aggregation import BackendListing, Catalog, Route, build_catalog, with_com
 from .backends.base import Answerable, BackendError, BackendLink, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .backends.links import BackendLinks
-from .backends.stateless import StatelessBackendLink
+from .backends.stateless_link import StatelessBackendLink
 from .call_log import LOST, CallLog, LoggedCall
-from .composite import StepFailed, WorkflowPorts, coerce_arguments, run_workflow
 from .health import HealthMonitor
-from .mrtr import (
+from .parked_calls import (
     ParkedCall,
     RequestStateSigner,
     check_input_responses,
@@ -87,7 +87,7 @@ from .mrtr import (
 )
 from .session_records import BackendSession, SessionRecord
 from .streams import EventStream, StreamRegistry
-from .tasks import TaskIds, owns_tasks_per_caller
+from .task_ids import TaskIds, owns_tasks_per_caller
 
 __all__ = ["ClientSession", "SessionBusy", "SessionClosed", "SessionServices"]
 
@@ -775,8 +775,8 @@ class ClientSession:
     async def _run_composite(self, request: Request, workflow: WorkflowPlan,
                              params: dict[str, Any], call: Call,
                              catalog: Catalog) -> Response:
-        """A composite tool (:mod:`.composite`): its steps call the backends with this
-        caller's credentials, each authorized, rate limited and audited as a call of its own;
+        """A composite tool (:mod:`vmcp_trio.composite.engine`): its steps call the backends with
+        this caller's credentials, each authorized, rate limited and audited as a call of its own;
         its elicitation steps ask this client; progress is told per step when the client
         asked for it; cancelling the call cancels every step."""
         call.progress_token = _progress_token(params)
@@ -859,7 +859,7 @@ class ClientSession:
     async def _task_method(self, request: Request, params: dict[str, Any],
                            call: Call) -> Response | ErrorResponse:
         """``tasks/get``, ``tasks/update`` or ``tasks/cancel`` (the Tasks extension, see
-        :mod:`~.tasks`): to the backend whose task it is, under the backend's own id."""
+        :mod:`~.task_ids`): to the backend whose task it is, under the backend's own id."""
         meta = params.get("_meta")
         per_request = meta.get(CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
         if not declares_tasks(per_request) and not declares_tasks(self._capabilities(call)):
@@ -1000,7 +1000,7 @@ class ClientSession:
     def _with_task_sealed(self, link_name: str, message: Message) -> Message | None:
         """A backend's message with a task status's id sealed for this session's identity;
         None (dropped) for a task status from a backend that may not hand out tasks
-        (:func:`~.tasks.owns_tasks_per_caller`)."""
+        (:func:`~.task_ids.owns_tasks_per_caller`)."""
         if not isinstance(message, Notification) or message.method != STATUS_NOTIFICATION:
             return message
         link = self.links.get(link_name)

@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from ..auth.sealing import Sealer, SealingError
+from ..auth.sealer import Sealer, SealingError
 from ..runtime.redis import RedisConnection, milliseconds
 
 __all__ = ["BackendSession", "SessionRecord", "SessionRecords"]

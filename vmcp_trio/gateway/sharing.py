@@ -38,7 +38,7 @@ from functools import partial
 import orjson
 import trio
 
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..protocol.jsonrpc import ErrorResponse, JsonRpcError, Message, Response, decode_message
 from ..runtime.redis import StorageUnavailable, milliseconds
 from .fleet import Fleet

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy
 
 __all__ = ["CredentialError", "Exchanged", "LoginPending", "RemoteCredential", "StaticBearer",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import HttpRequest, Send, send_json
 from ..http.body_budget import BodyBudget

@@ -5,7 +5,7 @@ Rules it keeps:
 
 * One file per (target, issuer) under ``{state_dir}/remote-logins/``, named by a hash of the
   pair (the file name says nothing about either), holding the registered client and the
-  tokens as one JSON record sealed with AES-256-GCM (:mod:`vmcp_trio.auth.sealing`), the pair
+  tokens as one JSON record sealed with AES-256-GCM (:mod:`vmcp_trio.auth.sealer`), the pair
   as associated data: a file copied to another pair's name does not open.
 * The key is ``{state_dir}/login.key``: 32 random bytes made on first use. Directory 0700,
   files 0600, written atomically (a temporary file renamed over the old one). This protects the
@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from ..auth.sealing import Sealer, SealingError
+from ..auth.sealer import Sealer, SealingError
 
 __all__ = ["LoginStore"]
 

@@ -57,6 +57,7 @@ from urllib.parse import urlsplit
 import orjson
 import trio
 
+from ..auth.caller import Caller
 from ..auth.headers import parse_challenges
 from ..auth.oauth.authorize import authorization_url
 from ..auth.oauth.discovery import (
@@ -76,7 +77,6 @@ from ..auth.oauth.tokens import (
     parse_token_response,
     token_request,
 )
-from ..auth.outgoing.caller import Caller
 from ..auth.ssrf import fetch_guard, is_loopback_url
 from ..http.client import HttpClient, HttpError
 from ..http.serving import ListenError

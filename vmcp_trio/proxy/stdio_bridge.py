@@ -36,7 +36,7 @@ import trio
 
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..protocol.sse import SSEParser
-from ..protocol.stateless import NAMED_METHODS, PROTOCOL_VERSION, encode_header_value
+from ..protocol.stateless_requests import NAMED_METHODS, PROTOCOL_VERSION, encode_header_value
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 
 __all__ = ["StdioBridge"]

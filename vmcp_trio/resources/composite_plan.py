@@ -17,7 +17,7 @@ Rules it keeps:
   syntax (:mod:`vmcp_trio.resources.durations`); a step that may be skipped (``condition``, or
   ``onError.action: continue``) and whose output fields are read elsewhere must give those
   fields in ``defaultResults``; at most 100 steps.
-* Every template is compiled here (:mod:`vmcp_trio.protocol.workflow_templates`), so one that
+* Every template is compiled here (:mod:`vmcp_trio.composite.templates`), so one that
   does not parse is a load-time error naming its field, line and column.
 * Fields the CRD does not define (``failureMode``, ``onError.maxRetries`` in some examples) are
   dropped as the Kubernetes API server prunes them, and listed in :attr:`WorkflowPlan.warnings`.
@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal
 
-from vmcp_trio.protocol.workflow_templates import (
+from ..composite.templates import (
     CompiledValue,
     Template,
     TemplateSyntaxError,
@@ -41,7 +41,7 @@ from vmcp_trio.protocol.workflow_templates import (
     compile_value,
     references_of,
 )
-from vmcp_trio.resources.durations import DurationError, parse_duration
+from .durations import DurationError, parse_duration
 
 __all__ = [
     "MAX_STEPS",

@@ -4,7 +4,7 @@ Rules kept here:
 
 * The file is ``VMCP_SECRETS_FILE`` when set, else ``$XDG_CONFIG_HOME/vmcp/secrets.json.enc``
   (an ``XDG_CONFIG_HOME`` that is not absolute is ignored, as the XDG spec says), else
-  ``~/.config/vmcp/secrets.json.enc``. Its format is :mod:`vmcp_trio.secrets.sealing`'s.
+  ``~/.config/vmcp/secrets.json.enc``. Its format is :mod:`vmcp_trio.secrets.file_format`'s.
 * Reading a file that does not exist finds nothing and needs no key. Reading one that exists
   needs the key its header names (:mod:`vmcp_trio.secrets.keys`). Writing always needs a key,
   even to create the file.
@@ -29,8 +29,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from .errors import DecryptError, NoKeyConfigured, SecretsFileError
+from .file_format import FormatError, Kdf, WrongKey, open_sealed, parse, seal
 from .keys import BOTH, KeySource
-from .sealing import FormatError, Kdf, WrongKey, open_sealed, parse, seal
 
 __all__ = ["FILE_VAR", "EncryptedFileProvider", "default_path"]
 

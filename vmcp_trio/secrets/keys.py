@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import KeyFileError, NoKeyConfigured
-from .sealing import KEY_BYTES, KEY_FILE, SCRYPT, SCRYPT_N, SCRYPT_P, SCRYPT_R, Kdf, derive_key
+from .file_format import KEY_BYTES, KEY_FILE, SCRYPT, SCRYPT_N, SCRYPT_P, SCRYPT_R, Kdf, derive_key
 
 __all__ = ["KEY_FILE_VAR", "PASSWORD_VAR", "KeySource"]
 

@@ -6,12 +6,12 @@ own cache; its one job is that a token exchanged by one replica is reused by the
 keeps:
 
 * **What is stored.** Under the connection's prefix, ``exchange:<key>`` where ``<key>`` is the
-  exchanger's cache key (a SHA-256 of the subject token, token URL, client id, audience, scopes
-  and subject token type: never the token itself), one entry: the exchanged token, its type, when
-  it expires and until when it may be reused, as JSON **sealed** (AES-256-GCM,
-  :class:`~..sealing.Sealer` with the ``info`` :data:`EXCHANGE_CACHE_INFO`, so its keys are its
-  own) with the Redis key as the context: an entry copied under another key does not open. No
-  token is ever stored or logged in clear; an entry that does not open is treated as absent.
+  exchanger's cache key (a SHA-256 of the subject token, token URL, client id, audience, scopes and
+  subject token type: never the token itself), one entry: the exchanged token, its type, when it
+  expires and until when it may be reused, as JSON **sealed** (AES-256-GCM,
+  :class:`~vmcp_trio.auth.sealer.Sealer` with the ``info`` :data:`EXCHANGE_CACHE_INFO`, so its keys
+  are its own) with the Redis key as the context: an entry copied under another key does not open.
+  No token is ever stored or logged in clear; an entry that does not open is treated as absent.
 * **TTLs.** An entry lives (``PX``) exactly as long as the token may be reused (the exchanger's
   margin before expiry already taken off), and :meth:`SharedExchangeCache.get` also refuses one
   whose reuse time has passed (the replicas' clocks are not Redis's).
@@ -44,7 +44,7 @@ import orjson
 import trio
 
 from ...runtime.redis import RedisConnection, StorageUnavailable, milliseconds
-from ..sealing import Sealer, SealingError
+from ..sealer import Sealer, SealingError
 
 __all__ = ["EXCHANGE_CACHE_INFO", "ExchangedToken", "Reusable", "SharedExchangeCache"]
 

@@ -10,8 +10,8 @@
   caller's validated incoming token (vmcp's own JWT when the embedded authorization server issued
   it), or with ``subjectProviderName`` the user's stored upstream access token of that provider.
 
-A strategy computes headers for a :class:`~.caller.Caller` (who the request is for); when it
-cannot, it raises :class:`CredentialError`, which the gateway turns into a JSON-RPC error
+A strategy computes headers for a :class:`~vmcp_trio.auth.caller.Caller` (who the request is for);
+when it cannot, it raises :class:`CredentialError`, which the gateway turns into a JSON-RPC error
 naming the backend. The client's own ``Authorization`` is never forwarded: backends receive only
 what a strategy returns.
 """
@@ -28,7 +28,7 @@ from ...resources.plan import (
     TokenExchangeAuth,
     UpstreamInjectAuth,
 )
-from .caller import Caller
+from ..caller import Caller
 from .exchange import ExchangeError, TokenExchanger
 from .shared_exchange import SharedExchangeCache
 

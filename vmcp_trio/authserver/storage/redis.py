@@ -42,7 +42,7 @@ import orjson
 import trio
 from coredis import PureToken, Redis
 
-from ...auth.sealing import STORAGE_INFO, Sealer, SealingError
+from ...auth.sealer import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
 from ...runtime.redis import RedisConnection, milliseconds
 from . import (

@@ -28,7 +28,7 @@ from ...protocol.jsonrpc import (
     Response,
 )
 from ...protocol.revisions import Revision, revision
-from ...protocol.tasks import capabilities_for_backend
+from ...protocol.tasks_extension import capabilities_for_backend
 
 __all__ = ["BackendAuthRequired", "BackendError", "BackendLink", "CredentialHook",
            "FallbackToLegacy", "Sink", "backend_error"]

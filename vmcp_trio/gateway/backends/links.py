@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from ...auth.outgoing.caller import Caller
+from ...auth.caller import Caller
 from ...auth.outgoing.strategies import CredentialError, OutgoingStrategy
 from ...http.client import HttpClient
 from ...protocol.revisions import Revision
@@ -44,7 +44,7 @@ from .base import (
 )
 from .http import HttpBackendLink
 from .legacy_sse import LegacySseBackendLink
-from .stateless import StatelessBackendLink
+from .stateless_link import StatelessBackendLink
 from .stdio import StdioBackendLink, StdioProcess
 
 __all__ = ["BackendLinks", "HttpLink", "SessionCredentials", "StaticHeaders"]

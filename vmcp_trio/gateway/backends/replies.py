@@ -1,7 +1,7 @@
 """Reading a Streamable HTTP backend's answer to a POST: a JSON body or an SSE stream.
 
-Shared by the handshake link (:mod:`.http`) and the 2026-07-28 link (:mod:`.stateless`): both POST
-one message and get back either ``application/json`` (the response) or ``text/event-stream``
+Shared by the handshake link (:mod:`.http`) and the 2026-07-28 link (:mod:`.stateless_link`): both
+POST one message and get back either ``application/json`` (the response) or ``text/event-stream``
 (related messages, then the response).
 """
 

@@ -54,7 +54,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.log_levels import LOG_LEVELS, most_verbose
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
-from ...protocol.tasks import STATUS_NOTIFICATION
+from ...protocol.tasks_extension import STATUS_NOTIFICATION
 from ...resources.plan import StdioEndpoint
 from ...runtime.supervisor import Retry
 from .base import BackendError, Sink, initialize_params, read_initialize

@@ -50,13 +50,13 @@ from typing import Any
 import orjson
 import trio
 
-from vmcp_trio.protocol.workflow_templates import (
+from ..resources.composite_plan import OutputProperty, OutputSpec, Step, WorkflowPlan
+from .templates import (
     MISSING,
     TemplateError,
     expand_value,
     go_str,
 )
-from vmcp_trio.resources.composite_plan import OutputProperty, OutputSpec, Step, WorkflowPlan
 
 __all__ = ["MAX_OUTPUT_BYTES", "MAX_PARALLEL_STEPS", "StepFailed", "WorkflowPorts",
            "coerce_arguments", "run_workflow"]

@@ -2,7 +2,7 @@
 
 A backend that creates a task names it by its own id, unique only at that backend. The client
 gets instead a *sealed* id (:class:`TaskIds`): the backend's name and its id, encrypted and
-authenticated (AES-256-GCM, :mod:`vmcp_trio.auth.sealing`) with the task's owner (the caller's
+authenticated (AES-256-GCM, :mod:`vmcp_trio.auth.sealer`) with the task's owner (the caller's
 identity: issuer and subject) as associated data. So the id
 
 * routes: ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` go to the backend inside, with
@@ -38,9 +38,9 @@ from typing import Any
 
 import orjson
 
-from ..auth.sealing import Sealer, SealingError
+from ..auth.sealer import Sealer, SealingError
 from ..protocol.jsonrpc import Message, Notification
-from ..protocol.tasks import STATUS_NOTIFICATION, declares_tasks
+from ..protocol.tasks_extension import STATUS_NOTIFICATION, declares_tasks
 
 __all__ = ["MAX_TASK_ID", "TaskIds", "owns_tasks_per_caller"]
 

@@ -12,7 +12,7 @@ questions are returned to the client as ``inputRequests``; the client's retry ca
 answers, which go to the backend under its own request ids, and the call waits again for its
 reply or its next questions.
 
-``requestState`` is sealed (AES-256-GCM, :mod:`vmcp_trio.auth.sealing`) with the caller's
+``requestState`` is sealed (AES-256-GCM, :mod:`vmcp_trio.auth.sealer`) with the caller's
 identity as associated data: it names the parked call, the method, a digest of the params
 (without ``_meta``, ``inputResponses`` and ``requestState``) and an expiry, so it cannot be forged,
 read, altered, replayed by someone else, moved to other params, or used after it expires. The key
@@ -35,9 +35,9 @@ from typing import Any
 import orjson
 import trio
 
-from ..auth.sealing import Sealer, SealingError
-from ..protocol.eras import ROUND_TRIP_FIELDS
+from ..auth.sealer import Sealer, SealingError
 from ..protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId, Response
+from ..protocol.translation import ROUND_TRIP_FIELDS
 from .backends.base import Answerable, BackendError
 
 __all__ = ["ParkedCall", "PendingInput", "RequestStateSigner", "check_input_responses",

@@ -1,19 +1,19 @@
 """``/mcp`` for protocol revision 2026-07-28: stateless requests, on the same endpoint.
 
-A POST whose ``MCP-Protocol-Version`` is not a handshake revision (and that names no session)
-is served here. Each request stands alone: it is checked by :func:`~vmcp_trio.protocol.stateless.
-check_request`, answered from the caller's hidden context session (its backend links and
-catalog, see :meth:`~.core.Gateway.stateless_session`) by the :class:`~.responder.Responder`,
-and its reply is a complete result
-(``resultType``, and ``ttlMs``/``cacheScope`` on lists and reads, ``serverInfo`` in ``_meta``).
+A POST whose ``MCP-Protocol-Version`` is not a handshake revision (and that names no session) is
+served here. Each request stands alone: it is checked by
+:func:`~vmcp_trio.protocol.stateless_requests.check_request`, answered from the caller's context
+(its backend links and catalog, :meth:`~.core.Gateway.stateless_context`) by the
+:class:`~.responder.Responder`, and its reply is a complete result (``resultType``, and
+``ttlMs``/``cacheScope`` on lists and reads, ``serverInfo`` in ``_meta``).
 
 * ``server/discover`` describes the gateway; the handshake-only methods and unknown methods are
   404 with -32601; batches and client responses are refused; a notification is accepted (202)
   and dropped (none is defined for HTTP in this revision).
 * ``tools/call``, ``prompts/get`` and ``resources/read`` may return an ``InputRequiredResult``:
-  see :mod:`~vmcp_trio.gateway.mrtr`.
+  see :mod:`~vmcp_trio.gateway.parked_calls`.
 * ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` (the Tasks extension) are served when a
-  backend offers the extension: see :mod:`~vmcp_trio.gateway.tasks`.
+  backend offers the extension: see :mod:`~vmcp_trio.gateway.task_ids`.
 * ``subscriptions/listen`` answers with a stream that stays open: the acknowledgement first, then
   the notifications its filter asked for, each carrying its ``subscriptionId``.
 * Closing a response stream cancels the request, during the JSON window too; there are no
@@ -26,9 +26,8 @@ from typing import Any
 
 import trio
 
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
-from ..protocol.eras import complete_result
 from ..protocol.jsonrpc import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
@@ -44,7 +43,7 @@ from ..protocol.jsonrpc import (
     encode_error,
 )
 from ..protocol.revisions import REVISIONS, STATELESS
-from ..protocol.stateless import (
+from ..protocol.stateless_requests import (
     HEADER_MISMATCH,
     MISSING_CLIENT_CAPABILITY,
     REMOVED_METHODS,
@@ -55,13 +54,14 @@ from ..protocol.stateless import (
     check_param_headers,
     check_request,
 )
-from ..protocol.tasks import (
+from ..protocol.tasks_extension import (
     TASK_METHODS,
     TASKS_EXTENSION,
     WATCH_FILTER,
     declares_tasks,
     required_capability_data,
 )
+from ..protocol.translation import complete_result
 from ..runtime import tracing
 from ..runtime.logs import note
 from .core import SHUTTING_DOWN, Gateway, server_capabilities
@@ -148,7 +148,7 @@ class StatelessFront:
             await send_json(send, 503, encode_error(TOO_BUSY, SHUTTING_DOWN, request.id),
                             [("retry-after", "5")])
             return
-        session = await self.gateway.stateless_session(caller)
+        session = await self.gateway.stateless_context(caller)
         session.touch()
         if request.method == "tools/call":
             rejection = await self._check_param_headers(session, request, http.headers)

@@ -28,8 +28,14 @@ from __future__ import annotations
 from typing import Any
 
 from .revisions import STATELESS
-from .stateless import CLIENT_CAPABILITIES, CLIENT_INFO, LOG_LEVEL, PROTOCOL_VERSION, SERVER_INFO
-from .tasks import capabilities_for_backend, is_task_result
+from .stateless_requests import (
+    CLIENT_CAPABILITIES,
+    CLIENT_INFO,
+    LOG_LEVEL,
+    PROTOCOL_VERSION,
+    SERVER_INFO,
+)
+from .tasks_extension import capabilities_for_backend, is_task_result
 
 __all__ = ["CACHEABLE", "ENVELOPE_META", "ROUND_TRIP_FIELDS", "complete_result",
            "meta_for_stateless", "params_for_handshake", "result_for_handshake"]

@@ -44,7 +44,6 @@ from typing import Any
 import trio
 
 from ...http.client import HttpClient, HttpError
-from ...protocol.eras import meta_for_stateless, result_for_handshake
 from ...protocol.jsonrpc import (
     METHOD_NOT_FOUND,
     ErrorObject,
@@ -58,7 +57,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import STATELESS, Revision
 from ...protocol.sse import SSEParser
-from ...protocol.stateless import (
+from ...protocol.stateless_requests import (
     CLIENT_CAPABILITIES,
     NAMED_METHODS,
     SERVER_INFO,
@@ -66,7 +65,8 @@ from ...protocol.stateless import (
     encode_header_value,
     param_headers,
 )
-from ...protocol.tasks import WATCH_FILTER, declares_tasks, with_tasks_declared
+from ...protocol.tasks_extension import WATCH_FILTER, declares_tasks, with_tasks_declared
+from ...protocol.translation import meta_for_stateless, result_for_handshake
 from ...runtime import tracing
 from ...runtime.supervisor import Retry, Supervisor
 from .base import (
@@ -174,7 +174,7 @@ class StatelessBackendLink(HttpLinkFields):
 
     def _meta(self, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """The ``_meta`` to send, and whether the caller speaks 2026-07-28 itself (see
-        :func:`~vmcp_trio.protocol.eras.meta_for_stateless`)."""
+        :func:`~vmcp_trio.protocol.translation.meta_for_stateless`)."""
         return meta_for_stateless(params, capabilities=self._client_capabilities,
                                   client_info=CLIENT_INFO, log_level=self._log_level,
                                   backend_capabilities=self.server_capabilities)

@@ -48,10 +48,10 @@ from ..protocol.tunnel import (
     StreamReset,
     TunnelProtocol,
 )
+from ..proxy.credentials import RemoteCredential, credential_headers
+from ..proxy.headers import request_headers, response_headers
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
-from .credentials import RemoteCredential, credential_headers
-from .headers import request_headers, response_headers
-from .tunnel_link import StreamEvent, TunnelClosed, TunnelLink
+from .link import StreamEvent, TunnelClosed, TunnelLink
 
 __all__ = ["TunnelAgent", "status_app"]
 

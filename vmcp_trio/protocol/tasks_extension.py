@@ -11,7 +11,7 @@ Capability) with ``data.requiredCapabilities``. Servers announce state changes w
 ``subscriptions/listen`` stream whose filter names the task under ``taskIds``.
 
 What a gateway does with these (which id the client sees, which backend a task method goes to)
-is :mod:`vmcp_trio.gateway.tasks`; this module only says what the messages are.
+is :mod:`vmcp_trio.gateway.task_ids`; this module only says what the messages are.
 """
 
 from __future__ import annotations

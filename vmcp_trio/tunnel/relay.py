@@ -1,7 +1,7 @@
 """``vmcp tunnel relay``: the public side of a tunnel, an ASGI app for hypercorn.
 
 * Agents connect a WebSocket to ``/tunnel/{name}`` with ``Authorization: Bearer <token>``; the
-  token must be the name's (:mod:`.tunnel_tokens`, constant time), else the handshake is refused
+  token must be the name's (:mod:`.tokens`, constant time), else the handshake is refused
   (403) and nothing is said about which part was wrong. A name is held by one agent at a time: a
   second agent with the name's token *replaces* the first (the first's connection is closed and
   its exchanges in flight get 502), so an agent restarted while its old connection is half-dead
@@ -21,7 +21,7 @@
   ``/.well-known/oauth-protected-resource/t/{name}/...``; the token is the relay's and never
   reaches the agent.
 * Each client request gets a request id and an access record naming its tunnel, and a fault
-  ends that request only (:mod:`.served`).
+  ends that request only (:mod:`vmcp_trio.proxy.served`).
 * ``/health`` and ``/metrics`` (agents connected, exchanges in flight, body bytes each way, agent
   connections by outcome) are the relay's own, not forwarded, and answered without a token:
   they count tunnels but never name one (the names are the relay's customers).
@@ -67,12 +67,12 @@ from ..protocol.tunnel import (
     TunnelProtocol,
     check_request_head,
 )
+from ..proxy.headers import request_headers
+from ..proxy.served import serve_contained
 from ..runtime.logs import note
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
-from .headers import request_headers
-from .served import serve_contained
-from .tunnel_link import TunnelClosed, TunnelLink
-from .tunnel_tokens import TunnelTokens
+from .link import TunnelClosed, TunnelLink
+from .tokens import TunnelTokens
 
 __all__ = ["TunnelRelay"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..identity import ANONYMOUS, Identity
+from .identity import ANONYMOUS, Identity
 
 __all__ = ["Caller"]
 

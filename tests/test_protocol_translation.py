@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from vmcp_trio.protocol.eras import (
+from vmcp_trio.protocol.translation import (
     complete_result,
     meta_for_stateless,
     params_for_handshake,

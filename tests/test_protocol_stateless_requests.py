@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vmcp_trio.protocol.jsonrpc import Request
-from vmcp_trio.protocol.stateless import (
+from vmcp_trio.protocol.stateless_requests import (
     HEADER_MISMATCH,
     UNSUPPORTED_VERSION,
     StatelessContext,

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import trio
 
-from ..auth.outgoing.caller import Caller
+from ..auth.caller import Caller
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from vmcp_trio.protocol.workflow_templates import (
+from vmcp_trio.composite.templates import (
     MISSING,
     TemplateRuntimeError,
     TemplateSyntaxError,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from vmcp_trio.gateway.mrtr import RequestStateSigner, check_input_responses
+from vmcp_trio.gateway.parked_calls import RequestStateSigner, check_input_responses
 
 IDENTITY = ("https://issuer", "alice")
 
