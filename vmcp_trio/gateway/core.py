@@ -40,10 +40,13 @@ from ..runtime.redis import StorageUnavailable
 from .backends.links import BackendLinks
 from .backends.stdio import RELAY_CAPABILITIES
 from .call_log import CallLog
+from .calls import SessionBusy, SessionClosed
 from .health import HealthMonitor
 from .parked_calls import RequestStateSigner
 from .parked_relay import ParkedRelay
-from .session import ClientSession, SessionBusy, SessionClosed, SessionServices
+from .session import ClientSession
+from .session_peer import SessionPeer
+from .session_services import SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
 from .streams import EventStream
@@ -243,8 +246,8 @@ class Gateway:
             session = ClientSession(self.services, "stateless-" + secrets.token_urlsafe(12),
                                     STATELESS, RELAY_CAPABILITIES, {}, caller)
             if self.parked_relay is not None:
-                session.parked_elsewhere = partial(self._parked_elsewhere, self.parked_relay,
-                                                   session)
+                session.peer = SessionPeer(parked_elsewhere=partial(
+                    self._parked_elsewhere, self.parked_relay, session))
             self.stateless_contexts[key] = session
             await self._sessions_nursery.start(session.run)
             return session
@@ -278,10 +281,8 @@ class Gateway:
             if record is None or negotiated is None or negotiated.stateless:
                 return None
             session = ClientSession(self.services, record.id, negotiated,
-                                    record.client_capabilities, record.client_info, caller)
-            session.client_key = record.client_key
-            session.log_level = record.log_level
-            session.joined = record
+                                    record.client_capabilities, record.client_info, caller,
+                                    joined=record)
             self.sessions[session.id] = session
             self._by_client.setdefault(session.client_key, {})[session.id] = session
             assert self._sessions_nursery is not None

@@ -41,9 +41,10 @@ from ..protocol.jsonrpc import (
 from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
 from ..runtime import tracing
 from ..runtime.logs import note
+from .calls import SessionBusy, SessionClosed
 from .core import SHUTTING_DOWN, Gateway, TooManySessions, server_capabilities
 from .responder import Responder
-from .session import ClientSession, SessionBusy, SessionClosed
+from .session import ClientSession
 from .streams import EventStream, parse_event_id
 
 __all__ = ["HandshakeFront"]
@@ -176,29 +177,29 @@ class HandshakeFront:
             await send_json(send, exc.status, encode_error(TOO_BUSY, str(exc), request.id),
                             [("retry-after", "5")])
             return
-        if (session.failed_backends
+        if (session.links.failed
                 and self.gateway.plan.operational.partial_failure_mode == "fail"):
             await self.gateway.end_session(session)
             failed = "; ".join(f"{name} {detail}" for name, detail in
-                               sorted(session.failed_backends.items()))
+                               sorted(session.links.failed.items()))
             await send_json(send, 200, encode(ErrorResponse(request.id, ErrorObject(
                 INTERNAL_ERROR, f"backends unavailable (partialFailureMode: fail): {failed}",
-                {"backends": sorted(session.failed_backends)}))))
+                {"backends": sorted(session.links.failed)}))))
             return
         result: dict[str, Any] = {
             "protocolVersion": negotiated.version,
             "capabilities": server_capabilities(session),
             "serverInfo": self.gateway.server_info,
         }
-        instructions = session.instructions()
+        instructions = session.links.instructions()
         if instructions:
             result["instructions"] = instructions
         note(session=session.id[:8], rpc="initialize")
         session.audit(request, Response(request.id, result))
         log.info("session %s initialized (protocol %s, %d backends%s)", session.id[:8],
                  negotiated, len(session.links),
-                 f", unavailable: {', '.join(session.failed_backends)}"
-                 if session.failed_backends else "")
+                 f", unavailable: {', '.join(session.links.failed)}"
+                 if session.links.failed else "")
         await send_json(send, 200, encode(Response(request.id, result)),
                         _session_headers(session))
 

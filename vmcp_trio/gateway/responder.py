@@ -35,7 +35,8 @@ from ..protocol.jsonrpc import (
     encode_error,
 )
 from ..protocol.sse import encode_comment
-from .session import ClientSession, SessionBusy, SessionClosed
+from .calls import SessionBusy, SessionClosed
+from .session import ClientSession
 from .settings import GatewaySettings
 from .streams import EventStream, StreamGap
 

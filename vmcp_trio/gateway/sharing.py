@@ -43,6 +43,7 @@ from ..protocol.jsonrpc import ErrorResponse, JsonRpcError, Message, Response, d
 from ..runtime.redis import StorageUnavailable, milliseconds
 from .fleet import Fleet
 from .session import ClientSession
+from .session_peer import SessionPeer
 from .session_records import SessionRecord, SessionRecords
 
 __all__ = ["SessionSharing", "shareable_id"]
@@ -100,9 +101,7 @@ class SessionSharing:
 
     async def created(self, session: ClientSession) -> None:
         """Record a new session (before its ``initialize`` is answered)."""
-        session.on_changed = lambda: self._spawn(self._write, session, True)
-        session.on_elsewhere = partial(self._pass_on, session.id)
-        session.on_note = partial(self._announce_note, session.id)
+        session.peer = self._peer(session)
         await self._write(session, False)
         try:
             key, ttl = self._listener_key(session.id), milliseconds(self.records.ttl)
@@ -129,7 +128,7 @@ class SessionSharing:
         if now - self._renewed.get(session.id, -math.inf) > self.records.ttl / 4:
             self._renewed[session.id] = now
             self._spawn(self._renew, session.id)
-        if (session.joined is not None
+        if (session.links.joined is not None
                 and now - self._listener_checked.get(session.id, -math.inf)
                 > 3 * self.fleet.heartbeat):
             self._listener_checked[session.id] = now
@@ -194,9 +193,14 @@ class SessionSharing:
     def joined(self, session: ClientSession) -> None:
         """A copy of another replica's session now serves here."""
         self._renewed[session.id] = trio.current_time()
-        session.on_changed = lambda: self._spawn(self._write, session, True)
-        session.on_elsewhere = partial(self._pass_on, session.id)
-        session.on_note = partial(self._announce_note, session.id)
+        session.peer = self._peer(session)
+
+    def _peer(self, session: ClientSession) -> SessionPeer:
+        """What the session tells the fleet: its record changed, a message of its standalone
+        stream, a client's message for a request another replica holds."""
+        return SessionPeer(changed=lambda: self._spawn(self._write, session, True),
+                           noted=partial(self._announce_note, session.id),
+                           elsewhere=partial(self._pass_on, session.id))
 
     # --- the standalone stream ------------------------------------------------------------------
 

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from ..auth.caller import Caller
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..protocol.jsonrpc import (
@@ -64,9 +62,10 @@ from ..protocol.tasks_extension import (
 from ..protocol.translation import complete_result
 from ..runtime import tracing
 from ..runtime.logs import note
+from .calls import SessionBusy, SessionClosed
 from .core import SHUTTING_DOWN, Gateway, server_capabilities
 from .responder import Responder
-from .session import ClientSession, SessionBusy, SessionClosed, Subscription
+from .session import ClientSession
 from .streams import EventStream
 
 __all__ = ["StatelessFront"]
@@ -171,7 +170,7 @@ class StatelessFront:
     async def _check_param_headers(self, session: ClientSession, request: Request,
                                    headers: dict[str, str]) -> StatelessRejection | None:
         params = request.params or {}
-        catalog = await session.catalog()
+        catalog = await session.catalog.get()
         tool = catalog.tool(params.get("name"))
         if tool is None:
             return None  # the call itself answers "Unknown tool"
@@ -180,7 +179,7 @@ class StatelessFront:
     def _discover(self, session: ClientSession) -> dict[str, Any]:
         result: dict[str, Any] = {"supportedVersions": ALL_VERSIONS,
                                   "capabilities": server_capabilities(session)}
-        instructions = session.instructions()
+        instructions = session.links.instructions()
         if instructions:
             result["instructions"] = instructions
         return result
@@ -219,23 +218,16 @@ class StatelessFront:
             return
         honored: dict[str, Any] = {key: True for key in _FILTERS if wanted.get(key) is True}
         stream = session.streams.open()
-        uris = await session.subscribe_uris(_strings(wanted.get("resourceSubscriptions")))
-        if uris:
-            honored["resourceSubscriptions"] = uris
-        task_ids = await session.watch_tasks(watched)
-        if task_ids:
-            honored[WATCH_FILTER] = task_ids
-        stream.push(encode(Notification("notifications/subscriptions/acknowledged", {
-            "_meta": {SUBSCRIPTION_ID: request.id}, "notifications": honored})))
-        subscription = Subscription(request.id, stream,
-                                    frozenset(_FILTERS[k] for k in honored if k in _FILTERS),
-                                    frozenset(uris), frozenset(task_ids))
-        session.subscriptions.append(subscription)
         try:
-            await self.responder.pump(http, send, session, stream, -1, [])
+            async with session.subscriptions.listen(
+                    request.id, stream, frozenset(_FILTERS[k] for k in honored),
+                    _strings(wanted.get("resourceSubscriptions")), watched) as granted:
+                if granted.uris:
+                    honored["resourceSubscriptions"] = list(granted.uris)
+                if granted.task_ids:
+                    honored[WATCH_FILTER] = list(granted.task_ids)
+                stream.push(encode(Notification("notifications/subscriptions/acknowledged", {
+                    "_meta": {SUBSCRIPTION_ID: request.id}, "notifications": honored})))
+                await self.responder.pump(http, send, session, stream, -1, [])
         finally:
-            session.subscriptions.remove(subscription)
             stream.finish()
-            with trio.CancelScope(shield=True), trio.move_on_after(5):
-                await session.unsubscribe_uris(subscription.uris)
-                await session.unwatch_tasks(subscription.task_ids)

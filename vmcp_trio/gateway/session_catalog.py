@@ -1,0 +1,158 @@
+"""What one session's client sees: its backends' lists merged, kept, and where each item goes.
+
+:class:`SessionCatalog` builds the session's :class:`~.aggregation.Catalog` from its links and
+keeps it until something changes. The rules it keeps:
+
+* The catalog is built once (under a lock: concurrent requests wait for the one build) and kept
+  until :meth:`invalidate` (a list_changed, a backend's health, a reload); a build invalidated
+  while it ran is used for the request that asked but not kept.
+* A catalog built while a backend failed (its listing, or the session's connection to it) is
+  rebuilt in the background every :data:`RETRY_FAILED_AFTER` seconds while requests go on with
+  it, since no health change may ever come to say the backend is back; when the failures
+  change, the client hears that its lists changed (``lists_changed``).
+* Every backend is listed in full, page by page (at most :data:`MAX_PAGES` pages of each list);
+  a backend whose listing fails is left out with the reason, the others are kept.
+* :meth:`route` is the one place a request's method and params lead to a backend
+  (:func:`~.routing.route`), from the current catalog.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from ..protocol.jsonrpc import ErrorResponse
+from ..runtime.supervisor import NEVER_RESTART, Supervisor
+from .aggregation import BackendListing, Catalog, build_catalog, with_composite_tools
+from .backends.base import BackendError, BackendLink, Sink
+from .routing import Routed, route
+from .session_links import SessionLinks
+from .session_services import SessionServices
+
+__all__ = ["MAX_PAGES", "RETRY_FAILED_AFTER", "SessionCatalog"]
+
+log = logging.getLogger("vmcp.session")
+
+MAX_PAGES = 50
+RETRY_FAILED_AFTER = 2.0
+"""Seconds between tries of a backend that failed this session's catalog."""
+
+_LISTINGS = (
+    ("tools/list", "tools", "tools", "tools"),
+    ("prompts/list", "prompts", "prompts", "prompts"),
+    ("resources/list", "resources", "resources", "resources"),
+    ("resources/templates/list", "resourceTemplates", "templates", "resources"),
+)
+"""``(method, result key, listing field, the server capability that offers it)``."""
+
+
+class SessionCatalog:
+    def __init__(self, services: SessionServices, links: SessionLinks, *, owner: str,
+                 sink: Callable[[str], Sink], lists_changed: Callable[[], None],
+                 supervisor: Callable[[], Supervisor | None]) -> None:
+        self.services = services
+        self.links = links
+        self.owner = owner
+        self._sink = sink
+        self._lists_changed = lists_changed
+        self._supervisor = supervisor
+        self._catalog: Catalog | None = None
+        self._retry_at = 0.0
+        """When a catalog with failures is next rebuilt (trio clock)."""
+        self._generation = 0
+        self._lock = trio.Lock()
+
+    def invalidate(self) -> None:
+        self._generation += 1
+        self._catalog = None
+
+    async def get(self) -> Catalog:
+        catalog = self._catalog
+        if catalog is not None:  # the common case: no lock, no checkpoint
+            if catalog.failures and trio.current_time() >= self._retry_at:
+                self._retry_at = trio.current_time() + RETRY_FAILED_AFTER
+                supervisor = self._supervisor()
+                if supervisor is not None:
+                    supervisor.start_soon("catalog retry", self._retry_failed,
+                                          policy=NEVER_RESTART)
+            return catalog
+        async with self._lock:
+            if self._catalog is not None:
+                return self._catalog
+            return await self._build()
+
+    async def route(self, method: str, params: dict[str, Any], *,
+                    not_found_code: int) -> Routed:
+        """Where ``method`` with ``params`` goes (raises :class:`~.routing.NotRouted`)."""
+        return route(await self.get(), method, params, not_found_code=not_found_code)
+
+    async def _build(self) -> Catalog:
+        """List every usable backend (under the lock) and keep the result unless the catalog
+        was invalidated meanwhile."""
+        generation = self._generation
+        listings: list[BackendListing] = []
+        failures: dict[str, str] = {}
+        async with trio.open_nursery() as nursery:
+            for link in self.links.values():
+                if not self.services.health.usable(link.name):
+                    failures[link.name] = "is unhealthy"
+                    continue
+                listing = BackendListing(link.name)
+                listings.append(listing)
+                nursery.start_soon(self._fill, link, listing, failures)
+        failures.update(self.links.failed)
+        plan = self.services.plan
+        catalog = build_catalog(listings, plan.aggregation, failures)
+        if plan.composite_tools:
+            catalog = with_composite_tools(catalog, plan.composite_tools)
+        for conflict in catalog.conflicts:
+            log.warning("session %s: %s", self.owner[:8], conflict)
+        if generation == self._generation:
+            self._catalog = catalog
+            self._retry_at = trio.current_time() + RETRY_FAILED_AFTER
+        return catalog
+
+    async def _retry_failed(self) -> None:
+        async with self._lock:
+            before = self._catalog
+            supervisor = self._supervisor()
+            if before is None or not before.failures or supervisor is None:
+                return
+            await self.links.reconnect_failed(supervisor)
+            after = await self._build()
+        if set(after.failures) != set(before.failures):
+            self._lists_changed()
+
+    async def _fill(self, link: BackendLink, listing: BackendListing,
+                    failures: dict[str, str]) -> None:
+        capabilities = link.server_capabilities
+        wanted = [(method, key, target) for method, key, target, capability in _LISTINGS
+                  if capability in capabilities]
+        try:
+            for method, key, target in wanted:
+                getattr(listing, target).extend(await self._list_all(link, method, key))
+        except BackendError as exc:
+            failures[link.name] = exc.detail
+            log.warning("session %s: listing %s failed: %s", self.owner[:8], link.name, exc)
+
+    async def _list_all(self, link: BackendLink, method: str, key: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_PAGES):
+            params = {"cursor": cursor} if cursor else None
+            reply = await link.call(method, params, self._sink(link.name))
+            if isinstance(reply, ErrorResponse):
+                log.info("session %s: %s %s failed: %s", self.owner[:8], link.name, method,
+                         reply.error.message[:200])
+                return items
+            page = reply.result.get(key)
+            if isinstance(page, list):
+                items.extend(item for item in page if isinstance(item, dict))
+            next_cursor = reply.result.get("nextCursor")
+            if not isinstance(next_cursor, str) or not next_cursor:
+                return items
+            cursor = next_cursor
+        return items
