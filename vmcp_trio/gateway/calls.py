@@ -23,6 +23,7 @@ import trio
 from ..protocol.jsonrpc import RequestId
 from ..protocol.stateless_requests import StatelessContext
 from .parked_calls import ParkedCall
+from .routing import Routed
 from .streams import EventStream
 
 __all__ = ["MAX_WAITING_FOR_CLIENT", "Call", "InFlight", "SessionBusy", "SessionClosed",
@@ -50,6 +51,9 @@ class Call:
     """The backend the request went to, once routed."""
     progress_token: str | int | None = None
     """The client's ``progressToken`` for the gateway's own progress (a composite tool's)."""
+    routed: Routed | None = None
+    """Where the request goes, when already known (a 2026-07-28 call is routed once, to
+    choose how it is answered)."""
 
 
 def progress_token(params: dict[str, Any]) -> str | int | None:

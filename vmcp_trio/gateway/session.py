@@ -29,6 +29,7 @@ machinery ends the session only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -83,7 +84,7 @@ from .backends.http import HttpBackendLink
 from .call_log import LOST, LoggedCall
 from .calls import Call, InFlight, SessionBusy, SessionClosed, progress_token
 from .client_relay import ClientRelay, QuestionRefused
-from .routing import NAMED, NotRouted
+from .routing import NAMED, NotRouted, Routed
 from .session_catalog import SessionCatalog
 from .session_links import SessionLinks
 from .session_peer import SessionPeer
@@ -381,25 +382,26 @@ class ClientSession:
             duration=seconds))
 
     async def handle(self, request: Request, stream: EventStream, *,
-                     stateless: StatelessContext | None = None) -> Reply | None:
-        """Answer one request; messages related to it go on ``stream``. None when the client
-        cancelled it (a cancelled request gets no response)."""
-        return await self._handle_call(request, Call(stream, stateless))
+                     stateless: StatelessContext | None = None,
+                     routed: Routed | None = None) -> Reply | None:
+        """Answer one request; messages related to it go on ``stream`` (``routed``: where it
+        goes, when known already). None when the client cancelled it (a cancelled request gets
+        no response)."""
+        return await self._handle_call(request, Call(stream, stateless, routed=routed))
 
     async def handle_stateless(self, request: Request, stream: EventStream,
                                context: StatelessContext) -> Reply | None:
         """A 2026-07-28 ``tools/call``, ``prompts/get`` or ``resources/read``: straight to a
         backend that speaks 2026-07-28, else parked across the client's retries
         (:mod:`.stateless_calls`)."""
-        try:
+        routed: Routed | None = None
+        with contextlib.suppress(NotRouted):  # the dispatch answers that it is not routed
             routed = await self.catalog.route(request.method, request.params or {},
                                               not_found_code=self.revision.resource_not_found_code)
-            link = self.links.get(routed.backend)
-        except NotRouted:
-            link = None
+        link = self.links.get(routed.backend) if routed is not None else None
         if link is not None and link.revision.stateless:
-            return await self.handle(request, stream, stateless=context)
-        return await self.stateless_calls.answer(request, stream, context)
+            return await self.handle(request, stream, stateless=context, routed=routed)
+        return await self.stateless_calls.answer(request, stream, context, routed)
 
     async def _handle_call(self, request: Request, call: Call) -> Reply | None:
         params = request.params or {}
@@ -467,7 +469,7 @@ class ClientSession:
                                  if plan.name == params.get("name")), None)
                 if workflow is not None:
                     return await self._run_composite(request, workflow, params, call)
-            routed = await self.catalog.route(
+            routed = call.routed or await self.catalog.route(
                 method, params, not_found_code=self.revision.resource_not_found_code)
             link = self.links.link(routed.backend)
             reply = await self._forward(link, request, routed.params, call)

@@ -39,6 +39,7 @@ from ..protocol.jsonrpc import (
 from ..protocol.stateless_requests import MISSING_CLIENT_CAPABILITY, StatelessContext
 from .calls import MAX_WAITING_FOR_CLIENT, Call, SessionBusy, progress_token
 from .parked_calls import ParkedCall, RequestStateSigner, check_input_responses, params_digest
+from .routing import Routed
 from .session_peer import SessionPeer
 from .streams import EventStream
 
@@ -71,8 +72,8 @@ class StatelessCalls:
         return [p for p in self._parked.values()
                 if p.reply is None and p.call is not None and p.call.backend == backend]
 
-    async def answer(self, request: Request, stream: EventStream,
-                     context: StatelessContext) -> Reply | None:
+    async def answer(self, request: Request, stream: EventStream, context: StatelessContext,
+                     routed: Routed | None) -> Reply | None:
         params = request.params or {}
         digest = params_digest(params)
         if "requestState" in params:
@@ -100,7 +101,7 @@ class StatelessCalls:
             call_id = secrets.token_urlsafe(12)
             parked = ParkedCall(f"{self._id_prefix}.{call_id}" if self._id_prefix else call_id,
                                 trio.current_time() + self._signer.ttl)
-            parked.call = Call(stream, context, parked)
+            parked.call = Call(stream, context, parked, routed=routed)
             try:
                 self._spawn(self._run, parked, request)
             except SessionBusy as exc:
