@@ -471,10 +471,18 @@ async def test_quick_cancellation_gets_a_valid_http_answer(stack: Stack, mode: s
     """A call the client cancels within vmcp's JSON window (before the backend sent anything)
     still gets a well-formed HTTP answer, not a server error: the cancelled request has no
     JSON-RPC response, so the answer is an empty event stream."""
+    stack.alpha.sleepy_started, stack.alpha.sleepy_cancelled = trio.Event(), trio.Event()
     with trio.fail_after(TIMEOUT):
         async with connect(stack.url, mode) as (client, seen):
-            with trio.move_on_after(0.3):
-                await client.call_tool("alpha_sleepy", {"seconds": 30})
+            with trio.CancelScope() as calling:  # cancelled once the backend is at work
+
+                async def cancel_once_started() -> None:
+                    await stack.alpha.sleepy_started.wait()
+                    calling.cancel()
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(cancel_once_started)
+                    await client.call_tool("alpha_sleepy", {"seconds": 30})
             with trio.fail_after(5):
                 await stack.alpha.sleepy_cancelled.wait()
             if mode == "auto":
