@@ -7,7 +7,7 @@ health, and counters of what went wrong and was contained. ``/metrics`` renders 
 Conventions (Prometheus'): a counter's series ends in ``_total`` (the client library adds it to
 the names given here) and has no ``_created`` twin; every label's values are bounded (method
 names outside the MCP ones are "other", backends and tasks come from the configuration);
-``vmcp_build_info`` carries the version. README.md lists every metric with its labels.
+``vmcp_build_info`` carries the version. docs/operations.md lists every metric with its labels.
 """
 
 from __future__ import annotations
