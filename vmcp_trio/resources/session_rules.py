@@ -2,8 +2,8 @@
 
 Rules it keeps:
 
-* ``provider: memory`` (or no block) is one process: sessions live where they were made, so a
-  load balancer in front of several replicas needs sticky sessions (docs/operations.md says so). Redis
+* ``provider: memory`` (or no block) is one process: sessions live where they were made, so a load
+  balancer in front of several replicas needs sticky sessions (docs/operations.md says so). Redis
   fields given with ``memory`` are ignored with a warning.
 * ``provider: redis`` needs exactly one of ``address`` (one Redis: development) or
   ``sentinelConfig`` (production), a ``db`` that does not contradict the Sentinel block's, and
