@@ -313,11 +313,11 @@ def test_a_telemetry_config_sends_the_gateways_traces_to_its_collector(tmp_path:
 
 
 def test_a_telemetry_ca_bundle_is_given_to_the_exporter_as_a_private_file() -> None:
-    from vmcp_trio.cli import _telemetry_environment
+    from vmcp_trio.app.serve import telemetry_environment
     from vmcp_trio.resources.plan import TelemetryPlan
 
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-    variables = _telemetry_environment(TelemetryPlan((("OTEL_TRACES_EXPORTER", "otlp"),),
+    variables = telemetry_environment(TelemetryPlan((("OTEL_TRACES_EXPORTER", "otlp"),),
                                                      ca_bundle=pem))
     path = Path(variables["OTEL_EXPORTER_OTLP_CERTIFICATE"])
     assert path.read_text() == pem and path.stat().st_mode & 0o777 == 0o600

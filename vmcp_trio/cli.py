@@ -13,22 +13,28 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from . import __version__
-from .defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE, SERVICE_ACCOUNT_DIR
+from .defaults import (
+    DEFAULT_API_GROUP,
+    DEFAULT_BACKEND_URL_TEMPLATE,
+    EXIT_INVALID,
+    EXIT_OK,
+    EXIT_USAGE,
+    HMAC_FILE,
+    SERVICE_ACCOUNT_DIR,
+    SIGNING_KEY_FILE,
+)
 from .proxy import command as proxy_flags
 from .secrets import command as secret_command
 
 if TYPE_CHECKING:
     from .resources import LoadOptions, ValidationResult
-    from .resources.plan import GatewayPlan, TelemetryPlan
 
 __all__ = ["main"]
-
-EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
 
 
 def _add_resource_options(parser: argparse.ArgumentParser) -> None:
@@ -313,19 +319,13 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from functools import partial
-
-    from .app.gateway import run_gateway
-    from .app.reload import Loaded
+    from .app.serve import ConfigSource, serve
     from .auth.incoming.build import AuthSettings
     from .gateway.settings import GatewaySettings
-    from .resources import ConfigPathError, validate_paths
-    from .resources.loading import fingerprint
-    from .runtime.logs import configure_logging, say
+    from .runtime.logs import configure_logging
 
     configure_logging(args.log_format, debug=args.debug)
     usage_error = _usage_errors(args, parser, "vmcp serve")
-
     _check_listener(args, usage_error)
     for flag in ("max_sessions", "max_sessions_per_client", "max_requests_per_session",
                  "max_stdio_calls_per_session", "max_body_bytes", "max_batch"):
@@ -334,44 +334,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     for flag in ("body_timeout", "idle_timeout", "session_ttl"):
         if not getattr(args, flag) > 0:
             usage_error(f"--{flag.replace('_', '-')} must be more than 0 seconds")
-    options = _load_options(args, usage_error)
-    try:
-        result = validate_paths(args.config, options)
-    except ConfigPathError as exc:
-        usage_error(f"--config {exc}")
-    for found in result.problems:
-        say(str(found), level=found.severity.value, **found.as_dict())
-    if not result.ok:
-        say(f"vmcp: the configuration has {len(result.errors)} error(s); not starting",
-            level="error")
-        return EXIT_INVALID
-    plan, why = _choose(result.plans, args.name)
-    if plan is None:
-        say(f"vmcp: {why}", level="error")
-        return EXIT_INVALID
-    exposed = _anonymous_exposure(plan, args)
-    if exposed is not None:
-        say(f"vmcp: {exposed}", level="error")
-        return EXIT_USAGE
-
-    def load() -> Loaded:
-        """The configuration again (a reload): every problem, and the plan when valid."""
-        try:
-            again = validate_paths(args.config, options)
-        except ConfigPathError as exc:
-            return None, [], f"--config {exc}"
-        if not again.ok:
-            return None, list(again.problems), None
-        chosen, reason = _choose(again.plans, args.name)
-        exposure = _anonymous_exposure(chosen, args) if chosen is not None else None
-        if exposure is not None:
-            return None, list(again.problems), exposure
-        return chosen, list(again.problems), reason
-    if plan.telemetry is not None:  # the manifest's OTEL_* settings; the process's own win
-        for name, value in _telemetry_environment(plan.telemetry).items():
-            os.environ.setdefault(name, value)
-    _configure_traces(usage_error)
-    _raise_open_file_limit()
+    source = ConfigSource(tuple(args.config), _load_options(args, usage_error), args.name,
+                          args.host, args.allow_anonymous_on_network)
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
@@ -387,31 +351,15 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         auth=AuthSettings(leeway=args.auth_leeway, required_scopes=tuple(args.required_scope),
                           introspection_cache_ttl=args.introspection_cache_ttl,
                           service_account_dir=args.service_account_dir))
-
-    def ready(urls: list[str]) -> None:
-        backends = ", ".join(b.name for b in plan.backends)
-        if args.log_format == "json":
-            say(f"MCP endpoint: {urls[0]} (Streamable HTTP)", stream=sys.stdout, url=urls[0],
-                server=f"{plan.namespace}/{plan.name}", backends=[b.name for b in plan.backends])
-            return
-        say(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "
-            f"{len(plan.backends)} backend(s) ({backends})\n"
-            f"  MCP endpoint: {urls[0]}  (Streamable HTTP)\n"
-            "  Connect an MCP client to that URL, for example:\n"
-            f"    npx @modelcontextprotocol/inspector --cli {urls[0]} --transport http "
-            "--method tools/list\n"
-            "  Press Ctrl-C to stop.", stream=sys.stdout)
-
-    return _run_server(partial(run_gateway, plan, settings, tls_cert=args.tls_cert,
-                               tls_key=args.tls_key, load=load,
-                               fingerprint=partial(fingerprint, args.config) if args.watch
-                               else None, on_ready=ready), "vmcp")
+    return serve(source, settings, tls_cert=args.tls_cert, tls_key=args.tls_key,
+                 watch=args.watch, log_format=args.log_format, usage_error=usage_error)
 
 
 def _proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from functools import partial
 
     from .app.proxy import run_proxy
+    from .app.running import run_server
     from .proxy.options import settings_from
     from .runtime.logs import configure_logging, say
 
@@ -427,7 +375,7 @@ def _proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             "  Connect an MCP client to that URL. Press Ctrl-C to stop.", stream=sys.stdout,
             url=urls[0], target=settings.target_uri)
 
-    return _run_server(partial(run_proxy, settings, on_ready=ready), "vmcp proxy")
+    return run_server(partial(run_proxy, settings, on_ready=ready), "vmcp proxy")
 
 
 def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -455,6 +403,7 @@ def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
 def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from functools import partial
 
+    from .app.running import run_server
     from .app.tunnel import run_agent
     from .proxy.options import settings_from
     from .runtime.logs import configure_logging, say
@@ -478,7 +427,7 @@ def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     say(f"vmcp proxy tunnel: {args.server_name}: {args.relay_url} -> {settings.target_uri}")
     status = (None if args.metrics_port is None
               else (args.metrics_host, args.metrics_port))
-    return _run_server(partial(run_agent, settings, args.relay_url, token,
+    return run_server(partial(run_agent, settings, args.relay_url, token,
                                status_listener=status,
                                on_status_ready=lambda urls: say(
                                    f"vmcp proxy tunnel: /health and /metrics at {urls[0]}",
@@ -489,6 +438,7 @@ def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from functools import partial
 
+    from .app.running import run_server
     from .app.tunnel import run_relay
     from .auth.incoming.build import AuthSettings, build_authenticator
     from .http.client import HttpClient
@@ -521,7 +471,7 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
                         authenticator=build_authenticator(incoming, AuthSettings(),
                                                           HttpClient()) if incoming else None,
                         scopes=incoming.scopes if incoming else ("openid",))
-    return _run_server(partial(run_relay, relay, args.host, args.port,
+    return run_server(partial(run_relay, relay, args.host, args.port,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready),
                        "vmcp tunnel relay")
 
@@ -538,19 +488,6 @@ def _tunnel_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return EXIT_OK
 
 
-def _anonymous_exposure(plan: GatewayPlan, args: argparse.Namespace) -> str | None:
-    """Why serving ``plan`` on ``--host`` is refused: anonymous incoming auth on an address
-    that is not loopback, unless ``--allow-anonymous-on-network`` says it is meant."""
-    from .auth.ssrf import is_loopback_host
-    from .resources.plan import AnonymousIncoming
-
-    if (not isinstance(plan.incoming, AnonymousIncoming) or is_loopback_host(args.host)
-            or args.allow_anonymous_on_network):
-        return None
-    return (f"VirtualMCPServer {plan.namespace}/{plan.name} has anonymous incoming auth and "
-            f"--host {args.host} is not a loopback address: anyone who reaches the port could "
-            "call every tool. Use incomingAuth type oidc, or pass --allow-anonymous-on-network "
-            "(VMCP_ALLOW_ANONYMOUS_ON_NETWORK=true) if that is meant")
 
 
 def _check_listener(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> None:
@@ -559,6 +496,15 @@ def _check_listener(args: argparse.Namespace, usage_error: Callable[[str], NoRet
         usage_error("--tls-cert and --tls-key go together")
     if not 0 <= args.port <= 65535:
         usage_error("--port must be between 0 and 65535")
+
+
+def _configure_traces(usage_error: Callable[[str], NoReturn]) -> None:
+    from .app.running import TracesUnavailable, configure_traces
+
+    try:
+        configure_traces()
+    except TracesUnavailable as exc:
+        usage_error(str(exc))
 
 
 def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
@@ -576,118 +522,35 @@ def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
     return usage_error
 
 
-def _telemetry_environment(telemetry: TelemetryPlan) -> dict[str, str]:
-    """The ``OTEL_*`` variables of a ``telemetryConfigRef``; its CA bundle, if any, written to
-    a file of this process's own (mode 0600, removed at exit) for the exporter to read."""
-    import atexit
-    import shutil
-    import tempfile
-
-    variables = telemetry.environment()
-    if telemetry.ca_bundle is not None:
-        folder = tempfile.mkdtemp(prefix="vmcp-otlp-")
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        path = os.path.join(folder, "ca.pem")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
-            out.write(telemetry.ca_bundle)
-        variables["OTEL_EXPORTER_OTLP_CERTIFICATE"] = path
-    return variables
 
 
-def _configure_traces(usage_error: Callable[[str], NoReturn]) -> None:
-    from .runtime import tracing
-    from .runtime.logs import say
-
-    try:
-        traces = tracing.configure()
-    except tracing.TracingUnavailable as exc:
-        usage_error(str(exc))
-    if traces is not None:
-        say(f"vmcp: traces: exporting to {traces}")
 
 
-def _run_server(main: Callable[[], Awaitable[None]], command: str) -> int:
-    """Run a server until it stops; the operator errors it raised as one line each (an incoming
-    auth mode that cannot be set up: exit 1; a port or certificate: exit 2)."""
-    import trio
-
-    from .auth.incoming.build import IncomingAuthError
-    from .http.serving import ListenError
-    from .runtime import tracing
-    from .runtime.logs import say
-
-    exit_code = EXIT_OK
-    try:
-        trio.run(main)
-    except* IncomingAuthError as auth_errors:
-        for error in auth_errors.exceptions:
-            say(f"{command}: incoming auth: {error}", level="error")
-        exit_code = EXIT_INVALID
-    except* ListenError as listen_errors:
-        for refusal in listen_errors.exceptions:
-            say(f"{command}: {refusal}", level="error")
-        exit_code = EXIT_USAGE
-    finally:
-        tracing.shutdown()
-    return exit_code
 
 
 def _secret(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return secret_command.run(args, sys.stdin, sys.stdout, sys.stderr, os.environ)
 
 
-def _choose(plans: Sequence[GatewayPlan], name: str | None) -> tuple[GatewayPlan | None, str]:
-    """The VirtualMCPServer to serve: the one of the files, or the one named."""
-    chosen = [p for p in plans if name is None or p.name == name]
-    if len(chosen) == 1:
-        return chosen[0], ""
-    found = ", ".join(f"{p.namespace}/{p.name}" for p in plans) or "none"
-    why = (f"no VirtualMCPServer named {name!r}" if name
-           else "several VirtualMCPServers; choose one with --name")
-    return None, f"{why} (found: {found})"
 
 
-def _raise_open_file_limit() -> None:
-    """Every client stream is a socket: take the hard limit on open files, not the soft one."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-SIGNING_KEY_FILE = "signing-key.pem"
-HMAC_FILE = "hmac-secret"
 
 
 def _keys_generate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .authserver.keygen import generate_hmac_secret, generate_signing_key
+    from .app.keys import KeyFileError, secret_document, write_key_files
 
-    pem = generate_signing_key(args.key_type, args.rsa_bits)
-    hmac_secret = generate_hmac_secret()
     if args.output_dir is not None:
-        folder = Path(args.output_dir)
-        if not folder.is_dir():
-            parser.error(f"--output-dir {folder}: no such folder")
-        for name, data in ((SIGNING_KEY_FILE, pem), (HMAC_FILE, hmac_secret)):
-            target = folder / name
-            try:
-                fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                parser.error(f"--output-dir {folder}: {name} exists; not overwriting it")
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
+        try:
+            written = write_key_files(Path(args.output_dir), args.key_type, args.rsa_bits)
+        except KeyFileError as exc:
+            parser.error(str(exc))
+        for target in written:
             print(f"wrote {target}")
         return EXIT_OK
     _check_dns_name(parser, "--name", args.name)
-    lines = ["apiVersion: v1", "kind: Secret", "metadata:", f"  name: {args.name}"]
     if args.namespace:
         _check_dns_name(parser, "--namespace", args.namespace)
-        lines.append(f"  namespace: {args.namespace}")
-    lines += ["type: Opaque", "stringData:", f"  {SIGNING_KEY_FILE}: |"]
-    lines += [f"    {line}" for line in pem.decode("ascii").splitlines()]
-    lines.append(f'  {HMAC_FILE}: "{hmac_secret.decode("ascii")}"')
-    print("\n".join(lines))
+    print(secret_document(args.name, args.namespace, args.key_type, args.rsa_bits))
     return EXIT_OK
 
 

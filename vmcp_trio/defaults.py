@@ -4,7 +4,8 @@ command line can show them in ``--help`` without loading the stacks that use the
 from __future__ import annotations
 
 __all__ = ["DEFAULT_API_GROUP", "DEFAULT_BACKEND_URL_TEMPLATE", "DEFAULT_PROXY_PORT",
-           "SERVICE_ACCOUNT_DIR"]
+           "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "HMAC_FILE", "SERVICE_ACCOUNT_DIR",
+           "SIGNING_KEY_FILE"]
 
 DEFAULT_API_GROUP = "toolhive.stacklok.dev"
 """The API group of the resources' ``apiVersion`` (ToolHive's, so its manifests load)."""
@@ -17,3 +18,13 @@ DEFAULT_PROXY_PORT = 8080
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a pod's service-account token and CA are mounted."""
+
+EXIT_OK = 0
+EXIT_INVALID = 1
+"""The configuration has errors (every one is listed), or the process failed at run time."""
+EXIT_USAGE = 2
+"""A usage or operator error (a flag, a path, a port in use), said in one line."""
+
+SIGNING_KEY_FILE = "signing-key.pem"
+HMAC_FILE = "hmac-secret"
+"""The file names (and Secret keys) ``vmcp keys generate`` writes."""
