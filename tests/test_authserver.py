@@ -26,7 +26,7 @@ from mcp.shared.auth import OAuthClientMetadata
 
 from vmcp_trio.authserver.keygen import generate_signing_key
 from vmcp_trio.authserver.keys import SigningKeys
-from vmcp_trio.authserver.server import CLIENT_LIFETIME, UNUSED_CLIENT_LIFETIME
+from vmcp_trio.authserver.registration import CLIENT_LIFETIME, UNUSED_CLIENT_LIFETIME
 from vmcp_trio.authserver.storage import PendingAuthorization, StorageFull
 from vmcp_trio.authserver.storage.memory import MemoryStorage
 
