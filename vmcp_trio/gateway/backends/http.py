@@ -189,8 +189,8 @@ class HttpBackendLink(HttpLinkFields):
                           ) -> Response | ErrorResponse | None:
         if response.status == 404 and self.session_id is not None:
             raise _SessionLost
-        if response.status == 202 or (request_id is None and response.status < 300):
-            return None
+        if request_id is None and response.status < 300:
+            return None  # a notification or a response taken (202)
         media = content_type(response)
         if response.status in (401, 403):
             raise BackendAuthRequired(self.name, f"refused the credential (HTTP "
