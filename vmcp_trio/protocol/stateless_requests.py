@@ -14,7 +14,9 @@ acceptable only if (spec: basic/index, transports/streamable-http, SEP-2575 and 
   (resources/read) or ``params.taskId`` (tasks/get, tasks/update, tasks/cancel: SEP-2663)
   after trimming surrounding whitespace and decoding the ``=?base64?...?=`` form, else -32020.
 
-Error responses carry the request's id (never null when the id could be read).
+A client mirrors its request in those headers with :func:`metadata_headers` (the rest of a
+POST's headers are :func:`~.streamable.post_headers`). Error responses carry the request's id
+(never null when the id could be read).
 :func:`check_request` applies all of this and returns the request's :class:`StatelessContext` or a
 :class:`StatelessRejection` saying which HTTP status and JSON-RPC error to answer with.
 """
@@ -46,6 +48,7 @@ __all__ = [
     "check_request",
     "decode_header_value",
     "encode_header_value",
+    "metadata_headers",
     "param_headers",
 ]
 
@@ -130,6 +133,21 @@ def param_headers(schema: object, arguments: object) -> list[tuple[str, str]]:
     """The ``Mcp-Param-{Name}`` headers a client sends with a ``tools/call``."""
     return [(header, encode_header_value(text))
             for _, header, text in _header_params(schema, arguments)]
+
+
+def metadata_headers(method: str, params: Mapping[str, Any],
+                     schema: object = None) -> list[tuple[str, str]]:
+    """The headers a client's request mirrors its body in: ``Mcp-Method``, ``Mcp-Name`` (when
+    the method names a target and the params hold it as a string) and, for a ``tools/call``,
+    the ``Mcp-Param-{Name}`` headers of the tool's input ``schema`` (none when unknown)."""
+    headers = [("mcp-method", method)]
+    named = NAMED_METHODS.get(method)
+    target = params.get(named) if named is not None else None
+    if isinstance(target, str):
+        headers.append(("mcp-name", encode_header_value(target)))
+    if method == "tools/call":
+        headers.extend(param_headers(schema, params.get("arguments")))
+    return headers
 
 
 def check_param_headers(schema: object, arguments: object,
