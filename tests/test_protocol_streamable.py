@@ -14,6 +14,7 @@ from vmcp_trio.protocol.streamable import (
     ACCEPT_ANSWERS,
     MAX_RETRY_SECONDS,
     SESSION_NOT_FOUND,
+    SESSION_REQUIRED,
     PostAnswer,
     Rejection,
     Resumption,
@@ -23,7 +24,6 @@ from vmcp_trio.protocol.streamable import (
     check_get,
     check_method,
     check_post,
-    check_session_header,
     check_version,
     delete_headers,
     is_stateless,
@@ -251,8 +251,7 @@ def test_methods() -> None:
 
 
 def test_the_session_header_and_an_unknown_session() -> None:
-    assert check_session_header("abc") is None
-    assert error(check_session_header(None)) == (
+    assert error(SESSION_REQUIRED) == (
         400, -32600, "Bad Request: the Mcp-Session-Id header is required", ())
     assert error(SESSION_NOT_FOUND) == (
         404, -32600, "Session not found: it ended or never existed; initialize a new one", ())

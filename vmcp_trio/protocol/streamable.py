@@ -55,7 +55,7 @@ error (``-32600``; its id null, as the request was not read) and the headers to 
   DELETE``); GET or DELETE from a 2026-07-28 client, which has no stream and no session -> 405
   (``Allow: POST``);
 * the session (handshake revisions): a request other than ``initialize`` without
-  ``Mcp-Session-Id`` -> 400 (:func:`check_session_header`); a session the server does not have
+  ``Mcp-Session-Id`` -> 400 (:data:`SESSION_REQUIRED`); a session the server does not have
   (ended, expired, another caller's) -> 404 (:data:`SESSION_NOT_FOUND`); an
   ``MCP-Protocol-Version`` that is not a handshake revision -> 400 (:func:`check_version`).
 
@@ -79,6 +79,7 @@ __all__ = [
     "JSON",
     "MAX_RETRY_SECONDS",
     "SESSION_NOT_FOUND",
+    "SESSION_REQUIRED",
     "PostAnswer",
     "Rejection",
     "Resumption",
@@ -88,7 +89,6 @@ __all__ = [
     "check_get",
     "check_method",
     "check_post",
-    "check_session_header",
     "check_version",
     "delete_headers",
     "is_stateless",
@@ -263,6 +263,7 @@ def _reject(status: int, message: str, *headers: tuple[str, str]) -> Rejection:
     return Rejection(status, ErrorObject(INVALID_REQUEST, message), headers)
 
 
+SESSION_REQUIRED = _reject(400, "Bad Request: the Mcp-Session-Id header is required")
 SESSION_NOT_FOUND = _reject(404, "Session not found: it ended or never existed; initialize a "
                                  "new one")
 _UNSUPPORTED_MEDIA = _reject(415, "Unsupported Media Type: Content-Type must be application/json")
@@ -270,7 +271,6 @@ _POST_NOT_ACCEPTABLE = _reject(406, "Not Acceptable: the Accept header must list
                                     "application/json and text/event-stream")
 _GET_NOT_ACCEPTABLE = _reject(406, "Not Acceptable: the Accept header must list "
                                    "text/event-stream")
-_NO_SESSION_HEADER = _reject(400, "Bad Request: the Mcp-Session-Id header is required")
 _METHOD_NOT_ALLOWED = _reject(405, "Method not allowed: use POST, GET or DELETE",
                               ("allow", "GET, POST, DELETE"))
 _STATELESS_POST_ONLY = _reject(405, "Method not allowed: protocol revision 2026-07-28 has no GET "
@@ -306,11 +306,6 @@ def check_method(method: str, *, stateless: bool) -> Rejection | None:
     if stateless and method != "POST":
         return _STATELESS_POST_ONLY
     return None
-
-
-def check_session_header(session_id: str | None) -> Rejection | None:
-    """A handshake request other than ``initialize`` names its session."""
-    return _NO_SESSION_HEADER if session_id is None else None
 
 
 def check_version(version: str | None) -> Rejection | None:
