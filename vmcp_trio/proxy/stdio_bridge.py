@@ -15,8 +15,10 @@ Rules it keeps:
   JSON body the remote refused a message with. (The transport's rules, headers and what an
   answer means, are :mod:`vmcp_trio.protocol.streamable`'s.)
 * After ``initialize`` the remote's GET stream is opened for what the server sends unasked
-  (requests, notifications), reopened with ``Last-Event-ID`` when it ends, with backoff; a
-  server that has none (405) is not asked again.
+  (requests, notifications), and reopened with ``Last-Event-ID`` when it ends: a supervised
+  task, restarted with the supervisor's backoff
+  (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`: 1 s doubling to 30 s, with jitter,
+  starting over after a stream that opened); a server that has none (405) is not asked again.
 * The session is kept across the remote's restarts: when the remote says the session is gone
   (404 to a message that named it), the client's ``initialize`` and
   ``notifications/initialized`` are replayed (the replayed answer is not shown to the client)
@@ -54,6 +56,7 @@ from ..protocol.streamable import (
     stream_answer,
     stream_headers,
 )
+from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 
 __all__ = ["StdioBridge"]
@@ -108,6 +111,8 @@ class StdioBridge:
         self._out_lock = trio.Lock()
         self._stdout: trio.abc.SendStream | None = None
         self._stream_started = trio.Event()
+        self._stream = Resumption(SSEParser())
+        """The GET stream's place: its last event id outlives a reconnect."""
         self._reinitializing = trio.Lock()
 
     # --- stdout --------------------------------------------------------------------------------
@@ -123,7 +128,8 @@ class StdioBridge:
         """Until stdin ends; then the requests in flight finish and the session is deleted."""
         self._stdout = stdout
         async with trio.open_nursery() as background:
-            background.start_soon(self._listen)
+            Supervisor(background).start_soon("the remote's GET stream", self._listen,
+                                              policy=RECONNECT)
             async with trio.open_nursery() as requests:
                 async for line in self._lines(stdin):
                     requests.start_soon(self._forward, line)
@@ -271,31 +277,31 @@ class StdioBridge:
     # --- the GET stream ----------------------------------------------------------------------
 
     async def _listen(self) -> None:
-        """What the server sends unasked, from ``initialize`` on; reopened with backoff."""
+        """What the server sends unasked, from ``initialize`` on: one GET stream, for the
+        supervisor. It always ends in :class:`Retry` (told that the backoff starts over when
+        the stream opened), except when the remote has no GET stream (405)."""
         await self._stream_started.wait()
-        stream = Resumption(SSEParser())
-        delay = 1.0
-        while True:
+        stream = self._stream
+        opened = False
+        try:
             headers = stream_headers(self.version, self.session_id, stream.last_event_id)
-            try:
-                headers += await credential_headers(self.credentials, None, self.injected)
-                async with self.client.stream("GET", self.target,
-                                              headers=headers) as response:
-                    answer = stream_answer(response.status,
-                                           media_type(response.header("content-type")))
-                    if answer is StreamAnswer.NONE:
-                        log.info("the remote has no GET stream")
-                        return
-                    if answer is StreamAnswer.OPEN:
-                        delay = 1.0
-                        async for chunk in response.iter_bytes():
-                            for event in stream.parser.feed(chunk):
-                                if event.data:
-                                    await self.write(event.data.encode())
-            except (HttpError, LoginPending) as exc:
-                log.info("the remote's GET stream: %s", exc)
-            await trio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+            headers += await credential_headers(self.credentials, None, self.injected)
+            async with self.client.stream("GET", self.target, headers=headers) as response:
+                answer = stream_answer(response.status,
+                                       media_type(response.header("content-type")))
+                if answer is StreamAnswer.NONE:
+                    log.info("the remote has no GET stream")
+                    return
+                if answer is StreamAnswer.REFUSED:
+                    raise Retry(f"HTTP {response.status}")
+                opened = True
+                async for chunk in response.iter_bytes():
+                    for event in stream.parser.feed(chunk):
+                        if event.data:
+                            await self.write(event.data.encode())
+        except (HttpError, LoginPending) as exc:
+            raise Retry(str(exc), reset=opened) from None
+        raise Retry("ended", reset=True)
 
     async def _delete_session(self) -> None:
         if self.session_id is None:
