@@ -179,6 +179,14 @@ def test_the_last_event_id_and_retry_outlive_a_connection() -> None:
     assert stream_headers(last_event_id=resumption.last_event_id)[-1] == ("last-event-id", "s-3")
 
 
+def test_an_empty_id_clears_the_last_event_id() -> None:
+    resumption = Resumption(SSEParser())
+    resumption.parser.feed(b"id: s-1\ndata: {}\n\nid\ndata: {}\n\n")
+    assert resumption.last_event_id is None and resumption.reconnect() is None
+    assert stream_headers("2025-11-25", "s1", resumption.last_event_id)[-1] == (
+        "mcp-protocol-version", "2025-11-25")
+
+
 def test_retry_is_capped_and_zero_or_none_leaves_the_wait_to_the_caller() -> None:
     resumption = Resumption(SSEParser())
     assert resumption.retry_delay is None

@@ -39,9 +39,10 @@ is a refusal (a standalone stream is asked for again later; a resumption fails).
 
 Resumption (:class:`Resumption`): the SSE parser's last event id and ``retry:`` outlive a
 connection. A stream is taken up again by GET with ``Last-Event-ID`` only when an event id was
-seen, after the ``retry:`` the server asked for (capped at :data:`MAX_RETRY_SECONDS`; none, or
-0, leaves the wait to the caller's backoff), at most ``max_attempts`` times when bounded. 2026-07-28
-streams are not resumable: nothing of this applies to them.
+seen (and not cleared by an empty one), after the ``retry:`` the server asked for (capped at
+:data:`MAX_RETRY_SECONDS`; none, or 0, leaves the wait to the caller's backoff), at most
+``max_attempts`` times when bounded. 2026-07-28 streams are not resumable: nothing of this
+applies to them.
 
 The server's checks each return None or a :class:`Rejection`: the HTTP status, the JSON-RPC
 error (``-32600``; its id null, as the request was not read) and the headers to answer with.
@@ -223,8 +224,10 @@ class Resumption:
 
     @property
     def last_event_id(self) -> str | None:
-        """What ``Last-Event-ID`` says on reconnecting (None: no event id was seen)."""
-        return self.parser.last_event_id
+        """What ``Last-Event-ID`` says on reconnecting: None when no event id was seen, or the
+        last one was empty (an empty ``id:`` clears it: WHATWG, and the header is then not
+        sent)."""
+        return self.parser.last_event_id or None
 
     @property
     def retry_delay(self) -> float | None:
