@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmcp_trio.protocol.sse import SSEParser
+from vmcp_trio.protocol.sse import SSEError, SSEParser
 from vmcp_trio.protocol.stateless_requests import metadata_headers
 from vmcp_trio.protocol.streamable import (
     ACCEPT_ANSWERS,
@@ -185,6 +185,20 @@ def test_an_empty_id_clears_the_last_event_id() -> None:
     assert resumption.last_event_id is None and resumption.reconnect() is None
     assert stream_headers("2025-11-25", "s1", resumption.last_event_id)[-1] == (
         "mcp-protocol-version", "2025-11-25")
+
+
+def test_each_connection_is_parsed_afresh_but_for_the_id_and_retry() -> None:
+    resumption = Resumption(SSEParser(max_event_bytes=64), max_attempts=2)
+    first = resumption.parser
+    first.feed(b"retry: 300\nid: e1\ndata:\n\ndata: {\"half\": ")  # broken off mid-event
+    assert resumption.reconnect() == 0.3
+    assert resumption.parser is not first and resumption.last_event_id == "e1"
+    assert resumption.parser.feed(b"data: 1\n\n")[0].data == "1"  # not glued to the half
+    with pytest.raises(SSEError):
+        resumption.parser.feed(b"x" * 100)  # a line over the bound breaks this connection only
+    fresh = resumption.next_connection()
+    assert fresh.feed(b"data: 2\n\n")[0].data == "2"
+    assert (fresh.last_event_id, fresh.retry, fresh.max_event_bytes) == ("e1", 300, 64)
 
 
 def test_retry_is_capped_and_zero_or_none_leaves_the_wait_to_the_caller() -> None:

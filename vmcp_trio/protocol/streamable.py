@@ -38,11 +38,12 @@ is the stream; 405 says the server offers no standalone stream (do not ask again
 is a refusal (a standalone stream is asked for again later; a resumption fails).
 
 Resumption (:class:`Resumption`): the SSE parser's last event id and ``retry:`` outlive a
-connection. A stream is taken up again by GET with ``Last-Event-ID`` only when an event id was
-seen (and not cleared by an empty one), after the ``retry:`` the server asked for (capped at
-:data:`MAX_RETRY_SECONDS`; none, or 0, leaves the wait to the caller's backoff), at most
-``max_attempts`` times when bounded. 2026-07-28 streams are not resumable: nothing of this
-applies to them.
+connection, and nothing else does (each connection is parsed afresh: half an event, or a line
+over the parser's bound, is not carried into the next connection). A stream is taken up again
+by GET with ``Last-Event-ID`` only when an event id was seen (and not cleared by an empty one),
+after the ``retry:`` the server asked for (capped at :data:`MAX_RETRY_SECONDS`; none, or 0,
+leaves the wait to the caller's backoff), at most ``max_attempts`` times when bounded.
+2026-07-28 streams are not resumable: nothing of this applies to them.
 
 The server's checks each return None or a :class:`Rejection`: the HTTP status, the JSON-RPC
 error (``-32600``; its id null, as the request was not read) and the headers to answer with.
@@ -214,8 +215,8 @@ def stream_answer(status: int, media: str) -> StreamAnswer:
 
 
 class Resumption:
-    """Where a stream stands for taking it up again: the SSE parser that reads it (its last
-    event id and ``retry:`` outlive each connection) and the reconnections made."""
+    """Where a stream stands for taking it up again: the SSE parser of its current connection
+    (:meth:`next_connection` makes the next one's) and the reconnections made."""
 
     def __init__(self, parser: SSEParser, *, max_attempts: int | None = None) -> None:
         self.parser = parser
@@ -236,13 +237,23 @@ class Resumption:
         retry = self.parser.retry
         return min(retry / 1000, MAX_RETRY_SECONDS) if retry else None
 
+    def next_connection(self) -> SSEParser:
+        """A parser for the next connection, with the last event id and ``retry:`` of this
+        one and nothing else (now :attr:`parser`)."""
+        parser = SSEParser(self.parser.max_event_bytes)
+        parser.last_event_id, parser.retry = self.parser.last_event_id, self.parser.retry
+        self.parser = parser
+        return parser
+
     def reconnect(self) -> float | None:
-        """Take one reconnection: the seconds to wait before it (0: at once), or None when the
-        stream cannot be taken up again (no event id seen, or the attempts are spent)."""
+        """Take one reconnection (its parser is :attr:`parser`): the seconds to wait before it
+        (0: at once), or None when the stream cannot be taken up again (no event id seen, or
+        the attempts are spent)."""
         if self.last_event_id is None or (self.max_attempts is not None
                                           and self.attempts >= self.max_attempts):
             return None
         self.attempts += 1
+        self.next_connection()
         return self.retry_delay or 0.0
 
 

@@ -41,7 +41,7 @@ import orjson
 import trio
 
 from ..http.client import HttpClient, HttpError, HttpResponse
-from ..protocol.sse import SSEParser
+from ..protocol.sse import SSEError, SSEParser
 from ..protocol.stateless_requests import PROTOCOL_VERSION, metadata_headers
 from ..protocol.streamable import (
     JSON,
@@ -282,6 +282,7 @@ class StdioBridge:
         the stream opened), except when the remote has no GET stream (405)."""
         await self._stream_started.wait()
         stream = self._stream
+        parser = stream.next_connection()
         opened = False
         try:
             headers = stream_headers(self.version, self.session_id, stream.last_event_id)
@@ -296,10 +297,10 @@ class StdioBridge:
                     raise Retry(f"HTTP {response.status}")
                 opened = True
                 async for chunk in response.iter_bytes():
-                    for event in stream.parser.feed(chunk):
+                    for event in parser.feed(chunk):
                         if event.data:
                             await self.write(event.data.encode())
-        except (HttpError, LoginPending) as exc:
+        except (HttpError, LoginPending, SSEError) as exc:
             raise Retry(str(exc), reset=opened) from None
         raise Retry("ended", reset=True)
 

@@ -349,6 +349,7 @@ class HttpBackendLink(HttpLinkFields):
         if self._closed:
             return
         stream = self._listen_stream
+        parser = stream.next_connection()
         headers = await self._headers(stream_headers(self.revision.version, self.session_id,
                                                      stream.last_event_id))
         try:
@@ -360,7 +361,7 @@ class HttpBackendLink(HttpLinkFields):
                 if answer is StreamAnswer.REFUSED:
                     raise Retry(f"backend {self.name} GET stream: HTTP {response.status}",
                                 after=stream.retry_delay)
-                await consume_sse(self.name, response, stream.parser, None, self.session_sink)
+                await consume_sse(self.name, response, parser, None, self.session_sink)
         except HttpError as exc:
             raise Retry(f"backend {self.name} GET stream failed: {exc}",
                         after=stream.retry_delay) from None

@@ -1,17 +1,21 @@
-"""``vmcp proxy stdio``'s GET stream, timed: the bridge runs in this process (its stdin and stdout
-are memory streams) against a remote written here, a small ASGI app on hypercorn whose GET
-answers follow a script (an event stream that ends, or a refusal), so each reconnection and
-its ``Last-Event-ID`` can be seen and timed."""
+"""``vmcp proxy stdio`` against a remote that follows a script: the bridge runs in this process
+(its stdin and stdout are memory streams) against a remote written here, a small ASGI app on
+hypercorn whose GET answers follow a script (an event stream that ends, breaks off or carries an
+event over the bridge's bound, or a refusal), so each reconnection, its ``Last-Event-ID`` and
+its timing can be seen. (The remote's faults are stand-ins: no installable server makes them on
+purpose.)"""
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
 import orjson
+import pytest
 import trio
 import trio.testing
 
@@ -119,3 +123,20 @@ async def test_the_get_stream_reopens_with_the_last_event_id_and_backs_off() -> 
     assert [last for _, last in remote.gets] == [None, "e1", "e1"]
     for gap, nominal in zip([b - a for a, b in itertools.pairwise(times)], (1, 2), strict=True):
         assert nominal * 0.8 <= gap <= nominal * 1.2 + 0.3, times
+
+
+async def test_a_broken_connection_leaves_nothing_behind_for_the_next(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A stream broken off in the middle of an event, then one whose event is over the bridge's
+    4 MiB bound: each is reopened (an expected end, not a fault), and the next connection is
+    read afresh, so the client gets the next event whole and nothing of the broken ones."""
+    caplog.set_level(logging.INFO)
+    half = b'id: e1\ndata: {"jsonrpc": "2.0", "method": "notifications/mes'
+    huge = b"data: " + b"x" * (4 * 1024 * 1024 + 100)
+    remote = Remote(half, huge, b"id: e3\n" + NOTICE)
+    async with bridged(remote) as stdout:
+        with trio.fail_after(10):
+            line = await stdout.receive_some()
+    assert line == NOTICE.removeprefix(b"data: ").rstrip(b"\n") + b"\n"
+    assert [last for _, last in remote.gets] == [None, "e1", "e1"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
