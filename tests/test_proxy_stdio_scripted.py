@@ -140,3 +140,16 @@ async def test_a_broken_connection_leaves_nothing_behind_for_the_next(
     assert line == NOTICE.removeprefix(b"data: ").rstrip(b"\n") + b"\n"
     assert [last for _, last in remote.gets] == [None, "e1", "e1"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_the_remotes_retry_is_the_wait_before_reopening() -> None:
+    """The remote asks for 100 ms (``retry:``) before its stream is reopened: the bridge waits
+    that, not its own backoff (the spec's MUST)."""
+    remote = Remote(b"retry: 100\nid: e1\n" + NOTICE)
+    async with bridged(remote) as stdout:
+        with trio.fail_after(10):
+            assert b"list_changed" in await stdout.receive_some()
+            while len(remote.gets) < 2:
+                await trio.sleep(0.01)
+    (first, _), (second, last_event_id) = remote.gets
+    assert second - first < 0.5 and last_event_id == "e1"

@@ -15,10 +15,11 @@ Rules it keeps:
   JSON body the remote refused a message with. (The transport's rules, headers and what an
   answer means, are :mod:`vmcp_trio.protocol.streamable`'s.)
 * After ``initialize`` the remote's GET stream is opened for what the server sends unasked
-  (requests, notifications), and reopened with ``Last-Event-ID`` when it ends: a supervised
-  task, restarted with the supervisor's backoff
-  (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`: 1 s doubling to 30 s, with jitter,
-  starting over after a stream that opened); a server that has none (405) is not asked again.
+  (requests, notifications), and reopened with ``Last-Event-ID`` when it ends. It is a
+  supervised task: the wait before reopening is the remote's ``retry:`` when it sent one, else
+  the supervisor's backoff (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`: 1 s doubling to
+  30 s, with jitter, starting over after a stream that opened); a server that has none (405)
+  is not asked again.
 * The session is kept across the remote's restarts: when the remote says the session is gone
   (404 to a message that named it), the client's ``initialize`` and
   ``notifications/initialized`` are replayed (the replayed answer is not shown to the client)
@@ -112,7 +113,7 @@ class StdioBridge:
         self._stdout: trio.abc.SendStream | None = None
         self._stream_started = trio.Event()
         self._stream = Resumption(SSEParser())
-        """The GET stream's place: its last event id outlives a reconnect."""
+        """The GET stream's place: its last event id and ``retry:`` outlive a reconnect."""
         self._reinitializing = trio.Lock()
 
     # --- stdout --------------------------------------------------------------------------------
@@ -279,7 +280,8 @@ class StdioBridge:
     async def _listen(self) -> None:
         """What the server sends unasked, from ``initialize`` on: one GET stream, for the
         supervisor. It always ends in :class:`Retry` (told that the backoff starts over when
-        the stream opened), except when the remote has no GET stream (405)."""
+        the stream opened, and the wait the remote asked for with ``retry:``), except when the
+        remote has no GET stream (405)."""
         await self._stream_started.wait()
         stream = self._stream
         parser = stream.next_connection()
@@ -294,15 +296,15 @@ class StdioBridge:
                     log.info("the remote has no GET stream")
                     return
                 if answer is StreamAnswer.REFUSED:
-                    raise Retry(f"HTTP {response.status}")
+                    raise Retry(f"HTTP {response.status}", after=stream.retry_delay)
                 opened = True
                 async for chunk in response.iter_bytes():
                     for event in parser.feed(chunk):
                         if event.data:
                             await self.write(event.data.encode())
         except (HttpError, LoginPending, SSEError) as exc:
-            raise Retry(str(exc), reset=opened) from None
-        raise Retry("ended", reset=True)
+            raise Retry(str(exc), reset=opened, after=stream.retry_delay) from None
+        raise Retry("ended", reset=True, after=stream.retry_delay)
 
     async def _delete_session(self) -> None:
         if self.session_id is None:
