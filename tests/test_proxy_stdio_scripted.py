@@ -31,9 +31,9 @@ NOTICE = b'data: {"jsonrpc":"2.0","method":"notifications/tools/list_changed"}\n
 
 
 class Remote:
-    """A handshake remote: ``initialize`` opens session "s1"; the n-th GET is answered with
-    ``script[n]`` (bytes: an event stream that then ends; an int: that status) and, past the
-    script, held open."""
+    """A handshake remote: ``initialize`` opens session "s1", any other POST gets 202 (a request
+    too: no answer); the n-th GET is answered with ``script[n]`` (bytes: an event stream that
+    then ends; an int: that status) and, past the script, held open."""
 
     def __init__(self, *script: bytes | int) -> None:
         self.script = list(script)
@@ -89,9 +89,10 @@ class Remote:
 
 
 @asynccontextmanager
-async def bridged(remote: Remote) -> AsyncIterator[trio.abc.ReceiveStream]:
-    """The bridge to ``remote``, its handshake done; yields its stdout after the answer to
-    ``initialize``."""
+async def bridged(remote: Remote) -> AsyncIterator[tuple[trio.abc.SendStream,
+                                                        trio.abc.ReceiveStream]]:
+    """The bridge to ``remote``, its handshake done; yields its stdin and its stdout (after the
+    answer to ``initialize``)."""
     config = hypercorn_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
     client = HttpClient()
     stdin_writer, stdin = trio.testing.memory_stream_one_way_pair()
@@ -105,7 +106,7 @@ async def bridged(remote: Remote) -> AsyncIterator[trio.abc.ReceiveStream]:
         with trio.fail_after(10):
             assert b'"serverInfo"' in await stdout_reader.receive_some()
         await stdin_writer.send_all(orjson.dumps(INITIALIZED) + b"\n")
-        yield stdout_reader
+        yield stdin_writer, stdout_reader
         nursery.cancel_scope.cancel()
     await client.aclose()
 
@@ -114,7 +115,7 @@ async def test_the_get_stream_reopens_with_the_last_event_id_and_backs_off() -> 
     """An open stream that ends is reopened after 1 s (the backoff starts over after a stream
     that opened), from its last event id; refusals double the wait (2 s), with +-20% jitter."""
     remote = Remote(b"id: e1\n" + NOTICE, 500)
-    async with bridged(remote) as stdout:
+    async with bridged(remote) as (_, stdout):
         with trio.fail_after(10):
             assert b"list_changed" in await stdout.receive_some()
             while len(remote.gets) < 3:
@@ -134,7 +135,7 @@ async def test_a_broken_connection_leaves_nothing_behind_for_the_next(
     half = b'id: e1\ndata: {"jsonrpc": "2.0", "method": "notifications/mes'
     huge = b"data: " + b"x" * (4 * 1024 * 1024 + 100)
     remote = Remote(half, huge, b"id: e3\n" + NOTICE)
-    async with bridged(remote) as stdout:
+    async with bridged(remote) as (_, stdout):
         with trio.fail_after(10):
             line = await stdout.receive_some()
     assert line == NOTICE.removeprefix(b"data: ").rstrip(b"\n") + b"\n"
@@ -146,10 +147,21 @@ async def test_the_remotes_retry_is_the_wait_before_reopening() -> None:
     """The remote asks for 100 ms (``retry:``) before its stream is reopened: the bridge waits
     that, not its own backoff (the spec's MUST)."""
     remote = Remote(b"retry: 100\nid: e1\n" + NOTICE)
-    async with bridged(remote) as stdout:
+    async with bridged(remote) as (_, stdout):
         with trio.fail_after(10):
             assert b"list_changed" in await stdout.receive_some()
             while len(remote.gets) < 2:
                 await trio.sleep(0.01)
     (first, _), (second, last_event_id) = remote.gets
     assert second - first < 0.5 and last_event_id == "e1"
+
+
+async def test_a_request_the_remote_answers_with_nothing_gets_an_error() -> None:
+    """202 without a body is no answer to a request: the client hears so at once, by id."""
+    async with bridged(Remote()) as (stdin, stdout):
+        await stdin.send_all(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": '
+                             b'{"name": "add", "arguments": {}}}\n')
+        with trio.fail_after(10):
+            error = orjson.loads(await stdout.receive_some())
+    assert error["id"] == 5 and error["error"]["code"] == -32603
+    assert "answered HTTP 202 (no content type)" in error["error"]["message"]

@@ -238,12 +238,10 @@ class StdioBridge:
         if answer is PostAnswer.ACCEPTED:
             return
         body = await response.read(self.max_line_bytes)
-        if not body.strip():
-            return
         media = media_type(response.header("content-type"))
-        if media == JSON:
+        if media == JSON and body.strip():
             await self._deliver(body, message, show=show)
-        elif _is_request(message):
+        elif show and _is_request(message):  # the client must not wait for nothing
             await self.write(_error_line(message.get("id"), -32603, (
                 f"vmcp proxy: the remote answered HTTP {response.status} "
                 f"({media or 'no content type'})")))
