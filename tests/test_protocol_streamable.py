@@ -234,10 +234,12 @@ def error(rejection: object) -> tuple[int, int, str, tuple[tuple[str, str], ...]
 def test_a_post_with_the_right_media_types_passes(accept: str) -> None:
     assert check_post("application/json", accept) is None
     assert check_post("Application/JSON; charset=utf-8", accept) is None
+    assert check_post(" application/json ;charset=utf-8", accept) is None
 
 
 @pytest.mark.parametrize("content_type", [None, "", "text/plain",
-                                          "application/x-www-form-urlencoded"])
+                                          "application/x-www-form-urlencoded",
+                                          "application/json-seq", "application/jsonl"])
 def test_a_post_that_is_not_json_is_415(content_type: str | None) -> None:
     assert error(check_post(content_type, ACCEPT_ANSWERS)) == (
         415, -32600, "Unsupported Media Type: Content-Type must be application/json", ())

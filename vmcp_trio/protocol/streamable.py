@@ -301,7 +301,7 @@ def accepts(accept: str | None, *types: str) -> bool:
 
 def check_post(content_type: str | None, accept: str | None) -> Rejection | None:
     """A POST's media types (before its body is read)."""
-    if not (content_type or "").lower().startswith(JSON):
+    if media_type(content_type) != JSON:
         return _UNSUPPORTED_MEDIA
     if not accepts(accept, JSON, EVENT_STREAM):
         return _POST_NOT_ACCEPTABLE
