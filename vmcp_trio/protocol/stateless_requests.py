@@ -18,7 +18,7 @@ A client mirrors its request in those headers with :func:`metadata_headers` (the
 POST's headers are :func:`~.streamable.post_headers`). Error responses carry the request's id
 (never null when the id could be read).
 :func:`check_request` applies all of this and returns the request's :class:`StatelessContext` or a
-:class:`StatelessRejection` saying which HTTP status and JSON-RPC error to answer with.
+:class:`~.streamable.Rejection` saying which HTTP status and JSON-RPC error to answer with.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .jsonrpc import INVALID_PARAMS, ErrorObject, Request
+from .streamable import Rejection
 
 __all__ = [
     "CLIENT_CAPABILITIES",
@@ -43,7 +44,6 @@ __all__ = [
     "SUBSCRIPTION_ID",
     "UNSUPPORTED_VERSION",
     "StatelessContext",
-    "StatelessRejection",
     "check_param_headers",
     "check_request",
     "decode_header_value",
@@ -83,11 +83,6 @@ class StatelessContext:
     client_info: dict[str, Any] = field(default_factory=dict)
     log_level: str | None = None
 
-
-@dataclass(frozen=True)
-class StatelessRejection:
-    status: int
-    error: ErrorObject
 
 
 def encode_header_value(value: str) -> str:
@@ -151,7 +146,7 @@ def metadata_headers(method: str, params: Mapping[str, Any],
 
 
 def check_param_headers(schema: object, arguments: object,
-                        headers: Mapping[str, str]) -> StatelessRejection | None:
+                        headers: Mapping[str, str]) -> Rejection | None:
     """SEP-2243 ``Mcp-Param-{Name}`` headers: every input property a tool marks with
     ``"x-mcp-header": "Name"`` travels in that header too (its string form; base64 form
     allowed), and the header must match the body. Missing, undecodable or different: -32020."""
@@ -170,12 +165,12 @@ def check_param_headers(schema: object, arguments: object,
     return None
 
 
-def _reject(status: int, code: int, message: str, data: Any = None) -> StatelessRejection:
-    return StatelessRejection(status, ErrorObject(code, message, data))
+def _reject(status: int, code: int, message: str, data: Any = None) -> Rejection:
+    return Rejection(status, ErrorObject(code, message, data))
 
 
 def check_request(request: Request, headers: Mapping[str, str],
-                  supported: tuple[str, ...]) -> StatelessContext | StatelessRejection:
+                  supported: tuple[str, ...]) -> StatelessContext | Rejection:
     """Apply the rules of the module docstring. ``headers`` has lower-case names."""
     params = request.params or {}
     meta = params.get("_meta")
