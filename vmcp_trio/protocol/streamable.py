@@ -46,7 +46,8 @@ leaves the wait to the caller's backoff), at most ``max_attempts`` times when bo
 2026-07-28 streams are not resumable: nothing of this applies to them.
 
 The server's checks each return None or a :class:`Rejection`: the HTTP status, the JSON-RPC
-error (``-32600``; its id null, as the request was not read) and the headers to answer with.
+error and the headers to answer with. Those here are ``-32600`` (its id null: the request was
+not read); :mod:`.stateless_requests` rejects 2026-07-28 requests with codes of their own.
 
 * POST (:func:`check_post`): a ``Content-Type`` that is not ``application/json`` -> 415; an
   ``Accept`` that lists neither ``*/*`` nor both ``application/json`` and
@@ -269,7 +270,7 @@ class Rejection:
     headers: tuple[tuple[str, str], ...] = ()
 
     def body(self, request_id: RequestId | None = None) -> bytes:
-        """The JSON-RPC error response (id null: the request was not read)."""
+        """The JSON-RPC error response, with the request's id when it could be read."""
         return encode(ErrorResponse(request_id, self.error))
 
 
@@ -295,7 +296,7 @@ def accepts(accept: str | None, *types: str) -> bool:
     """An ``Accept`` value lists every one of ``types`` (or ``*/*``)."""
     if accept is None:
         return False
-    offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    offered = {media_type(part) for part in accept.split(",")}
     return "*/*" in offered or all(t in offered for t in types)
 
 
