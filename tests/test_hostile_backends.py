@@ -290,6 +290,27 @@ async def test_a_hostile_http_backend_fails_only_its_own_calls(
     no_tracebacks(caplog)
 
 
+async def test_a_request_answered_like_a_notification_fails_naming_the_backend(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """202 without a body is how a server takes a notification; to a request it is no answer:
+    the call fails at once with an error naming the backend, and the backend serves again."""
+    caplog.set_level(logging.WARNING)
+    http = HttpClient()
+    async with hostile_http_backend() as backend_url:
+        docs = gateway_docs("best_effort", [mcp_server("hostile-http", url=backend_url)],
+                            {"hostile-http": BACKEND_TIMEOUT})
+        async with running_gateway(docs, ready=("clock",)) as (url, _):
+            client = RawClient(url)
+            await client.initialize()
+            reply, elapsed = await call(client, "hostile-http_accepted")
+            refused(reply, "hostile-http", "HTTP 202")
+            assert elapsed < 2
+            await all_well(client, http, url, "hostile-http_ok")
+            await client.aclose()
+    await http.aclose()
+    no_tracebacks(caplog)
+
+
 # --- an answer to an id nobody asked ------------------------------------------------------------
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

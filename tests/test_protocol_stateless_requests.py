@@ -13,13 +13,13 @@ from vmcp_trio.protocol.stateless_requests import (
     HEADER_MISMATCH,
     UNSUPPORTED_VERSION,
     StatelessContext,
-    StatelessRejection,
     check_param_headers,
     check_request,
     decode_header_value,
     encode_header_value,
     param_headers,
 )
+from vmcp_trio.protocol.streamable import Rejection
 
 SUPPORTED = ("2026-07-28",)
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -55,7 +55,7 @@ def test_a_valid_request_gives_its_context() -> None:
 def test_missing_meta_is_invalid_params(params: dict[str, Any]) -> None:
     result = check_request(Request(1, "server/discover", params), headers("server/discover"),
                            SUPPORTED)
-    assert isinstance(result, StatelessRejection)
+    assert isinstance(result, Rejection)
     assert (result.status, result.error.code) == (400, -32602)
 
 
@@ -63,7 +63,7 @@ def test_unsupported_version_names_what_is_supported() -> None:
     meta = {**META, "io.modelcontextprotocol/protocolVersion": "v999.0.0"}
     result = check_request(Request(1, "server/discover", {"_meta": meta}),
                            headers("server/discover", version="v999.0.0"), SUPPORTED)
-    assert isinstance(result, StatelessRejection)
+    assert isinstance(result, Rejection)
     assert (result.status, result.error.code) == (400, UNSUPPORTED_VERSION)
     assert result.error.data == {"supported": ["2026-07-28"], "requested": "v999.0.0"}
 
@@ -82,7 +82,7 @@ def test_unsupported_version_names_what_is_supported() -> None:
 ])
 def test_header_mismatches(req: Request, hdrs: dict[str, str], fragment: str) -> None:
     result = check_request(req, hdrs, SUPPORTED)
-    assert isinstance(result, StatelessRejection)
+    assert isinstance(result, Rejection)
     assert (result.status, result.error.code) == (400, HEADER_MISMATCH)
     assert fragment in result.error.message
 

@@ -10,7 +10,13 @@ import pytest
 import trio
 import trio.testing
 
-from vmcp_trio.runtime.supervisor import NEVER_RESTART, RestartPolicy, Retry, Supervisor
+from vmcp_trio.runtime.supervisor import (
+    NEVER_RESTART,
+    RECONNECT,
+    RestartPolicy,
+    Retry,
+    Supervisor,
+)
 
 
 @pytest.fixture
@@ -129,6 +135,28 @@ async def test_a_long_run_starts_the_backoff_over(autojump_clock: trio.testing.M
         nursery.cancel_scope.cancel()
     after_long_run = runs[4] - runs[3] - 100
     assert 0.8 <= after_long_run <= 1.2
+
+
+async def test_a_retry_that_made_progress_starts_the_backoff_over(
+        autojump_clock: trio.testing.MockClock) -> None:
+    """A client that connected (``reset=True``) waits the first delay again, then doubles from
+    there; failures in a row keep doubling, however long each took (RECONNECT)."""
+    runs: list[float] = []
+
+    async def connection() -> None:
+        runs.append(trio.current_time())
+        if len(runs) == 2:
+            await trio.sleep(90)  # a slow failure: no reset under RECONNECT
+        raise Retry("ended", reset=len(runs) == 4)
+
+    async with trio.open_nursery() as nursery:
+        Supervisor(nursery).start_soon("t", connection, policy=RECONNECT)
+        await trio.sleep(120)
+        nursery.cancel_scope.cancel()
+    gaps = [b - a for a, b in itertools.pairwise(runs)]
+    gaps[1] -= 90
+    for gap, nominal in zip(gaps, (1, 2, 4, 1, 2, 4), strict=False):
+        assert nominal * 0.8 <= gap <= nominal * 1.2 + 0.01, gaps
 
 
 async def test_failures_that_meet_a_cancellation_are_logged_and_the_cancellation_goes_on(

@@ -4,6 +4,9 @@ official SDK client reaches that server through the relay's public URL."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+
 import httpx2
 import orjson
 import pytest
@@ -72,6 +75,26 @@ async def test_no_agent_is_503_and_a_wrong_token_connects_nothing() -> None:
             assert connections(agent) == 0 and not relay.agents
             assert connections(agent, "refused") >= 1
         await client.aclose()
+
+
+async def test_a_refused_token_is_retried_with_a_doubling_backoff(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The relay's tokens may change: a refused agent logs and counts each refusal and tries
+    again after 1 s, then 2 s (with +-20% jitter)."""
+    caplog.set_level(logging.WARNING, logger="vmcp.tunnel")
+    refused: list[float] = []
+    async with relay_running(TunnelRelay(TunnelTokens.parse(LINE))) as relay_url, \
+            agent_running(relay_url, "http://127.0.0.1:9", token="x" * 43) as agent:
+        with trio.fail_after(10):
+            while len(refused) < 3:
+                if connections(agent, "refused") > len(refused):
+                    refused.append(trio.current_time())
+                await trio.sleep(0.01)
+    for gap, nominal in zip([b - a for a, b in itertools.pairwise(refused)], (1, 2),
+                            strict=True):
+        assert nominal * 0.8 <= gap <= nominal * 1.2 + 0.2, refused
+    lines = [r.getMessage() for r in caplog.records if r.name == "vmcp.tunnel"]
+    assert lines[:3] == ["tunnel demo: the relay refused the token"] * 3
 
 
 async def test_a_second_agent_with_the_token_replaces_the_first() -> None:

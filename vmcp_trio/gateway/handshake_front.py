@@ -2,8 +2,9 @@
 
 * POST ``initialize`` (alone) creates a session; its id comes back in ``Mcp-Session-Id``. Every
   other request needs that header: missing -> 400, unknown, ended or another identity's -> 404.
-  ``MCP-Protocol-Version``, when sent, must name a handshake revision (else 400). Batches are
-  accepted only in 2025-03-26.
+  ``MCP-Protocol-Version``, when sent, must name a handshake revision (else 400); a GET must
+  accept an event stream (else 406). (These are :mod:`vmcp_trio.protocol.streamable`'s checks.)
+  Batches are accepted only in 2025-03-26.
 * Notifications and responses -> 202. A request is answered by the
   :class:`~.responder.Responder`: JSON when quick, else SSE. The work belongs to the session, not
   the connection: a client that disconnects can resume the stream by GET with ``Last-Event-ID``.
@@ -38,7 +39,8 @@ from ..protocol.jsonrpc import (
     encode,
     encode_error,
 )
-from ..protocol.revisions import HANDSHAKE_REVISIONS, negotiate, revision
+from ..protocol.revisions import negotiate
+from ..protocol.streamable import SESSION_NOT_FOUND, SESSION_REQUIRED, check_get, check_version
 from ..runtime import tracing
 from ..runtime.logs import note
 from .calls import SessionBusy, SessionClosed
@@ -75,8 +77,7 @@ class HandshakeFront:
                        caller: Caller) -> ClientSession | None:
         session_id = request.header("mcp-session-id")
         if session_id is None:
-            await send_json(send, 400, encode_error(
-                INVALID_REQUEST, "Bad Request: the Mcp-Session-Id header is required"))
+            await send_json(send, SESSION_REQUIRED.status, SESSION_REQUIRED.body())
             return None
         try:
             session = await self.gateway.find_session(session_id, caller)
@@ -84,17 +85,12 @@ class HandshakeFront:
             await send_json(send, exc.status, encode_error(TOO_BUSY, str(exc)),
                             [("retry-after", "5")])
             return None
-        if session is None:
-            await send_json(send, 404, encode_error(
-                INVALID_REQUEST, "Session not found: it ended or never existed; initialize a "
-                                 "new one"))
+        rejection = (SESSION_NOT_FOUND if session is None
+                     else check_version(request.header("mcp-protocol-version")))
+        if rejection is not None:
+            await send_json(send, rejection.status, rejection.body())
             return None
-        version = request.header("mcp-protocol-version")
-        if version is not None and revision(version) not in HANDSHAKE_REVISIONS:
-            await send_json(send, 400, encode_error(
-                INVALID_REQUEST, f"Bad Request: unsupported MCP-Protocol-Version "
-                                 f"{version[:40]!r}"))
-            return None
+        assert session is not None
         session.touch()
         return session
 
@@ -220,16 +216,15 @@ class HandshakeFront:
                 await self.responder.answer(http, send, session, request.id, compute,
                                             headers=_session_headers(session))
         except SessionClosed:
-            await send_json(send, 404, encode_error(INVALID_REQUEST, "Session not found"))
+            await send_json(send, SESSION_NOT_FOUND.status, SESSION_NOT_FOUND.body())
         except SessionBusy as exc:
             await send_json(send, 429, encode_error(TOO_BUSY, str(exc), request.id),
                             [*_session_headers(session), ("retry-after", "1")])
 
     async def get(self, request: HttpRequest, send: Send, caller: Caller) -> None:
-        if not request.accepts("text/event-stream"):
-            await send_json(send, 406, encode_error(
-                INVALID_REQUEST, "Not Acceptable: the Accept header must list "
-                                 "text/event-stream"))
+        rejection = check_get(request.header("accept"))
+        if rejection is not None:
+            await send_json(send, rejection.status, rejection.body())
             return
         session = await self._session(request, send, caller)
         if session is None:

@@ -2,11 +2,11 @@
 
 * ``/mcp``: ``Origin`` must be absent, same-origin or allowed (403); on a loopback bind the
   ``Host`` header must name a loopback host (DNS rebinding, 403); then the caller is
-  authenticated (401/403 with an RFC 6750 challenge). A POST's media types are checked (415,
-  406), its body is bounded (413) and parsed as JSON-RPC (400), then it goes to the front of its
-  era: 2026-07-28 (:mod:`.stateless_front`) when its ``MCP-Protocol-Version`` says so and it
-  names no session, else the handshake revisions (:mod:`.handshake_front`), which also serve GET
-  and DELETE.
+  authenticated (401/403 with an RFC 6750 challenge). The method (405) and a POST's media types
+  (415, 406) are checked (:mod:`vmcp_trio.protocol.streamable`), its body is bounded (413) and
+  parsed as JSON-RPC (400), then it goes to the front of its era
+  (:func:`~vmcp_trio.protocol.streamable.is_stateless`): 2026-07-28 (:mod:`.stateless_front`),
+  else the handshake revisions (:mod:`.handshake_front`), which also serve GET and DELETE.
 * ``/.well-known/oauth-protected-resource[/mcp]``: RFC 9728 metadata (with incoming auth;
   :mod:`vmcp_trio.auth.boundary`, shared with ``vmcp proxy``, also authenticates ``/mcp``).
 * ``/health`` (liveness: the event loop answers), ``/readyz`` (readiness: serving can succeed;
@@ -53,7 +53,7 @@ from ..protocol.jsonrpc import (
     encode,
     encode_error,
 )
-from ..protocol.revisions import HANDSHAKE_REVISIONS, revision
+from ..protocol.streamable import check_method, check_post, is_stateless
 from ..resources.plan import AnonymousIncoming
 from ..runtime.audit import auth_event
 from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
@@ -73,11 +73,9 @@ _QUIET_PATHS = frozenset({"/health", "/readyz", "/metrics"})
 
 
 def _is_stateless(request: HttpRequest) -> bool:
-    """A 2026-07-28 request: its MCP-Protocol-Version is not a handshake revision (an unknown
-    one too: it then hears which versions we speak) and it names no session."""
-    version = request.header("mcp-protocol-version")
-    return (version is not None and revision(version) not in HANDSHAKE_REVISIONS
-            and request.header("mcp-session-id") is None)
+    """The request is of the 2026-07-28 era (:func:`is_stateless`)."""
+    return is_stateless(request.header("mcp-protocol-version"),
+                        request.header("mcp-session-id"))
 
 
 class _GuardedSend(StatusSend):
@@ -229,32 +227,20 @@ class GatewayApp:
         caller = await self.boundary.authenticate(request, send)
         if caller is None:
             return
-        if request.method in ("GET", "DELETE") and _is_stateless(request):
-            await send_json(send, 405, encode_error(
-                INVALID_REQUEST, "Method not allowed: protocol revision 2026-07-28 has no GET "
-                                 "stream and no sessions"), [("allow", "POST")])
-            return
-        if request.method == "POST":
+        rejection = check_method(request.method, stateless=_is_stateless(request))
+        if rejection is not None:
+            await send_json(send, rejection.status, rejection.body(), rejection.headers)
+        elif request.method == "POST":
             await self.post(request, send, caller)
         elif request.method == "GET":
             await self.handshake.get(request, send, caller)
-        elif request.method == "DELETE":
-            await self.handshake.delete(request, send, caller)
         else:
-            await send_json(send, 405, encode_error(INVALID_REQUEST, "Method not allowed: use "
-                                                    "POST, GET or DELETE"),
-                            [("allow", "GET, POST, DELETE")])
+            await self.handshake.delete(request, send, caller)
 
     async def post(self, request: HttpRequest, send: Send, caller: Caller) -> None:
-        if not (request.header("content-type") or "").lower().startswith("application/json"):
-            await send_json(send, 415, encode_error(
-                INVALID_REQUEST, "Unsupported Media Type: Content-Type must be "
-                                 "application/json"))
-            return
-        if not request.accepts("application/json", "text/event-stream"):
-            await send_json(send, 406, encode_error(
-                INVALID_REQUEST, "Not Acceptable: the Accept header must list application/json "
-                                 "and text/event-stream"))
+        rejection = check_post(request.header("content-type"), request.header("accept"))
+        if rejection is not None:
+            await send_json(send, rejection.status, rejection.body(), rejection.headers)
             return
         try:
             body = await request.body(self.settings.max_body_bytes)

@@ -48,10 +48,10 @@ from ..protocol.stateless_requests import (
     SUBSCRIPTION_ID,
     UNSUPPORTED_VERSION,
     StatelessContext,
-    StatelessRejection,
     check_param_headers,
     check_request,
 )
+from ..protocol.streamable import Rejection
 from ..protocol.tasks_extension import (
     TASK_METHODS,
     TASKS_EXTENSION,
@@ -136,9 +136,8 @@ class StatelessFront:
         name = (request.params or {}).get("name")
         note(rpc=request.method[:100], tool=name[:100] if isinstance(name, str) else None)
         checked = check_request(request, http.headers, SUPPORTED)
-        if isinstance(checked, StatelessRejection):
-            await send_json(send, checked.status, encode(ErrorResponse(request.id,
-                                                                       checked.error)))
+        if isinstance(checked, Rejection):
+            await send_json(send, checked.status, checked.body(request.id))
             return
         if self.gateway.refusing and request.method == "subscriptions/listen":
             # A stream that would be cut at the end of the drain: open it elsewhere. (Other
@@ -152,8 +151,7 @@ class StatelessFront:
         if request.method == "tools/call":
             rejection = await self._check_param_headers(session, request, http.headers)
             if rejection is not None:
-                await send_json(send, rejection.status, encode(ErrorResponse(
-                    request.id, rejection.error)))
+                await send_json(send, rejection.status, rejection.body(request.id))
                 return
         refusal = await session.refuse(request)
         if refusal is not None:
@@ -168,7 +166,7 @@ class StatelessFront:
             await self.answer(http, send, session, request, checked)
 
     async def _check_param_headers(self, session: ClientSession, request: Request,
-                                   headers: dict[str, str]) -> StatelessRejection | None:
+                                   headers: dict[str, str]) -> Rejection | None:
         params = request.params or {}
         catalog = await session.catalog.get()
         tool = catalog.tool(params.get("name"))

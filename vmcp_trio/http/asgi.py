@@ -109,14 +109,6 @@ class HttpRequest:
         hands every host more addresses than any bound could count)."""
         return client_group(self.client)
 
-    def accepts(self, *types: str) -> bool:
-        """The Accept header lists every one of ``types`` (or ``*/*``)."""
-        header = self.headers.get("accept")
-        if header is None:
-            return False
-        offered = {part.split(";")[0].strip().lower() for part in header.split(",")}
-        return "*/*" in offered or all(t in offered for t in types)
-
     @property
     def query(self) -> dict[str, list[str]]:
         return parse_qs(self.query_string.decode("latin-1"), keep_blank_values=True)

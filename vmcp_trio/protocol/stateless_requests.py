@@ -14,9 +14,11 @@ acceptable only if (spec: basic/index, transports/streamable-http, SEP-2575 and 
   (resources/read) or ``params.taskId`` (tasks/get, tasks/update, tasks/cancel: SEP-2663)
   after trimming surrounding whitespace and decoding the ``=?base64?...?=`` form, else -32020.
 
-Error responses carry the request's id (never null when the id could be read).
+A client mirrors its request in those headers with :func:`metadata_headers` (the rest of a
+POST's headers are :func:`~.streamable.post_headers`). Error responses carry the request's id
+(never null when the id could be read).
 :func:`check_request` applies all of this and returns the request's :class:`StatelessContext` or a
-:class:`StatelessRejection` saying which HTTP status and JSON-RPC error to answer with.
+:class:`~.streamable.Rejection` saying which HTTP status and JSON-RPC error to answer with.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .jsonrpc import INVALID_PARAMS, ErrorObject, Request
+from .streamable import Rejection
 
 __all__ = [
     "CLIENT_CAPABILITIES",
@@ -41,11 +44,11 @@ __all__ = [
     "SUBSCRIPTION_ID",
     "UNSUPPORTED_VERSION",
     "StatelessContext",
-    "StatelessRejection",
     "check_param_headers",
     "check_request",
     "decode_header_value",
     "encode_header_value",
+    "metadata_headers",
     "param_headers",
 ]
 
@@ -80,11 +83,6 @@ class StatelessContext:
     client_info: dict[str, Any] = field(default_factory=dict)
     log_level: str | None = None
 
-
-@dataclass(frozen=True)
-class StatelessRejection:
-    status: int
-    error: ErrorObject
 
 
 def encode_header_value(value: str) -> str:
@@ -132,8 +130,23 @@ def param_headers(schema: object, arguments: object) -> list[tuple[str, str]]:
             for _, header, text in _header_params(schema, arguments)]
 
 
+def metadata_headers(method: str, params: Mapping[str, Any],
+                     schema: object = None) -> list[tuple[str, str]]:
+    """The headers a client's request mirrors its body in: ``Mcp-Method``, ``Mcp-Name`` (when
+    the method names a target and the params hold it as a string) and, for a ``tools/call``,
+    the ``Mcp-Param-{Name}`` headers of the tool's input ``schema`` (none when unknown)."""
+    headers = [("mcp-method", method)]
+    named = NAMED_METHODS.get(method)
+    target = params.get(named) if named is not None else None
+    if isinstance(target, str):
+        headers.append(("mcp-name", encode_header_value(target)))
+    if method == "tools/call":
+        headers.extend(param_headers(schema, params.get("arguments")))
+    return headers
+
+
 def check_param_headers(schema: object, arguments: object,
-                        headers: Mapping[str, str]) -> StatelessRejection | None:
+                        headers: Mapping[str, str]) -> Rejection | None:
     """SEP-2243 ``Mcp-Param-{Name}`` headers: every input property a tool marks with
     ``"x-mcp-header": "Name"`` travels in that header too (its string form; base64 form
     allowed), and the header must match the body. Missing, undecodable or different: -32020."""
@@ -152,12 +165,12 @@ def check_param_headers(schema: object, arguments: object,
     return None
 
 
-def _reject(status: int, code: int, message: str, data: Any = None) -> StatelessRejection:
-    return StatelessRejection(status, ErrorObject(code, message, data))
+def _reject(status: int, code: int, message: str, data: Any = None) -> Rejection:
+    return Rejection(status, ErrorObject(code, message, data))
 
 
 def check_request(request: Request, headers: Mapping[str, str],
-                  supported: tuple[str, ...]) -> StatelessContext | StatelessRejection:
+                  supported: tuple[str, ...]) -> StatelessContext | Rejection:
     """Apply the rules of the module docstring. ``headers`` has lower-case names."""
     params = request.params or {}
     meta = params.get("_meta")

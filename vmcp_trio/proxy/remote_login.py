@@ -80,6 +80,8 @@ from ..auth.oauth.tokens import (
 from ..auth.ssrf import fetch_guard, is_loopback_url
 from ..http.client import HttpClient, HttpError
 from ..http.serving import ListenError
+from ..protocol.revisions import LATEST_HANDSHAKE
+from ..protocol.streamable import post_headers
 from ..runtime.supervisor import NamedTask, Retry
 from .callback import CallbackResult, CallbackServer
 from .credentials import LoginPending
@@ -94,7 +96,7 @@ OIDC_DEFAULT_SCOPES = ("openid", "profile", "email")
 TOKEN_TIMEOUT = 15.0
 """Seconds for one token request."""
 _PROBE = orjson.dumps({"jsonrpc": "2.0", "id": "vmcp-proxy-probe", "method": "initialize",
-                       "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "params": {"protocolVersion": LATEST_HANDSHAKE.version, "capabilities": {},
                                   "clientInfo": {"name": "vmcp-proxy", "version": "1"}}})
 
 
@@ -409,10 +411,8 @@ class RemoteLogin:
         try:
             with trio.fail_after(TOKEN_TIMEOUT):
                 status, raw_headers, _ = await self.client.request(
-                    "POST", self.target, body=_PROBE, limit=1 << 20, headers=[
-                        ("content-type", "application/json"),
-                        ("accept", "application/json, text/event-stream"),
-                        ("mcp-protocol-version", "2025-11-25")])
+                    "POST", self.target, body=_PROBE, limit=1 << 20,
+                    headers=post_headers(LATEST_HANDSHAKE.version))
         except trio.TooSlowError:
             raise LoginFailed(f"{self.target} did not answer within "
                               f"{TOKEN_TIMEOUT:g}s") from None

@@ -11,13 +11,19 @@ Rules it keeps:
   does not hold the others up), with the session's ``Mcp-Session-Id`` and the negotiated
   ``MCP-Protocol-Version``; a 2026-07-28 message (its ``_meta`` names the revision) carries that
   revision and its ``Mcp-Method``/``Mcp-Name`` headers instead. The answer (JSON, or each event
-  of an SSE stream, as it arrives: progress before the result) is written to stdout.
+  of an SSE stream, as it arrives: progress before the result) is written to stdout; so is a
+  JSON body the remote refused a message with. (The transport's rules, headers and what an
+  answer means, are :mod:`vmcp_trio.protocol.streamable`'s.)
 * After ``initialize`` the remote's GET stream is opened for what the server sends unasked
-  (requests, notifications), reopened with ``Last-Event-ID`` when it ends, with backoff; a
-  server that has none (405) is not asked again.
-* The session is kept across the remote's restarts: a 404 for a request of an expired session
-  replays the client's ``initialize`` and ``notifications/initialized`` (the replayed answer is
-  not shown to the client) and sends the request again, once.
+  (requests, notifications), and reopened with ``Last-Event-ID`` when it ends. It is a
+  supervised task: the wait before reopening is the remote's ``retry:`` when it sent one, else
+  the supervisor's backoff (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`: 1 s doubling to
+  30 s, with jitter, starting over after a stream that opened); a server that has none (405)
+  is not asked again.
+* The session is kept across the remote's restarts: when the remote says the session is gone
+  (404 to a message that named it), the client's ``initialize`` and
+  ``notifications/initialized`` are replayed (the replayed answer is not shown to the client)
+  and the message is sent again, once.
 * Outgoing credentials and injected headers are those of ``vmcp proxy`` (a 401 asks a
   credential once for a new value). A request the remote cannot be reached for is answered
   with a JSON-RPC error naming the target, so the client never waits for nothing.
@@ -30,26 +36,61 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
+from typing import Any, TypeGuard
 
 import orjson
 import trio
 
 from ..http.client import HttpClient, HttpError, HttpResponse
-from ..protocol.sse import SSEParser
-from ..protocol.stateless_requests import NAMED_METHODS, PROTOCOL_VERSION, encode_header_value
+from ..protocol.sse import SSEError, SSEParser
+from ..protocol.stateless_requests import PROTOCOL_VERSION, metadata_headers
+from ..protocol.streamable import (
+    JSON,
+    PostAnswer,
+    Resumption,
+    Sent,
+    StreamAnswer,
+    delete_headers,
+    media_type,
+    post_answer,
+    post_headers,
+    stream_answer,
+    stream_headers,
+)
+from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 
 __all__ = ["StdioBridge"]
 
 log = logging.getLogger("vmcp.proxy")
 
-_ACCEPT = "application/json, text/event-stream"
 _REPLAY_ID = "vmcp-proxy-reinitialize"
 
 
 def _error_line(request_id: object, code: int, message: str) -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id,
                          "error": {"code": code, "message": message}})
+
+
+def _is_request(message: object) -> TypeGuard[dict[str, Any]]:
+    return isinstance(message, dict) and "method" in message and "id" in message
+
+
+def _sent(message: object) -> Sent:
+    """What a line carries, as far as the meaning of its answer goes."""
+    if isinstance(message, dict) and message.get("method") == "initialize":
+        return Sent.INITIALIZE
+    if _is_request(message) or (isinstance(message, list) and any(map(_is_request, message))):
+        return Sent.REQUEST
+    return Sent.NO_REQUEST
+
+
+def _stateless_version(message: object) -> str | None:
+    """The revision a 2026-07-28 message names in its ``_meta`` (None: a handshake one)."""
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    version = meta.get(PROTOCOL_VERSION) if isinstance(meta, dict) else None
+    return version if isinstance(version, str) else None
 
 
 class StdioBridge:
@@ -71,6 +112,8 @@ class StdioBridge:
         self._out_lock = trio.Lock()
         self._stdout: trio.abc.SendStream | None = None
         self._stream_started = trio.Event()
+        self._stream = Resumption(SSEParser())
+        """The GET stream's place: its last event id and ``retry:`` outlive a reconnect."""
         self._reinitializing = trio.Lock()
 
     # --- stdout --------------------------------------------------------------------------------
@@ -86,7 +129,8 @@ class StdioBridge:
         """Until stdin ends; then the requests in flight finish and the session is deleted."""
         self._stdout = stdout
         async with trio.open_nursery() as background:
-            background.start_soon(self._listen)
+            Supervisor(background).start_soon("the remote's GET stream", self._listen,
+                                              policy=RECONNECT)
             async with trio.open_nursery() as requests:
                 async for line in self._lines(stdin):
                     requests.start_soon(self._forward, line)
@@ -123,27 +167,16 @@ class StdioBridge:
 
     # --- one message -------------------------------------------------------------------------
 
-    def _headers(self, message: object) -> list[tuple[str, str]]:
-        headers = [("content-type", "application/json"), ("accept", _ACCEPT)]
-        meta_version = None
-        if isinstance(message, dict):
+    def _headers(self, message: object, sent: Sent) -> tuple[list[tuple[str, str]], str | None]:
+        """A POST's transport headers for ``message``, and the session id they name."""
+        version = _stateless_version(message)
+        if version is not None and isinstance(message, dict):  # 2026-07-28: no session
             params = message.get("params")
-            meta = params.get("_meta") if isinstance(params, dict) else None
-            meta_version = meta.get(PROTOCOL_VERSION) if isinstance(meta, dict) else None
-        if isinstance(meta_version, str) and isinstance(message, dict):  # 2026-07-28
-            method = str(message.get("method", ""))
-            headers += [("mcp-protocol-version", meta_version), ("mcp-method", method)]
-            named = NAMED_METHODS.get(method)
-            params = message.get("params")
-            target = params.get(named) if named and isinstance(params, dict) else None
-            if isinstance(target, str):
-                headers.append(("mcp-name", encode_header_value(target)))
-            return headers
-        if self.session_id is not None:
-            headers.append(("mcp-session-id", self.session_id))
-        if self.version is not None:
-            headers.append(("mcp-protocol-version", self.version))
-        return headers
+            return [*post_headers(version), *metadata_headers(
+                str(message.get("method", "")), params if isinstance(params, dict) else {})], None
+        if sent is Sent.INITIALIZE:
+            return post_headers(), None
+        return post_headers(self.version, self.session_id), self.session_id
 
     async def _forward(self, line: bytes) -> None:
         try:
@@ -152,7 +185,6 @@ class StdioBridge:
             await self.write(_error_line(None, -32700, "Parse error: the line is not JSON"))
             return
         request_id = message.get("id") if isinstance(message, dict) else None
-        is_request = isinstance(message, dict) and "method" in message and "id" in message
         if isinstance(message, dict) and message.get("method") == "initialize":
             self._initialize = line
         elif isinstance(message, dict) and message.get("method") == "notifications/initialized":
@@ -161,55 +193,58 @@ class StdioBridge:
             await self._post(line, message, replay_on_404=True)
         except (HttpError, LoginPending) as exc:
             log.warning("forwarding to %s failed: %s", self.target, exc)
-            if is_request:
+            if _is_request(message):
                 await self.write(_error_line(request_id, -32603, f"vmcp proxy: the remote "
                                                                   f"{self.target} failed: {exc}"))
 
     async def _post(self, line: bytes, message: object, *, replay_on_404: bool,
                     show: bool = True) -> None:
+        sent = _sent(message)
         for attempt in (1, 2):
-            headers = self._headers(message) + await credential_headers(
-                self.credentials, None, self.injected)
+            transport, session_id = self._headers(message, sent)
+            headers = transport + await credential_headers(self.credentials, None,
+                                                           self.injected)
             async with self.client.stream("POST", self.target, headers=headers,
                                           body=line) as response:
-                if response.status in (401, 403) and attempt == 1 and await renewed(
+                answer = post_answer(response.status, media_type(response.header(
+                    "content-type")), sent, in_session=session_id is not None)
+                if answer is PostAnswer.UNAUTHORIZED and attempt == 1 and await renewed(
                         self.credentials, response.status, response.header("www-authenticate")):
                     continue
-                if (response.status == 404 and replay_on_404 and self.session_id is not None
-                        and not (isinstance(message, dict)
-                                 and message.get("method") == "initialize")):
-                    expired = self.session_id
+                if answer is PostAnswer.SESSION_GONE and replay_on_404 and session_id:
                     await response.read(1 << 16)
-                    await self._reinitialize(expired)
+                    await self._reinitialize(session_id)
                     await self._post(line, message, replay_on_404=False, show=show)
                     return
-                await self._take(response, message, show=show)
+                await self._take(response, answer, message, show=show)
             return
 
-    async def _take(self, response: HttpResponse, message: object, *, show: bool) -> None:
-        """The remote's answer to one POST, to stdout (or, for a replay, read and dropped)."""
+    async def _take(self, response: HttpResponse, answer: PostAnswer, message: object, *,
+                    show: bool) -> None:
+        """The remote's answer to one POST, to stdout (or, for a replay, read and dropped):
+        the events of a stream, a JSON body (the answer, or what the remote refused the message
+        with), or for a request an error saying what came instead."""
         session = response.header("mcp-session-id")
         if session is not None and isinstance(message, dict) and message.get(
                 "method") == "initialize":
             self.session_id = session
-        kind = (response.header("content-type") or "").lower()
-        if kind.startswith("text/event-stream"):
+        if answer is PostAnswer.STREAM:
             parser = SSEParser()
             async for chunk in response.iter_bytes():
                 for event in parser.feed(chunk):
                     if event.data:
                         await self._deliver(event.data.encode(), message, show=show)
             return
+        if answer is PostAnswer.ACCEPTED:
+            return
         body = await response.read(self.max_line_bytes)
-        if response.status == 202 or not body.strip():
-            return
-        if kind.startswith("application/json"):
+        media = media_type(response.header("content-type"))
+        if media == JSON and body.strip():
             await self._deliver(body, message, show=show)
-            return
-        if isinstance(message, dict) and "id" in message and "method" in message:
+        elif show and _is_request(message):  # the client must not wait for nothing
             await self.write(_error_line(message.get("id"), -32603, (
                 f"vmcp proxy: the remote answered HTTP {response.status} "
-                f"({kind or 'no content type'})")))
+                f"({media or 'no content type'})")))
 
     async def _deliver(self, data: bytes, message: object, *, show: bool) -> None:
         if isinstance(message, dict) and message.get("method") == "initialize":
@@ -241,44 +276,38 @@ class StdioBridge:
     # --- the GET stream ----------------------------------------------------------------------
 
     async def _listen(self) -> None:
-        """What the server sends unasked, from ``initialize`` on; reopened with backoff."""
+        """What the server sends unasked, from ``initialize`` on: one GET stream, for the
+        supervisor. It always ends in :class:`Retry` (told that the backoff starts over when
+        the stream opened, and the wait the remote asked for with ``retry:``), except when the
+        remote has no GET stream (405)."""
         await self._stream_started.wait()
-        last_event: str | None = None
-        delay = 1.0
-        while True:
-            headers = [("accept", "text/event-stream")]
-            if self.session_id is not None:
-                headers.append(("mcp-session-id", self.session_id))
-            if self.version is not None:
-                headers.append(("mcp-protocol-version", self.version))
-            if last_event is not None:
-                headers.append(("last-event-id", last_event))
-            try:
-                headers += await credential_headers(self.credentials, None, self.injected)
-                async with self.client.stream("GET", self.target,
-                                              headers=headers) as response:
-                    if response.status == 405:
-                        log.info("the remote has no GET stream")
-                        return
-                    if response.status == 200:
-                        delay = 1.0
-                        parser = SSEParser()
-                        async for chunk in response.iter_bytes():
-                            for event in parser.feed(chunk):
-                                last_event = event.id or last_event
-                                if event.data:
-                                    await self.write(event.data.encode())
-            except (HttpError, LoginPending) as exc:
-                log.info("the remote's GET stream: %s", exc)
-            await trio.sleep(delay)
-            delay = min(delay * 2, 30.0)
+        stream = self._stream
+        parser = stream.next_connection()
+        opened = False
+        try:
+            headers = stream_headers(self.version, self.session_id, stream.last_event_id)
+            headers += await credential_headers(self.credentials, None, self.injected)
+            async with self.client.stream("GET", self.target, headers=headers) as response:
+                answer = stream_answer(response.status,
+                                       media_type(response.header("content-type")))
+                if answer is StreamAnswer.NONE:
+                    log.info("the remote has no GET stream")
+                    return
+                if answer is StreamAnswer.REFUSED:
+                    raise Retry(f"HTTP {response.status}", after=stream.retry_delay)
+                opened = True
+                async for chunk in response.iter_bytes():
+                    for event in parser.feed(chunk):
+                        if event.data:
+                            await self.write(event.data.encode())
+        except (HttpError, LoginPending, SSEError) as exc:
+            raise Retry(str(exc), reset=opened, after=stream.retry_delay) from None
+        raise Retry("ended", reset=True, after=stream.retry_delay)
 
     async def _delete_session(self) -> None:
         if self.session_id is None:
             return
-        headers = [("mcp-session-id", self.session_id)]
-        if self.version is not None:
-            headers.append(("mcp-protocol-version", self.version))
+        headers = delete_headers(self.version, self.session_id)
         with trio.move_on_after(5):
             try:
                 headers += await credential_headers(self.credentials, None, self.injected)

@@ -13,6 +13,10 @@ Rules it keeps:
   it is logged as one line, without a traceback, and may name its own delay (a server's
   ``retry:`` hint). Any other exception is a crash: logged once with its traceback. Both count
   in ``vmcp_task_restarts_total{task}`` (through ``on_restart``).
+* A :class:`Retry` with ``reset=True`` says the run got somewhere before it ended (a client
+  connected, and its connection later ended): the backoff starts over, as after a long run. A
+  client that keeps reconnecting to a server runs under :data:`RECONNECT` (1 s doubling to 30 s)
+  and only a connection made starts its backoff over.
 * A policy may also restart a task that returned (``restart_on_return``) or never restart one
   that failed (``restart=False``: a client session, which cannot be resumed, simply ends).
   :meth:`TaskHealth.stop` ends a task for good (a reload removed what it served).
@@ -28,6 +32,7 @@ Rules it keeps:
 from __future__ import annotations
 
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -36,8 +41,8 @@ from typing import Any, Literal
 
 import trio
 
-__all__ = ["DEFAULT_POLICY", "NEVER_RESTART", "NamedTask", "RestartPolicy", "Retry",
-           "Supervisor", "Task", "TaskHealth"]
+__all__ = ["DEFAULT_POLICY", "NEVER_RESTART", "RECONNECT", "NamedTask", "RestartPolicy",
+           "Retry", "Supervisor", "Task", "TaskHealth"]
 
 log = logging.getLogger("vmcp.supervisor")
 
@@ -49,13 +54,15 @@ NamedTask = tuple[str, Task]
 
 class Retry(Exception):
     """An expected failure: restart the task after the backoff (or ``after`` seconds), logging
-    one line at ``level`` (the message; never a secret)."""
+    one line at ``level`` (the message; never a secret). ``reset``: the run got somewhere (a
+    connection was made), so the backoff starts over."""
 
     def __init__(self, message: str, *, after: float | None = None,
-                 level: int = logging.INFO) -> None:
+                 level: int = logging.INFO, reset: bool = False) -> None:
         super().__init__(message)
         self.after = after
         self.level = level
+        self.reset = reset
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,9 @@ class RestartPolicy:
 
 DEFAULT_POLICY = RestartPolicy()
 NEVER_RESTART = RestartPolicy(restart=False)
+RECONNECT = RestartPolicy(initial=1.0, cap=30.0, reset_after=math.inf)
+"""A client's connection to a server (the stdio bridge's GET stream, the tunnel agent's link to
+its relay): 1 s doubling to 30 s; only a connection made (``Retry(reset=True)``) starts over."""
 
 
 @dataclass
@@ -169,6 +179,7 @@ class Supervisor:
             if not wants_status:
                 status.started()
             pause: float | None = None
+            progressed = False
             try:
                 if wants_status:
                     await fn(*args, task_status=status)
@@ -176,7 +187,7 @@ class Supervisor:
                     await fn(*args)
             except Retry as exc:
                 health.last_error = str(exc)
-                pause = exc.after
+                pause, progressed = exc.after, exc.reset
                 log.log(exc.level, "%s: %s", health.name, exc)
             except Exception as exc:
                 self._crashed(health, exc)
@@ -199,7 +210,7 @@ class Supervisor:
             if not policy.restart:
                 self._finished(health, "failed")
                 return
-            if trio.current_time() - began >= policy.reset_after:
+            if progressed or trio.current_time() - began >= policy.reset_after:
                 delay = policy.initial
             wait = min(pause if pause is not None else delay, policy.cap)
             delay = min(delay * 2, policy.cap)

@@ -9,9 +9,10 @@
   request to the target. Many streams at once, each in its own task.
 * It answers the relay's pings, takes a connection that stays silent for ``silence_limit``
   seconds (three of the relay's ping intervals) for dead, and reconnects after that, a relay
-  restart or a network break with
-  exponential backoff (1 s doubling to 30 s, with jitter); a refused token is logged and retried
-  the same way (the relay's tokens may change).
+  restart or a network break: each connection is one run of a supervised task, restarted with
+  the supervisor's backoff (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`: 1 s doubling to
+  30 s, with jitter, starting over after a connection made); a refused token is logged and
+  retried the same way (the relay's tokens may change).
 * It counts what it does in :class:`~vmcp_trio.runtime.metrics.TunnelMetrics` (connected or
   not, exchanges in flight, body bytes each way, connections by outcome); :func:`status_app`
   serves them with a ``/health`` that is 503 while the agent is not connected (a readiness
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
@@ -51,13 +51,12 @@ from ..protocol.tunnel import (
 from ..proxy.credentials import RemoteCredential, credential_headers
 from ..proxy.headers import request_headers, response_headers
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
+from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .link import StreamEvent, TunnelClosed, TunnelLink
 
 __all__ = ["TunnelAgent", "status_app"]
 
 log = logging.getLogger("vmcp.tunnel")
-
-MAX_BACKOFF = 30.0
 
 
 class TunnelAgent:
@@ -85,21 +84,30 @@ class TunnelAgent:
 
     async def run(self) -> None:
         """Connected to the relay, again and again, until cancelled."""
-        delay = 1.0
-        while True:
-            try:
-                await self._connection()
-                delay = 1.0
-            except* ConnectionRejected:
-                self.metrics.connections.labels("refused").inc()
-                log.warning("tunnel %s: the relay refused the token", self.name)
-            except* (OSError, HandshakeError, ConnectionClosed, ProtocolError) as failures:
-                self.metrics.connections.labels("failed").inc()
-                log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
-                            repr(failures.exceptions[0])[:300])
+        async with trio.open_nursery() as nursery:
+            Supervisor(nursery).start_soon(f"tunnel {self.name}", self._connect,
+                                           policy=RECONNECT)
+
+    async def _connect(self) -> None:
+        """One connection to the relay, to its end, for the supervisor: it always ends in
+        :class:`Retry` (the next connection after the backoff), told that the backoff starts
+        over when the connection was made. (This logs and counts the outcome itself; the
+        supervisor's line is a debug one.)"""
+        outcome = Retry("the connection ended", reset=True, level=logging.DEBUG)
+        try:
+            await self._connection()
+        except* ConnectionRejected:
+            self.metrics.connections.labels("refused").inc()
+            log.warning("tunnel %s: the relay refused the token", self.name)
+            outcome = Retry("the relay refused the token", level=logging.DEBUG)
+        except* (OSError, HandshakeError, ConnectionClosed, ProtocolError) as failures:
+            self.metrics.connections.labels("failed").inc()
+            log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
+                        repr(failures.exceptions[0])[:300])
+            outcome = Retry("the connection failed", level=logging.DEBUG)
+        finally:
             self.connected = trio.Event()
-            await trio.sleep(delay * random.uniform(0.8, 1.2))  # noqa: S311 (jitter)
-            delay = min(delay * 2, MAX_BACKOFF)
+        raise outcome
 
     async def _connection(self) -> None:
         headers = [(b"authorization", f"Bearer {self._token}".encode())]

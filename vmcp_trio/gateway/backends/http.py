@@ -3,18 +3,21 @@
 What it does, in order: ``initialize`` (proposing the newest handshake revision; the backend's
 answer decides), ``notifications/initialized``, then a supervised GET stream for the backend's
 unrelated messages. Each forwarded request is a POST whose answer is JSON or an SSE stream; on
-SSE, messages before the response go to the call's sink.
+SSE, messages before the response go to the call's sink. The transport's rules (headers, what
+an answer means, resuming a stream) are :mod:`vmcp_trio.protocol.streamable`'s; this link acts
+on them:
 
-Failure rules:
-
-* 404 on a request carrying our session id: the backend forgot the session (it restarted). The
-  link initializes again and retries that request once: a 404 means it was never processed.
+* ``initialize`` answered 400, 404 or 405: the backend does not speak Streamable HTTP
+  (:class:`FallbackToLegacy`: the caller tries the legacy transport).
+* The session is gone (404 to our session id: the backend restarted): the link initializes
+  again and sends the request once more (it was never processed).
 * A response stream that ends before the response is resumed with ``Last-Event-ID`` when the
-  backend gave event ids (bounded attempts, honouring ``retry:``), else the call fails.
+  backend gave event ids (at most :data:`MAX_RESUME_ATTEMPTS` times, honouring ``retry:``),
+  else the call fails.
 * Transport errors and timeouts raise :class:`BackendError` naming the backend; a timed-out or
   cancelled call sends ``notifications/cancelled`` to the backend so it can stop work.
-* The GET stream is a supervised task: it reconnects with backoff (and ``Last-Event-ID``); 405
-  means the backend has none.
+* The GET stream is a supervised task: it reconnects with backoff (and ``Last-Event-ID``, after
+  the backend's ``retry:``); a backend that has none (405) is not asked again.
 
 Shared sessions (``sessionStorage: redis``): another replica's copy of a client session *joins*
 the backend session this link made (:meth:`HttpBackendLink.join`: the session id and what
@@ -48,6 +51,18 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...protocol.sse import SSEParser
+from ...protocol.streamable import (
+    PostAnswer,
+    Resumption,
+    Sent,
+    StreamAnswer,
+    delete_headers,
+    media_type,
+    post_answer,
+    post_headers,
+    stream_answer,
+    stream_headers,
+)
 from ...runtime import tracing
 from ...runtime.supervisor import Retry, Supervisor
 from .base import (
@@ -59,7 +74,7 @@ from .base import (
     initialize_params,
     read_initialize,
 )
-from .replies import ACCEPT_BOTH, HttpLinkFields, consume_sse, content_type, read_json_reply
+from .replies import HttpLinkFields, consume_sse, read_json_reply
 
 __all__ = ["HttpBackendLink", "Position"]
 
@@ -89,8 +104,8 @@ class HttpBackendLink(HttpLinkFields):
         self._reinit_lock = trio.Lock()
         self._generation = 0
         self._closed = False
-        self._listen_parser = SSEParser(self.max_event_bytes)
-        """The GET stream's parser: its last event id and ``retry:`` outlive a reconnect."""
+        self._listen_stream = Resumption(SSEParser(self.max_event_bytes))
+        """The GET stream's place: its last event id and ``retry:`` outlive a reconnect."""
         self._listening = False
         self.on_new_session: Callable[[], None] | None = None
         """Told when the link initialized a new backend session in place of a lost one."""
@@ -152,15 +167,9 @@ class HttpBackendLink(HttpLinkFields):
 
     # --- HTTP exchange -----------------------------------------------------------------------
 
-    async def _headers(self, *, accept: str = ACCEPT_BOTH,
-                       initializing: bool = False) -> list[tuple[str, str]]:
-        headers = [("accept", accept), ("content-type", "application/json")]
-        if not initializing:
-            if self.session_id is not None:
-                headers.append(("mcp-session-id", self.session_id))
-            if self.revision.has_version_header:
-                headers.append(("mcp-protocol-version", self.revision.version))
-        headers.extend(await self.credentials.headers())
+    async def _headers(self, transport: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The ``transport`` headers with the credential and the trace context."""
+        headers = [*transport, *await self.credentials.headers()]
         tracing.inject_headers(headers)
         return headers
 
@@ -169,41 +178,50 @@ class HttpBackendLink(HttpLinkFields):
                         on_position: Position | None = None
                         ) -> Response | ErrorResponse | None:
         """POST one message; the response for ``request_id`` (None for notifications)."""
-        headers = await self._headers(initializing=initializing)
+        if initializing:
+            sent, session_id, transport = Sent.INITIALIZE, None, post_headers()
+        else:
+            sent = Sent.NO_REQUEST if request_id is None else Sent.REQUEST
+            session_id = self.session_id
+            transport = post_headers(self.revision.version, session_id)
+        headers = await self._headers(transport)
         try:
             async with self.client.stream("POST", self.url, headers=headers,
                                           body=encode(message)) as response:
+                answer = post_answer(response.status, media_type(response.header(
+                    "content-type")), sent, in_session=session_id is not None)
+                if answer is PostAnswer.NOT_STREAMABLE:
+                    raise FallbackToLegacy(self.name, f"answered initialize with HTTP "
+                                                      f"{response.status}")
                 if initializing:
-                    if response.status in (400, 404, 405):
-                        raise FallbackToLegacy(self.name, f"answered initialize with HTTP "
-                                                          f"{response.status}")
-                    session_id = response.header("mcp-session-id")
-                    if session_id is not None:
-                        self.session_id = session_id
-                return await self._read_reply(response, request_id, sink, on_position)
+                    given = response.header("mcp-session-id")
+                    if given is not None:
+                        self.session_id = given
+                return await self._read_reply(response, answer, request_id, sink, on_position)
         except HttpError as exc:
             raise BackendError(self.name, f"is unreachable: {exc}") from None
 
-    async def _read_reply(self, response: HttpResponse, request_id: RequestId | None,
-                          sink: Sink | None, on_position: Position | None = None
+    async def _read_reply(self, response: HttpResponse, answer: PostAnswer,
+                          request_id: RequestId | None, sink: Sink | None,
+                          on_position: Position | None = None
                           ) -> Response | ErrorResponse | None:
-        if response.status == 404 and self.session_id is not None:
+        if answer is PostAnswer.SESSION_GONE:
             raise _SessionLost
-        if response.status == 202 or (request_id is None and response.status < 300):
+        if answer is PostAnswer.ACCEPTED:
             return None
-        media = content_type(response)
-        if response.status in (401, 403):
+        if answer is PostAnswer.UNAUTHORIZED:
             raise BackendAuthRequired(self.name, f"refused the credential (HTTP "
                                                  f"{response.status})")
-        if response.status >= 400 and media != "application/json":
-            raise BackendError(self.name, f"answered HTTP {response.status}")
-        if media == "application/json":
+        if answer is PostAnswer.JSON:
             return await read_json_reply(self.name, response, self.max_body)
-        if media == "text/event-stream":
+        if answer is PostAnswer.STREAM:
             return await self._read_stream(response, request_id, sink or self.session_sink,
                                            on_position)
+        if answer is PostAnswer.FAILED:
+            raise BackendError(self.name, f"answered HTTP {response.status}")
         raise BackendError(self.name, f"answered with unexpected content type "
-                                      f"{media[:60]!r} (HTTP {response.status})")
+                                      f"{media_type(response.header('content-type'))[:60]!r} "
+                                      f"(HTTP {response.status})")
 
     async def _read_stream(self, response: HttpResponse, request_id: RequestId | None,
                            sink: Sink, on_position: Position | None = None
@@ -216,29 +234,31 @@ class HttpBackendLink(HttpLinkFields):
         if reply is not None or request_id is None:
             return reply
         # The stream ended without our response: resume it if the backend gave event ids.
-        return await self._resume_stream(parser, request_id, sink, on_event_id)
+        return await self._resume_stream(Resumption(parser, max_attempts=MAX_RESUME_ATTEMPTS),
+                                         request_id, sink, on_event_id)
 
-    async def _resume_stream(self, parser: SSEParser, request_id: RequestId, sink: Sink,
+    async def _resume_stream(self, resumption: Resumption, request_id: RequestId, sink: Sink,
                              on_event_id: Callable[[str], None] | None
                              ) -> Response | ErrorResponse:
-        """GET the rest of a response stream from ``parser.last_event_id`` (bounded attempts,
-        honouring the backend's ``retry:``) until the response to ``request_id``."""
-        attempts = 0
+        """GET the rest of a response stream (see :class:`Resumption`) until the response to
+        ``request_id``."""
         while True:
-            if parser.last_event_id is None or attempts >= MAX_RESUME_ATTEMPTS:
+            delay = resumption.reconnect()
+            if delay is None:
                 raise BackendError(self.name, "closed the response stream before answering")
-            attempts += 1
-            if parser.retry:
-                await trio.sleep(min(parser.retry, 30_000) / 1000)
-            headers = await self._headers(accept="text/event-stream")
-            headers.append(("last-event-id", parser.last_event_id))
+            if delay:
+                await trio.sleep(delay)
+            headers = await self._headers(stream_headers(
+                self.revision.version, self.session_id, resumption.last_event_id))
             try:
                 async with self.client.stream("GET", self.url, headers=headers) as resumed:
-                    if resumed.status != 200:
+                    answer = stream_answer(resumed.status,
+                                           media_type(resumed.header("content-type")))
+                    if answer is not StreamAnswer.OPEN:
                         raise BackendError(self.name, f"refused to resume a response stream "
                                                       f"(HTTP {resumed.status})")
-                    reply = await consume_sse(self.name, resumed, parser, request_id, sink,
-                                              on_event_id=on_event_id)
+                    reply = await consume_sse(self.name, resumed, resumption.parser,
+                                              request_id, sink, on_event_id=on_event_id)
                     if reply is not None:
                         return reply
             except HttpError as exc:
@@ -255,7 +275,9 @@ class HttpBackendLink(HttpLinkFields):
                        else lambda event_id: on_position(request_id, event_id))
         try:
             with trio.fail_after(self.timeout):
-                return await self._resume_stream(parser, request_id, sink, on_event_id)
+                return await self._resume_stream(
+                    Resumption(parser, max_attempts=MAX_RESUME_ATTEMPTS), request_id, sink,
+                    on_event_id)
         except trio.TooSlowError:
             await self._cancel_remote(request_id, "timed out")
             raise BackendError(self.name, f"did not finish a resumed call within "
@@ -326,27 +348,25 @@ class HttpBackendLink(HttpLinkFields):
         GET stream (405)."""
         if self._closed:
             return
-        headers = await self._headers(accept="text/event-stream")
-        if self._listen_parser.last_event_id is not None:
-            headers.append(("last-event-id", self._listen_parser.last_event_id))
+        stream = self._listen_stream
+        parser = stream.next_connection()
+        headers = await self._headers(stream_headers(self.revision.version, self.session_id,
+                                                     stream.last_event_id))
         try:
             async with self.client.stream("GET", self.url, headers=headers) as response:
-                if response.status == 405:
-                    return  # the backend offers no standalone stream
-                if response.status != 200:
+                answer = stream_answer(response.status,
+                                       media_type(response.header("content-type")))
+                if answer is StreamAnswer.NONE:
+                    return
+                if answer is StreamAnswer.REFUSED:
                     raise Retry(f"backend {self.name} GET stream: HTTP {response.status}",
-                                after=self._retry_hint())
-                await consume_sse(self.name, response, self._listen_parser, None,
-                                  self.session_sink)
+                                after=stream.retry_delay)
+                await consume_sse(self.name, response, parser, None, self.session_sink)
         except HttpError as exc:
             raise Retry(f"backend {self.name} GET stream failed: {exc}",
-                        after=self._retry_hint()) from None
+                        after=stream.retry_delay) from None
         if not self._closed:
-            raise Retry(f"backend {self.name} GET stream ended", after=self._retry_hint())
-
-    def _retry_hint(self) -> float | None:
-        retry = self._listen_parser.retry
-        return retry / 1000 if retry else None
+            raise Retry(f"backend {self.name} GET stream ended", after=stream.retry_delay)
 
     def release(self) -> None:
         """Stop using the link, leaving the backend session to the other replicas' copies."""
@@ -360,7 +380,8 @@ class HttpBackendLink(HttpLinkFields):
         with trio.move_on_after(2) as scope:
             scope.shield = True
             try:
-                headers = await self._headers(accept="application/json")
+                headers = await self._headers(delete_headers(self.revision.version,
+                                                             self.session_id))
                 await self.client.request("DELETE", self.url, headers=headers, limit=65536)
             except HttpError:
                 pass

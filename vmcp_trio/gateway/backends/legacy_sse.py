@@ -33,6 +33,7 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import REVISIONS, Revision
 from ...protocol.sse import SSEError, SSEParser
+from ...protocol.streamable import StreamAnswer, media_type, stream_answer, stream_headers
 from ...runtime import tracing
 from .base import (
     BackendError,
@@ -100,14 +101,15 @@ class LegacySseBackendLink(HttpLinkFields):
 
     async def _read_stream(self, *, task_status: trio.TaskStatus[None]) -> None:
         """The GET stream: the ``endpoint`` event first, then every message of the backend."""
-        headers = [("accept", "text/event-stream"), *await self.credentials.headers()]
+        headers = [*stream_headers(), *await self.credentials.headers()]
         parser = SSEParser(self.max_event_bytes)
         with trio.CancelScope() as scope:
             self._stream_scope = scope
             try:
                 async with self.client.stream("GET", self.url, headers=headers) as response:
-                    content_type = (response.header("content-type") or "").split(";")[0]
-                    if response.status != 200 or content_type.strip() != "text/event-stream":
+                    answer = stream_answer(response.status,
+                                           media_type(response.header("content-type")))
+                    if answer is not StreamAnswer.OPEN:
                         raise BackendError(self.name, f"did not open an SSE stream at its URL "
                                                       f"(HTTP {response.status})")
                     async for chunk in response.iter_bytes():

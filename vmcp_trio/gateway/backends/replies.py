@@ -2,7 +2,8 @@
 
 Shared by the handshake link (:mod:`.http`) and the 2026-07-28 link (:mod:`.stateless_link`): both
 POST one message and get back either ``application/json`` (the response) or ``text/event-stream``
-(related messages, then the response).
+(related messages, then the response). Which one an answer is, or what else it means, is
+:func:`~vmcp_trio.protocol.streamable.post_answer`'s to say; this module reads the two.
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ from ...protocol.jsonrpc import (
 from ...protocol.sse import SSEError, SSEParser
 from .base import BackendError, CredentialHook, NoCredentials, Sink
 
-__all__ = ["ACCEPT_BOTH", "HttpLinkFields", "consume_sse", "content_type", "read_json_reply"]
+__all__ = ["HttpLinkFields", "consume_sse", "read_json_reply"]
 
 log = logging.getLogger("vmcp.backend.http")
-
-ACCEPT_BOTH = "application/json, text/event-stream"
 
 
 class HttpLinkFields:
@@ -52,11 +51,6 @@ class HttpLinkFields:
         self.server_capabilities: dict[str, Any] = {}
         self.server_info: dict[str, Any] = {}
         self.instructions: str | None = None
-
-
-def content_type(response: HttpResponse) -> str:
-    """The response's media type, lower-case, without parameters."""
-    return (response.header("content-type") or "").split(";")[0].strip().lower()
 
 
 async def read_json_reply(backend: str, response: HttpResponse,

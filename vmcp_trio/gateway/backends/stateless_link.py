@@ -59,12 +59,11 @@ from ...protocol.revisions import STATELESS, Revision
 from ...protocol.sse import SSEParser
 from ...protocol.stateless_requests import (
     CLIENT_CAPABILITIES,
-    NAMED_METHODS,
     SERVER_INFO,
     SUBSCRIPTION_ID,
-    encode_header_value,
-    param_headers,
+    metadata_headers,
 )
+from ...protocol.streamable import PostAnswer, Sent, media_type, post_answer, post_headers
 from ...protocol.tasks_extension import WATCH_FILTER, declares_tasks, with_tasks_declared
 from ...protocol.translation import meta_for_stateless, result_for_handshake
 from ...runtime import tracing
@@ -76,7 +75,7 @@ from .base import (
     CredentialHook,
     Sink,
 )
-from .replies import ACCEPT_BOTH, HttpLinkFields, consume_sse, content_type, read_json_reply
+from .replies import HttpLinkFields, consume_sse, read_json_reply
 
 __all__ = ["MAX_ROUNDS", "StatelessBackendLink"]
 
@@ -180,40 +179,36 @@ class StatelessBackendLink(HttpLinkFields):
                                   backend_capabilities=self.server_capabilities)
 
     async def _headers(self, method: str, params: dict[str, Any]) -> list[tuple[str, str]]:
-        headers = [("accept", ACCEPT_BOTH), ("content-type", "application/json"),
-                   ("mcp-protocol-version", STATELESS.version), ("mcp-method", method)]
-        named = NAMED_METHODS.get(method)
-        target = params.get(named) if named is not None else None
-        if isinstance(target, str):
-            headers.append(("mcp-name", encode_header_value(target)))
-        if method == "tools/call":
-            headers.extend(param_headers(self._schemas.get(str(params.get("name"))),
-                                         params.get("arguments")))
-        headers.extend(await self.credentials.headers())
+        schema = self._schemas.get(str(params.get("name"))) if method == "tools/call" else None
+        headers = [*post_headers(STATELESS.version), *metadata_headers(method, params, schema),
+                   *await self.credentials.headers()]
         tracing.inject_headers(headers)
         return headers
 
     async def _post(self, request_id: RequestId, method: str, params: dict[str, Any],
                     sink: Sink, *, probing: bool = False) -> Response | ErrorResponse | None:
         """POST one request; its response (None only when ``probing`` and the backend answered
-        with a non-JSON 4xx, as a server of an older revision does)."""
+        as a server of the handshake revisions does: a 4xx without JSON)."""
         headers = await self._headers(method, params)
         body = encode(Request(request_id, method, params))
         try:
             async with self.client.stream("POST", self.url, headers=headers,
                                           body=body) as response:
-                media = content_type(response)
-                if response.status in (401, 403):
+                media = media_type(response.header("content-type"))
+                answer = post_answer(response.status, media,
+                                     Sent.DISCOVER if probing else Sent.REQUEST,
+                                     in_session=False)
+                if answer is PostAnswer.UNAUTHORIZED:
                     raise BackendAuthRequired(self.name, f"refused the credential (HTTP "
                                                          f"{response.status})")
-                if media == "application/json":
+                if answer is PostAnswer.JSON:
                     return await read_json_reply(self.name, response, self.max_body)
-                if probing and 400 <= response.status < 500:
+                if answer is PostAnswer.HANDSHAKE_ERA:
                     return None
-                if response.status >= 400:
+                if answer is PostAnswer.FAILED:
                     raise BackendError(self.name, f"answered {method} with HTTP "
                                                   f"{response.status}")
-                if media != "text/event-stream":
+                if answer is not PostAnswer.STREAM:
                     raise BackendError(self.name, f"answered with unexpected content type "
                                                   f"{media[:60]!r} (HTTP {response.status})")
                 reply = await consume_sse(self.name, response, SSEParser(self.max_event_bytes),
