@@ -439,12 +439,9 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     from functools import partial
 
     from .app.running import run_server
-    from .app.tunnel import run_relay
-    from .auth.incoming.build import AuthSettings, build_authenticator
-    from .http.client import HttpClient
+    from .app.tunnel import build_relay, run_relay
     from .proxy.options import incoming_from
     from .runtime.logs import configure_logging, say
-    from .tunnel.relay import TunnelRelay
     from .tunnel.tokens import TokenFileError, TunnelTokens
 
     configure_logging(args.log_format, debug=args.debug)
@@ -467,10 +464,7 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     incoming = incoming_from(args, error=usage_error,
                              warn=lambda text: say(f"vmcp tunnel relay: warning: {text}",
                                                    level="warning"))
-    relay = TunnelRelay(tokens, domain=args.domain, public_url=args.public_url,
-                        authenticator=build_authenticator(incoming, AuthSettings(),
-                                                          HttpClient()) if incoming else None,
-                        scopes=incoming.scopes if incoming else ("openid",))
+    relay = build_relay(tokens, incoming, domain=args.domain, public_url=args.public_url)
     return run_server(partial(run_relay, relay, args.host, args.port,
                                tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready),
                        "vmcp tunnel relay")

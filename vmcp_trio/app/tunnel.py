@@ -1,5 +1,6 @@
 """Running the two sides of a tunnel: ``vmcp tunnel relay`` and ``vmcp proxy tunnel``.
 
+:func:`build_relay` makes the relay of the tunnels a token file names, with its incoming auth;
 :func:`run_relay` serves the relay's ASGI app (:mod:`vmcp_trio.tunnel.relay`) with the
 same hypercorn configuration as the other servers, until SIGINT or SIGTERM. :func:`run_agent`
 keeps the agent (:mod:`vmcp_trio.tunnel.agent`) connected, with the outgoing credentials
@@ -14,17 +15,20 @@ from functools import partial
 
 import trio
 
+from ..auth.incoming.build import AuthSettings, build_authenticator
 from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
 from ..http.serving import hypercorn_config, listen, serve
 from ..proxy.settings import ProxySettings
+from ..resources.plan import OIDCIncoming
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import Supervisor
 from ..tunnel.agent import TunnelAgent, status_app
 from ..tunnel.relay import TunnelRelay
+from ..tunnel.tokens import TunnelTokens
 from .proxy import KEY_REFRESH, outgoing_credentials
 
-__all__ = ["run_agent", "run_relay"]
+__all__ = ["build_relay", "run_agent", "run_relay"]
 
 
 async def _until_signal() -> None:
@@ -32,6 +36,16 @@ async def _until_signal() -> None:
         async for signum in signals:
             say(f"vmcp tunnel: {signal.Signals(signum).name}, stopping")
             return
+
+
+def build_relay(tokens: TunnelTokens, incoming: OIDCIncoming | None, *, domain: str | None,
+                public_url: str | None) -> TunnelRelay:
+    """The relay of these tunnels; with ``incoming`` (the ``--oidc-*`` flags), every client
+    request needs a token that authenticator accepts."""
+    return TunnelRelay(tokens, domain=domain, public_url=public_url,
+                       authenticator=build_authenticator(incoming, AuthSettings(),
+                                                         HttpClient()) if incoming else None,
+                       scopes=incoming.scopes if incoming else ("openid",))
 
 
 async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str | None = None,
