@@ -7,6 +7,7 @@ import datetime
 import ipaddress
 import socket
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,21 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
         process.terminate()
         try:
             process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def stop_processes(processes: list[subprocess.Popen[Any]], timeout: float = 10) -> None:
+    """:func:`stop_process` for several at once: SIGTERM to each, then each has until the same
+    deadline to exit before SIGKILL (their shutdowns overlap instead of adding up)."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout)
