@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-## test: lint, then the whole test suite (what .ci/run runs)
+## test: lint, then the whole test suite (what .ci/run runs); it replays the fuzz corpora,
+## the fuzzing itself is `make fuzz`
 test: lint pytest
 
 pytest: $(STAMP) peers mcp1 packages
@@ -45,7 +46,8 @@ bench: $(STAMP) packages
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/run.py
 
-## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60)
+## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60), instrumented, on its
+## corpus in fuzz/corpus/ (the inputs it adds go to fuzz/work/)
 fuzz: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
 	@for harness in fuzz/fuzz_*.py; do \

@@ -1,5 +1,14 @@
-"""Helpers for the authorization server tests: the configuration, and a raw OAuth client that
-drives registration, the chained headless login and the token endpoint."""
+"""Helpers for the authorization server tests: the configuration, its upstreams, and a raw OAuth
+client.
+
+* :func:`chained_upstreams`: two ``oidc-provider`` instances (corp, oidc; hub, oauth2 with
+  userInfo) and the port vmcp must take; :func:`as_docs`: the quickstart behind the embedded
+  authorization server with them as upstreams; :class:`Stack`: the issuer, the MCP URL, the
+  upstreams and (in process) the gateway;
+* the raw client: :func:`call` (one request, JSON or form), :func:`register`, :func:`pkce`,
+  :func:`authorize_url`, :func:`login` (the chained headless login through both upstreams),
+  :func:`tokens` (all of it, then the token endpoint), :func:`mcp_status` (what a token gets at
+  /mcp) and :func:`claims_of`."""
 
 from __future__ import annotations
 

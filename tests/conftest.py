@@ -1,5 +1,7 @@
-"""Fixtures: the examples as documents, ready to be broken one field at a time; the upstream
-identity providers of the authorization server tests."""
+"""Fixtures for every test module: the examples as documents, ready to be broken one field at a
+time (``embedded``, ``inline_oidc``, ``anonymous``); the two upstream identity providers of the
+authorization server tests (``upstreams``, once per module) and a gateway with the embedded
+authorization server in front of them, in the test's process (``authserver_stack``)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,15 @@
-"""Running a real gateway in the test's nursery, and a raw Streamable HTTP client for it.
+"""Running a real gateway in the test's nursery, and raw clients for it.
 
-The raw client speaks the wire protocol directly (status codes, headers, SSE bytes) so tests can
+* :func:`running_gateway`: ``build_gateway`` + ``serve_gateway`` (what ``vmcp serve`` runs) on a
+  free port, on :func:`quickstart_docs` (the quickstart with absolute paths) or any documents;
+  :func:`stuck_backend` adds an SDK backend whose tool never returns; :func:`replica_docs` is a
+  gateway whose replicas share a Redis (``FLEET_SECRET``);
+* :class:`RawClient`: a handshake-era Streamable HTTP client (sessions, the standalone GET
+  stream), answering with :class:`Reply` (status, headers, JSON body or SSE events);
+  :class:`StatelessClient` and :func:`meta`: the same for 2026-07-28 (no session, the ``_meta``
+  envelope on every request); :func:`post_from`: one POST as if from another loopback address.
+
+The raw clients speak the wire protocol directly (status codes, headers, SSE bytes) so tests can
 assert exactly what a client sees; the official SDK client is used in the interoperability
 tests.
 """

@@ -1,4 +1,16 @@
-"""Helpers for the resource tests: load an example, change one field, validate, find the problem."""
+"""What many test modules share: where things are, the resource tests' tools, processes and
+ports, and a private PKI.
+
+* ``ROOT``, ``EXAMPLES`` and ``TOOLHIVE_MANIFESTS``: the repository, its examples/ and the real
+  ToolHive manifests beside it;
+* for the resource tests: :func:`example_docs` (an example as documents, to break one field at a
+  time with :func:`set_field`/:func:`del_field` and :func:`resource`), :func:`validate` (through
+  YAML text, as the CLI does), :func:`matching` and :func:`expect_error` (exactly the problem a
+  test is about);
+* :func:`free_port`, :func:`stop_process`/:func:`stop_processes` (SIGTERM, then SIGKILL past a
+  deadline) and :func:`answers_ok` (is a URL up);
+* :func:`private_ca`: a CA of our own and a certificate for 127.0.0.1 it signed.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +19,7 @@ import datetime
 import ipaddress
 import socket
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -103,6 +116,21 @@ def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
         process.terminate()
         try:
             process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout)
+
+
+def stop_processes(processes: list[subprocess.Popen[Any]], timeout: float = 10) -> None:
+    """:func:`stop_process` for several at once: SIGTERM to each, then each has until the same
+    deadline to exit before SIGKILL (their shutdowns overlap instead of adding up)."""
+    running = [process for process in processes if process.poll() is None]
+    for process in running:
+        process.terminate()
+    deadline = time.monotonic() + timeout
+    for process in running:
+        try:
+            process.wait(max(deadline - time.monotonic(), 0.01))
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout)

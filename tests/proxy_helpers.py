@@ -5,6 +5,7 @@ request through it (:func:`fetch`) or a hand-made one on a socket (:func:`raw_ht
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -113,9 +114,12 @@ async def fetch(url: str, *, method: str = "POST", headers: list[tuple[str, str]
     return status, {k.decode().lower(): v.decode() for k, v in raw}, data
 
 
-async def raw_http(url: str, data: bytes, *, linger: float = 3.0) -> tuple[bytes, bool]:
+async def raw_http(url: str, data: bytes, *, linger: float = 3.0,
+                   answered: bool = False) -> tuple[bytes, bool]:
     """Send hand-made bytes to the server of ``url``; read until it closes the connection or
-    ``linger`` seconds pass: what came back, and whether the server closed."""
+    ``linger`` seconds pass: what came back, and whether the server closed. With ``answered``,
+    stop as soon as one whole answer (its head and its ``Content-Length`` body) is in, for a
+    test that looks at the answer only (a server may keep the connection open after it)."""
     host, port = url.split("/")[2].rsplit(":", 1)
     stream = await trio.open_tcp_stream(host, int(port))
     await stream.send_all(data)
@@ -124,6 +128,15 @@ async def raw_http(url: str, data: bytes, *, linger: float = 3.0) -> tuple[bytes
     with trio.move_on_after(linger):
         while chunk := await stream.receive_some(65536):
             received += chunk
-        closed = True
+            if answered and _whole_answer(received):
+                break
+        else:
+            closed = True
     await stream.aclose()
     return received, closed
+
+
+def _whole_answer(data: bytes) -> bool:
+    head, end, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r?$", head)
+    return bool(end) and length is not None and len(body) >= int(length.group(1))

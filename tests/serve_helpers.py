@@ -1,5 +1,10 @@
 """A real ``vmcp serve`` process for the tests that must see what an operator sees: whether the
-process is still alive, what it logged, how it exits."""
+process is still alive, what it logged, how it exits.
+
+:func:`serving` starts it on documents written to a folder and yields a :class:`Served` (its URL,
+process and log; :meth:`Served.kill`, :meth:`Served.health` and :meth:`Served.assert_serving`,
+which checks that it still serves a well-behaved client); at the end it is stopped with SIGTERM
+and must exit 0."""
 
 from __future__ import annotations
 

@@ -311,7 +311,8 @@ def document_server() -> Iterator[DocumentServer]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)  # shutdown() waits up to one poll
     thread.start()
     docs.base = f"http://127.0.0.1:{server.server_address[1]}"
     try:

@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -152,8 +153,10 @@ def test_operator_errors_of_serve_are_one_line_and_exit_2(tmp_path: Path) -> Non
             (["--port", "70000"], "--port must be between 0 and 65535"),
             (["--shutdown-grace", "soon"], "--shutdown-grace: 'soon'"),
         ]
-        for flags, line in cases:
-            run = vmcp("serve", "-c", quickstart, *flags)
+        with ThreadPoolExecutor(max_workers=4) as pool:  # each refuses before it starts anything
+            runs = list(pool.map(lambda flags: vmcp("serve", "-c", quickstart, *flags),
+                                 [flags for flags, _ in cases]))
+        for (flags, line), run in zip(cases, runs, strict=True):
             assert run.returncode == 2, (flags, run.stderr)
             assert line in run.stderr, (flags, run.stderr)
             assert "Traceback" not in run.stderr and "MCP endpoint" not in run.stdout

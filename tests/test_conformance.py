@@ -49,6 +49,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,7 +59,7 @@ import yaml
 
 from vmcp_trio.tunnel.tokens import new_token_line
 
-from .helpers import free_port, stop_process
+from .helpers import free_port, stop_processes
 
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "tests" / "peers"
@@ -270,12 +271,22 @@ class Targets:
     runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
 
     def results(self, version: str, target: str) -> SuiteRun:
-        """The suite ``version`` against ``target``, run once per module."""
-        key = (version, target)
-        if key not in self.runs:
-            self.runs[key] = run_suite(self.node, version, self.urls[target], target,
-                                       self.workdir / f"{target}-{version}")
-        return self.runs[key]
+        """The suite ``version`` against ``target``, run once per module.
+
+        The first call for a version runs it against the fixture and each form of vmcp at the
+        same time, one thread each: a run spends most of its time waiting for the scenarios'
+        own pauses (a task's seconds of work, a stream's retry), each run is a client of its
+        own, with its own sessions and its own output directory, and each target is a process
+        of its own."""
+        if (version, target) not in self.runs:
+            names = ["direct", *THROUGH]
+            with ThreadPoolExecutor(max_workers=len(names)) as pool:
+                runs = pool.map(lambda name: run_suite(
+                    self.node, version, self.urls[name], name,
+                    self.workdir / f"{name}-{version}"), names)
+                self.runs.update({(version, name): run for name, run in zip(names, runs,
+                                                                            strict=True)})
+        return self.runs[(version, target)]
 
 
 def _node() -> str:
@@ -354,8 +365,7 @@ def targets() -> Iterator[Targets]:
                                  "proxy": proxied, "tunnel": tunneled,
                                  "tunnel agent": f"http://127.0.0.1:{agent_port}"}, workdir)
         finally:
-            for process in reversed(processes):
-                stop_process(process)
+            stop_processes(processes)
 
 
 def _run_cli(node: str, version: str, args: list[str], timeout: float) -> str:

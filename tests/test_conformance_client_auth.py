@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -74,10 +75,18 @@ def node() -> str:
 
 def test_vmcp_proxy_stdio_passes_the_client_auth_scenarios_mcp_remote_passes(
         node: str, tmp_path: Path) -> None:
-    _run(node, tmp_path / "vmcp", ["--suite", "auth"])
-    for scenario in MORE:
-        _run(node, tmp_path / "vmcp", ["--scenario", scenario])
-    _run(node, tmp_path / "mcp-remote", ["--suite", "auth"], "--mcp-remote", node)
+    # The runs at the same time, as the suite itself runs a set's scenarios: each scenario has
+    # its own servers on their own ports and its own output directory. The vmcp set takes as
+    # long as its slowest scenario: auth/scope-retry-limit, where the client waits its 25 s
+    # timeout (proxy_stdio_client.TIMEOUT) for an answer to tools/list after the second 403.
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        runs = [pool.submit(_run, node, tmp_path / "vmcp", ["--suite", "auth"]),
+                pool.submit(_run, node, tmp_path / "mcp-remote", ["--suite", "auth"],
+                            "--mcp-remote", node),
+                *(pool.submit(_run, node, tmp_path / "vmcp", ["--scenario", scenario])
+                  for scenario in MORE)]
+        for run in runs:
+            run.result()
     ours, theirs = _results(tmp_path / "vmcp"), _results(tmp_path / "mcp-remote")
     assert set(ours) == AUTH_SET | set(MORE) and set(theirs) == AUTH_SET
     passed = {name for name, scenario in ours.items() if scenario.passed}

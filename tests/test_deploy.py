@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import importlib.util
 import os
 import re
@@ -46,6 +47,12 @@ Doc = dict[str, Any]
 
 
 def documents(path: Path) -> list[Doc]:
+    return copy.deepcopy(_parsed(path))  # a test may change what it gets
+
+
+@functools.cache
+def _parsed(path: Path) -> list[Doc]:
+    """The documents of a file, parsed once per run (crds.yaml takes a quarter of a second)."""
     return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
             if doc is not None]
 

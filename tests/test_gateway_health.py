@@ -33,6 +33,9 @@ async def weather_server(port: int) -> AsyncIterator[None]:
     config = Config()
     config.bind = [f"127.0.0.1:{port}"]
     config.loglevel = "WARNING"
+    # Gone at once when the block ends: the gateway's open streams to it are cut instead of
+    # waited for (hypercorn's graceful shutdown waits 3 s by default for the streams to end).
+    config.graceful_timeout = 0.1
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(partial(serve, server.streamable_http_app(), config,

@@ -55,7 +55,8 @@ async def test_requests_the_agent_would_refuse_never_cut_the_tunnel() -> None:
                 while len(remote.seen) < 3:
                     await trio.sleep(0.01)
             for head, status in HOSTILE:
-                reply, _ = await raw_http(relay_url, head + b"\r\n", linger=2)
+                reply, _ = await raw_http(relay_url, head + b"\r\n", linger=2,
+                                          answered=True)
                 assert reply.startswith(b"HTTP/1.1 " + status), (head[:40], reply[:200])
             remote.release.set()
         assert held == [200, 200, 200]

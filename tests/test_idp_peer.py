@@ -346,7 +346,8 @@ class ExternalIssuer:
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.issuer = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.jwks_uri = f"{self.issuer}/jwks"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever,  # shutdown(): one poll
+                                       kwargs={"poll_interval": 0.05}, daemon=True)
 
     def __enter__(self) -> ExternalIssuer:
         self.thread.start()

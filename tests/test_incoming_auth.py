@@ -517,7 +517,8 @@ def https_jwks(tls: tuple[Path, Path], jwks: dict[str, Any]) -> Iterator[str]:
     # The handshake in each request's thread: one a client gives up on must not stall accept.
     server.socket = context.wrap_socket(server.socket, server_side=True,
                                         do_handshake_on_connect=False)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)  # shutdown() waits up to one poll
     thread.start()
     try:
         yield f"https://127.0.0.1:{server.server_address[1]}"

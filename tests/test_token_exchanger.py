@@ -61,7 +61,8 @@ def service() -> Iterator[Service]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()  # shutdown() waits up to one poll
     state.url = f"http://127.0.0.1:{server.server_address[1]}/token"
     try:
         yield state

@@ -1,8 +1,9 @@
 """Stored upstream tokens are refreshed ahead of expiry, once per token across replicas.
 
-The upstream ``oidc-provider`` instances here issue access tokens that live 6 seconds, so
+The upstream ``oidc-provider`` instances here issue access tokens that live 4 seconds, so
 that scheduled refreshes really happen during a test; the refresh margin is a third of the
-lifetime (jittered), so each token is refreshed about two seconds before it expires.
+lifetime (jittered), so each token is refreshed about 2.7 seconds after it was issued (and
+again 2.7 seconds after that: longer than a login takes, so a test sees one round at a time).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from .fixtures.redis_cluster import running_redis_cluster
 from .gateway_helpers import RawClient, running_gateway
 from .helpers import ROOT, free_port, stop_process
 
-TTL = 6
+TTL = 4
 
 
 @pytest.fixture(scope="module")
