@@ -89,15 +89,15 @@ async def serve_gateway(process: GatewayProcess, *,
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(_run_parts, process)
+        served = trio.Event()
         binds: list[str] = await nursery.start(partial(
-            serve, process.app, config, sockets, shutdown_trigger=stop.wait))
+            serve, process.app, config, sockets, shutdown_trigger=stop.wait, served=served))
         task_status.started([f"{bind}{MCP_PATH}" for bind in binds])
         await shutdown_trigger()
         await drain(process)
         stop.set()
         with trio.move_on_after(10):  # hypercorn returns from serve() once drained
-            while len(nursery.child_tasks) > 1:
-                await trio.sleep(0.02)
+            await served.wait()
         nursery.cancel_scope.cancel()
 
 
@@ -166,13 +166,13 @@ async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
                         say(f"vmcp: {name} again, stopping now", signal=name)
                         nursery.cancel_scope.cancel()
 
-        async def serve(*, task_status: trio.TaskStatus[list[str]]) -> None:
+        async def serving(*, task_status: trio.TaskStatus[list[str]]) -> None:
             await serve_gateway(process, shutdown_trigger=first.wait, tls_cert=tls_cert,
                                 tls_key=tls_key, task_status=task_status)
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(watch_signals)
-        urls = await nursery.start(serve)
+        urls = await nursery.start(serving)
         if reloader is not None:
             assert process.supervisor is not None
             process.supervisor.start_soon("config reloader", reloader.run)

@@ -161,15 +161,15 @@ async def serve_proxy(process: ProxyProcess, *,
             for name, task in process.supervised:
                 await supervisor.start(name, task, policy=KEY_REFRESH)
             supervisor.start_soon("access log", write_access_log)
+            served = trio.Event()
             binds: list[str] = await nursery.start(partial(
-                serve, process.app, config, sockets, shutdown_trigger=stop.wait))
+                serve, process.app, config, sockets, shutdown_trigger=stop.wait, served=served))
             task_status.started([endpoint_url(settings, bind) for bind in binds])
             await shutdown_trigger()
             await drain(process)
             stop.set()
-            with trio.move_on_after(5):
-                while len(nursery.child_tasks) > 1:
-                    await trio.sleep(0.02)
+            with trio.move_on_after(5):  # hypercorn returns from serve() once drained
+                await served.wait()
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):

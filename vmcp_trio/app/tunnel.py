@@ -67,8 +67,12 @@ async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str |
                 await supervisor.start(name, task, policy=KEY_REFRESH)
         supervisor.start_soon("access log", write_access_log)
 
+        async def stopping() -> None:
+            await _until_signal()
+            relay.stop()
+
         async def serving(*, task_status: trio.TaskStatus[list[str]]) -> None:
-            await serve(relay, config, sockets, shutdown_trigger=_until_signal,
+            await serve(relay, config, sockets, shutdown_trigger=stopping,
                         task_status=task_status)
             nursery.cancel_scope.cancel()
 

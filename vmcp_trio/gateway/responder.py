@@ -76,6 +76,7 @@ class Responder:
 
         async def work() -> None:
             try:
+                reply = None  # a request cancelled (its client left) has no answer
                 if work_scope is None:
                     reply = await compute(stream)
                 else:

@@ -61,12 +61,18 @@ def listen(config: Config) -> Sockets:
 
 async def serve(app: object, config: Config, sockets: Sockets, *,
                 shutdown_trigger: Callable[[], Awaitable[None]],
+                served: trio.Event | None = None,
                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
     """Serve ``app`` on ``sockets`` (from :func:`listen`) until ``shutdown_trigger`` returns;
-    reports the URLs it listens on."""
-    await worker_serve(wrap_app(cast("Framework", app), config.wsgi_max_body_size, None), config,
-                       sockets=sockets, shutdown_trigger=shutdown_trigger,
-                       task_status=task_status)
+    reports the URLs it listens on, and sets ``served`` once the server has stopped (its
+    connections drained), however it ended."""
+    try:
+        await worker_serve(wrap_app(cast("Framework", app), config.wsgi_max_body_size, None),
+                           config, sockets=sockets, shutdown_trigger=shutdown_trigger,
+                           task_status=task_status)
+    finally:
+        if served is not None:
+            served.set()
 
 
 def hypercorn_config(host: str, port: int, *, max_header_bytes: int,

@@ -187,6 +187,14 @@ class TunnelRelay:
                 del self.agents[name]
             log.info("tunnel %s: agent disconnected", name)
 
+    def stop(self) -> None:
+        """The relay is stopping: every agent's connection is closed now (its exchanges in
+        flight get 502), so that the server's drain does not wait on the agents' WebSockets,
+        which never end by themselves."""
+        for agent in list(self.agents.values()):
+            agent.link.close()
+            agent.gone.set()
+
     async def _ping(self, agent: _Agent, scope: trio.CancelScope) -> None:
         while True:
             await trio.sleep(self.ping_interval)

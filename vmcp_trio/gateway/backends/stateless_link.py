@@ -384,7 +384,10 @@ class StatelessBackendLink(HttpLinkFields):
 
     async def _refilter(self) -> None:
         """Reopen the listen stream with the current filter; back when the backend acknowledged
-        it, or after the link's timeout."""
+        it, or after the link's timeout, or at once when the link is closed (nothing listens
+        any more)."""
+        if self._closed:
+            return
         acked = self._acked = trio.Event()
         self._filter_changed.set()
         if self._listen_scope is not None:
@@ -453,5 +456,6 @@ class StatelessBackendLink(HttpLinkFields):
         """Nothing to end at the backend (no session); stop listening."""
         self._closed = True
         self._filter_changed.set()
+        self._acked.set()  # whoever waits for an acknowledgement gets none: it is over
         if self._listen_scope is not None:
             self._listen_scope.cancel()
