@@ -1,5 +1,6 @@
 """hypercorn with vmcp's tuning: responses intact, keep-alive connections closed after the idle
-timeout (and not before), and a graceful shutdown that waits for a request in flight."""
+timeout (and not before), a connection the client leaves closed at once, and a graceful
+shutdown that waits for a request in flight."""
 
 from __future__ import annotations
 
@@ -13,10 +14,17 @@ from hypercorn.trio import serve
 from vmcp_trio.http import hypercorn_tuning
 from vmcp_trio.http.asgi import lifespan, send_json
 
+DISCONNECTED: list[str] = []
+
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await lifespan(receive, send)
+        return
+    if scope["path"] == "/hang":  # answers only when the client is gone (never, then)
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        DISCONNECTED.append(scope["path"])
         return
     while (await receive()).get("more_body"):
         pass
@@ -57,6 +65,30 @@ async def test_keep_alive_timeout_is_kept() -> None:
             await trio.sleep(0.3)
         with trio.fail_after(5):
             assert await stream.receive_some(100) == b""  # idle: closed by the server
+        stop.set()
+
+
+async def test_a_connection_the_client_leaves_is_closed_at_once() -> None:
+    """Idle or in the middle of a request: when the client closes its side, the server closes
+    its own as soon as the request has ended, not when the idle timeout (30 s here) or the
+    shutdown comes."""
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        port = await start(nursery, stop, keep_alive=30)
+        idle = await trio.open_tcp_stream("127.0.0.1", port)
+        assert (await request(idle, "/one")).startswith(b"HTTP/1.1 200")
+        await idle.send_eof()
+        with trio.fail_after(2):
+            assert await idle.receive_some(100) == b""
+
+        DISCONNECTED.clear()
+        busy = await trio.open_tcp_stream("127.0.0.1", port)
+        await busy.send_all(b"GET /hang HTTP/1.1\r\nhost: x\r\n\r\n")
+        await trio.sleep(0.1)
+        await busy.send_eof()
+        with trio.fail_after(2):
+            assert await busy.receive_some(100) == b""
+        assert DISCONNECTED == ["/hang"]
         stop.set()
 
 

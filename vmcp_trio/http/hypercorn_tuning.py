@@ -19,6 +19,9 @@ a lock, a cancel) every time the connection goes idle, that is after every respo
 it when the next request starts. :class:`MovableIdleTask` keeps one watcher per connection and
 moves its deadline instead, with the same behaviour: the connection is closed after
 ``keep_alive_timeout`` idle, or at shutdown once it is idle (never under a request in flight).
+The watcher ends when the connection's read loop does: a client that leaves, idle or in the
+middle of a request, has its connection closed as soon as its request has ended, rather than
+left half-closed until the idle timeout or the shutdown.
 
 Only hypercorn 0.18 is patched (the test suite exercises both); another version is left as it is.
 """
@@ -90,14 +93,16 @@ def install() -> bool:
     H11Protocol.stream_send = stream_send  # type: ignore[method-assign]
     H11Protocol._vmcp_coalescing = True  # type: ignore[attr-defined]
     tcp_server.TrioSingleTask = MovableIdleTask  # type: ignore[attr-defined,assignment]
-    original_close = tcp_server.TCPServer._close
+    original_read = tcp_server.TCPServer._read_data
 
-    async def close(self: Any) -> None:
-        await original_close(self)
-        if isinstance(self.idle_task, MovableIdleTask):
-            self.idle_task.cancel()  # the connection is gone: its watcher has nothing to do
+    async def read_data(self: Any) -> None:
+        try:
+            await original_read(self)
+        finally:  # the client left (or the connection was closed): the watcher has nothing
+            if isinstance(self.idle_task, MovableIdleTask):  # to do, and the connection
+                self.idle_task.cancel()  # ends once its requests have ended
 
-    tcp_server.TCPServer._close = close  # type: ignore[method-assign]
+    tcp_server.TCPServer._read_data = read_data  # type: ignore[method-assign]
     return True
 
 
