@@ -227,17 +227,19 @@ class GatewayApp:
         caller = await self.boundary.authenticate(request, send)
         if caller is None:
             return
-        rejection = check_method(request.method, stateless=_is_stateless(request))
+        stateless = _is_stateless(request)
+        rejection = check_method(request.method, stateless=stateless)
         if rejection is not None:
             await send_json(send, rejection.status, rejection.body(), rejection.headers)
         elif request.method == "POST":
-            await self.post(request, send, caller)
+            await self.post(request, send, caller, stateless=stateless)
         elif request.method == "GET":
             await self.handshake.get(request, send, caller)
         else:
             await self.handshake.delete(request, send, caller)
 
-    async def post(self, request: HttpRequest, send: Send, caller: Caller) -> None:
+    async def post(self, request: HttpRequest, send: Send, caller: Caller, *,
+                   stateless: bool) -> None:
         rejection = check_post(request.header("content-type"), request.header("accept"))
         if rejection is not None:
             await send_json(send, rejection.status, rejection.body(), rejection.headers)
@@ -252,7 +254,7 @@ class GatewayApp:
         except JsonRpcError as exc:
             await send_json(send, 400, encode(exc.response()))
             return
-        if _is_stateless(request):
+        if stateless:
             await self.stateless.post(request, send, caller, messages, batch)
         else:
             await self.handshake.post(request, send, caller, messages, batch)

@@ -107,8 +107,10 @@ def install() -> bool:
 
 
 def _is_event_stream(headers: Any) -> bool:
-    return any(name.lower() == b"content-type" and value.lower().startswith(b"text/event-stream")
-               for name, value in headers)
+    for name, value in headers:  # on every response: the length rules most names out at once
+        if len(name) == 12 and name.lower() == b"content-type":
+            return bool(value[:17].lower() == b"text/event-stream")
+    return False
 
 
 class MovableIdleTask:
