@@ -21,6 +21,8 @@ from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.proxy.settings import ProxySettings
 
+from .fixtures.asgi_body import read_body
+
 # --- a recording remote (stand-in) ---------------------------------------------------------------
 
 @dataclass
@@ -38,12 +40,7 @@ def recording_app(remote: Remote) -> Any:
         if scope["type"] == "lifespan":
             await lifespan(receive, send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         remote.seen.append({"method": scope["method"], "path": scope["path"],
                             "query": scope["query_string"].decode(),
                             "headers": [(k.decode(), v.decode()) for k, v in scope["headers"]],

@@ -13,6 +13,8 @@ from hypercorn.trio import serve
 
 from vmcp_trio.http.client import HttpClient, HttpError
 
+from .fixtures.asgi_body import read_body
+
 connections: set[tuple[str, int]] = set()
 
 
@@ -26,12 +28,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
     connections.add(tuple(scope["client"]))
-    body = b""
-    while True:
-        message = await receive()
-        body += message.get("body", b"")
-        if not message.get("more_body"):
-            break
+    body = await read_body(receive)
     path = scope["path"]
     if path == "/stream":
         await send({"type": "http.response.start", "status": 200,

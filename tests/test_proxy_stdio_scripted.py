@@ -23,6 +23,8 @@ from vmcp_trio.http.client import HttpClient
 from vmcp_trio.http.serving import hypercorn_config, listen, serve
 from vmcp_trio.proxy.stdio_bridge import StdioBridge
 
+from .fixtures.asgi_body import read_body
+
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {},
     "clientInfo": {"name": "test", "version": "1"}}}
@@ -51,12 +53,7 @@ class Remote:
         if scope["method"] == "GET":
             await self.get(headers.get("last-event-id"), send)
             return
-        body = b""
-        while True:
-            message = await receive()
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body = await read_body(receive)
         request = orjson.loads(body) if body else {}
         if scope["method"] == "POST" and request.get("method") == "initialize":
             answer = orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {
