@@ -18,7 +18,7 @@ from typing import Any
 
 from hypercorn.trio import tcp_server
 
-__all__ = ["install"]
+__all__ = ["connection_failed", "install"]
 
 log = logging.getLogger("vmcp.http")
 
@@ -39,15 +39,21 @@ def install(on_fault: Callable[[], None] | None = None) -> None:
         try:
             await original(self)
         except* Exception as group:
-            error = group.exceptions[0]
-            log.info("HTTP connection%s closed: the HTTP server failed on its input "
-                     "(%s: %s)", f" from {peer}" if peer else "", type(error).__name__,
-                     str(error)[:200])
-            for hook in _hooks:
-                hook()
+            connection_failed(peer, group.exceptions[0])
 
     tcp_server.TCPServer.run = run  # type: ignore[method-assign]
     tcp_server.TCPServer._vmcp_guarded = True  # type: ignore[attr-defined]
+
+
+def connection_failed(peer: object, error: BaseException) -> None:
+    """One connection ended by an error of the HTTP server's code (hypercorn's or the lean
+    server's): one line naming the client, and the hooks told."""
+    if isinstance(peer, tuple):
+        peer = f"{peer[0]}:{peer[1]}"
+    log.info("HTTP connection%s closed: the HTTP server failed on its input (%s: %s)",
+             f" from {peer}" if peer else "", type(error).__name__, str(error)[:200])
+    for hook in _hooks:
+        hook()
 
 
 def _peer(server: Any) -> str:

@@ -1,15 +1,24 @@
-"""Serving an ASGI app with hypercorn's trio worker, configured for long-lived MCP streams.
+"""Serving an ASGI app: HTTP/1.1 on the lean server (:mod:`vmcp_trio.http.h1`), HTTP/2 and
+WebSocket on hypercorn's trio connection, configured for long-lived MCP streams.
 
 :func:`listen` opens the listening sockets and loads the TLS certificate before anything else
 starts, so that an operator's mistake (a port in use or not allowed, a certificate or key that
 does not load) is one :class:`ListenError` naming the address or the file, not a traceback from
 inside the server; :func:`serve` then serves on those sockets.
 
+Which server speaks on a connection: TLS with ALPN ``h2``, HTTP/2's preface (prior knowledge) and
+a first request that asks to ``Upgrade`` (WebSocket, h2c) go to hypercorn's connection, given the
+bytes already read; everything else is HTTP/1.1 on :class:`~vmcp_trio.http.h1.H1Connection`,
+which costs a fraction of hypercorn's HTTP/1.1 per request (docs/benchmarks.md). Both hold the
+same bounds: request heads (``max_header_bytes``), the idle timeout, the TLS handshake's
+deadline; an error of either's own code ends that connection only
+(:func:`~vmcp_trio.http.hypercorn_guard.connection_failed`).
+
 :func:`hypercorn_config` sets what every server of this package needs: bounded request headers
-(hypercorn's own limits, for both HTTP/1.1 and HTTP/2), an idle timeout long enough for an MCP
-session's connection (it also closes a connection whose request headers never finish) and no cap
-at hypercorn's 1,000 requests per connection, a deep accept backlog, no
-access log (the app logs what it served) and no ``Server`` header.
+(for HTTP/1.1 and HTTP/2), an idle timeout long enough for an MCP session's connection (it also
+closes a connection whose request headers never finish) and no cap at hypercorn's 1,000 requests
+per connection, a deep accept backlog, no access log (the app logs what it served) and no
+``Server`` header.
 """
 
 from __future__ import annotations
@@ -17,12 +26,19 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, cast
+from functools import partial
+from typing import TYPE_CHECKING, Any, cast
 
 import trio
 from hypercorn.config import Config, Sockets
-from hypercorn.trio.run import worker_serve
-from hypercorn.utils import wrap_app
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import parse_socket_addr, repr_socket_addr, wrap_app
+
+from .asgi import ASGIApp
+from .h1 import H1Connection, Limits
+from .hypercorn_guard import connection_failed
 
 if TYPE_CHECKING:
     from hypercorn.typing import Framework
@@ -59,20 +75,127 @@ def listen(config: Config) -> Sockets:
     return sockets
 
 
-async def serve(app: object, config: Config, sockets: Sockets, *,
+async def serve(app: ASGIApp, config: Config, sockets: Sockets, *,
                 shutdown_trigger: Callable[[], Awaitable[None]],
                 served: trio.Event | None = None,
                 task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve ``app`` on ``sockets`` (from :func:`listen`) until ``shutdown_trigger`` returns;
-    reports the URLs it listens on, and sets ``served`` once the server has stopped (its
-    connections drained), however it ended."""
+    """Serve ``app`` on ``sockets`` (from :func:`listen`) until ``shutdown_trigger`` returns,
+    then drain: stop accepting, close idle connections, let requests in flight end for up to
+    ``config.graceful_timeout`` seconds, then cancel them. Reports the URLs it listens on, and
+    sets ``served`` once the server has stopped, however it ended."""
     try:
-        await worker_serve(wrap_app(cast("Framework", app), config.wsgi_max_body_size, None),
-                           config, sockets=sockets, shutdown_trigger=shutdown_trigger,
-                           task_status=task_status)
+        await _Server(app, config).run(sockets, shutdown_trigger, task_status)
     finally:
         if served is not None:
             served.set()
+
+
+class _Server:
+    """The accept loop: HTTP/1.1 on :class:`~vmcp_trio.http.h1.H1Connection`, HTTP/2 and
+    WebSocket handed to hypercorn's connection (:class:`hypercorn.trio.tcp_server.TCPServer`)."""
+
+    def __init__(self, app: ASGIApp, config: Config) -> None:
+        self.app = app
+        self.config = config
+        self.limits = Limits(max_head_bytes=config.h11_max_incomplete_size,
+                             idle_seconds=config.keep_alive_timeout)
+        self.ssl_context = config.create_ssl_context() if config.ssl_enabled else None
+        self.connections: set[H1Connection] = set()
+        self.handed_over_app = wrap_app(cast("Framework", app), config.wsgi_max_body_size, None)
+        self.handed_over = WorkerContext(None)
+
+    async def run(self, sockets: Sockets, shutdown_trigger: Callable[[], Awaitable[None]],
+                  task_status: trio.TaskStatus[list[str]]) -> None:
+        bound = [(sock, True) for sock in sockets.secure_sockets] + [
+            (sock, False) for sock in sockets.insecure_sockets]
+        listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+                     for sock, _ in bound]
+        urls = [f"{'https' if secure else 'http'}://"
+                f"{repr_socket_addr(sock.family, sock.getsockname())}" for sock, secure in bound]
+        async with trio.open_nursery() as connections:
+            async with trio.open_nursery() as accepting:
+                for listener, (_, secure) in zip(listeners, bound, strict=True):
+                    accepting.start_soon(partial(
+                        trio.serve_listeners, partial(self.connection, secure=secure),
+                        [listener], handler_nursery=connections))
+                task_status.started(urls)
+                await shutdown_trigger()
+                accepting.cancel_scope.cancel()
+            for listener in listeners:
+                await listener.aclose()
+            for connection in list(self.connections):
+                connection.drain()
+            await self.handed_over.terminated.set()
+            connections.cancel_scope.deadline = trio.current_time() + self.config.graceful_timeout
+
+    async def connection(self, stream: trio.SocketStream, *, secure: bool) -> None:
+        try:
+            client = parse_socket_addr(stream.socket.family, stream.socket.getpeername())
+            server = parse_socket_addr(stream.socket.family, stream.socket.getsockname())
+        except OSError:  # the client left before we looked
+            await trio.aclose_forcefully(stream)
+            return
+        try:
+            await self.serve_connection(stream, secure, client, server)
+        except Exception as error:
+            connection_failed(client, error)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def serve_connection(self, stream: trio.SocketStream, secure: bool,
+                               client: Any, server: Any) -> None:
+        transport: trio.abc.Stream = stream
+        if secure:
+            assert self.ssl_context is not None
+            tls = trio.SSLStream(stream, self.ssl_context, server_side=True,
+                                 https_compatible=True)
+            handshaken = False
+            with trio.move_on_after(self.config.ssl_handshake_timeout):
+                try:
+                    await tls.do_handshake()
+                except trio.BrokenResourceError:
+                    return
+                handshaken = True
+            if not handshaken:
+                return
+            if tls.selected_alpn_protocol() == "h2":
+                await self.hand_over(tls)
+                return
+            transport = tls
+        connection = H1Connection(self.app, transport, self.limits,
+                                  scheme="https" if secure else "http",
+                                  client=client, server=server)
+        self.connections.add(connection)
+        try:
+            replay = await connection.run()
+        finally:
+            self.connections.discard(connection)
+        if replay is not None:
+            await self.hand_over(_Replayed(transport, replay))
+
+    async def hand_over(self, stream: Any) -> None:
+        """Serve the connection with hypercorn (HTTP/2, or an upgrade to WebSocket or h2c)."""
+        await TCPServer(self.handed_over_app, self.config, self.handed_over,
+                        ConnectionState({}), stream).run()
+
+
+class _Replayed:
+    """A stream whose first read gives back ``prefix`` (what the lean server read before it
+    handed the connection over); everything else is the wrapped stream's."""
+
+    def __init__(self, stream: trio.abc.Stream, prefix: bytes) -> None:
+        self._stream = stream
+        self._prefix = prefix
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        if self._prefix:
+            await trio.lowlevel.checkpoint()
+            data, self._prefix = self._prefix, b""
+            return data
+        return await self._stream.receive_some(max_bytes)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def hypercorn_config(host: str, port: int, *, max_header_bytes: int,
