@@ -4,6 +4,7 @@ abandoned early, limits, and the retry of a request whose idle connection the se
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -136,4 +137,65 @@ async def test_a_guarded_request_never_reuses_an_unguarded_connection(server: st
     await client.request("GET", server + "/guarded", guard=Loopback())
     await client.request("GET", server + "/guarded-again", guard=Loopback())
     assert len(connections) == 2  # one plain, one guarded (reused by the second)
+    await client.aclose()
+
+
+async def answering(nursery: trio.Nursery, answer: bytes, seen: list[bytes]) -> int:
+    """A raw server (a stand-in: no installable server answers with chosen bytes) that reads
+    one request head, records it, answers ``answer`` and closes; its port."""
+    listeners = await nursery.start(partial(trio.serve_tcp, partial(_answer, answer, seen), 0,
+                                            host="127.0.0.1"))
+    return int(listeners[0].socket.getsockname()[1])
+
+
+async def _answer(answer: bytes, seen: list[bytes], stream: trio.SocketStream) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    seen.append(data)
+    await stream.send_all(answer)
+    await stream.aclose()
+
+
+async def test_a_body_without_length_ends_with_the_connection(nursery: trio.Nursery) -> None:
+    seen: list[bytes] = []
+    port = await answering(nursery, b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n"
+                                    b"x-v:  padded \r\n\r\nuntil the end", seen)
+    client = HttpClient()
+    async with client.stream("GET", f"http://127.0.0.1:{port}/x") as response:
+        assert (response.status, response.header("x-v")) == (200, "padded")
+        assert await response.read(1000) == b"until the end"
+    assert client._idle == {}  # not reusable: it ended with the connection
+    assert seen[0].startswith(b"GET /x HTTP/1.1\r\nhost: 127.0.0.1:")
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort", "closed the connection before"),
+    (b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 70_000 + b"\r\n\r\n", "larger than 65536 bytes"),
+    (b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\ntransfer-encoding: chunked\r\n\r\n",
+     "cannot be parsed"),
+    (b"NOT HTTP\r\n\r\n", "cannot be parsed"),
+])
+async def test_a_broken_response_is_an_http_error(nursery: trio.Nursery, answer: bytes,
+                                                  problem: str) -> None:
+    port = await answering(nursery, answer, [])
+    client = HttpClient()
+    with pytest.raises(HttpError, match=problem):
+        await client.request("GET", f"http://127.0.0.1:{port}/")
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("authorization", "Bearer token\r\nx-injected: 1"), ("authorization", "Bearer token\n"),
+    ("bad name", "x"), ("x-nul", "a\0b"),
+])
+async def test_a_header_that_would_break_the_framing_is_never_sent(
+        nursery: trio.Nursery, name: str, value: str) -> None:
+    seen: list[bytes] = []
+    port = await answering(nursery, b"HTTP/1.1 204 No Content\r\n\r\n", seen)
+    client = HttpClient()
+    with pytest.raises(HttpError, match="not a valid header"):
+        await client.request("GET", f"http://127.0.0.1:{port}/", headers=[(name, value)])
+    assert seen == []
     await client.aclose()

@@ -1,4 +1,4 @@
-"""A lean HTTP/1.1 client on trio and h11, with a keep-alive connection pool.
+"""A lean HTTP/1.1 client on trio and ``httptools`` (llhttp), with a keep-alive connection pool.
 
 Why not httpx: on this hot path (every tools/call goes through it) httpx/httpcore cost ~1.75 ms
 of CPU per request, mostly pool bookkeeping (REFERENCE.md), and under trio its HTTP/2 streams
@@ -8,13 +8,16 @@ at any point, and trio-native cancellation.
 
 Rules it keeps:
 
-* A connection returns to the pool only when h11 says both sides finished the exchange cleanly;
-  a response abandoned early (an SSE stream the caller stopped reading) closes its connection.
+* A connection returns to the pool only when its response was read to the end and the server
+  keeps the connection; a response abandoned early (an SSE stream the caller stopped reading)
+  closes its connection. A response to HEAD is never followed by another on its connection.
 * A request on a *reused* connection that fails before any response byte arrived is retried
   once on a fresh connection: the server closed the idle connection, so it never saw the
   request. Nothing else is retried.
-* Bounds: response header size (h11's limit), idle connections per origin and in all, and the
-  body size of :meth:`HttpResponse.read`.
+* Bounds: response head size, idle connections per origin and in all, and the body size of
+  :meth:`HttpResponse.read`.
+* A request header that would break the framing (a name that is not a token, a line break or
+  NUL in a value) fails the request before anything is sent.
 * A request with a ``guard`` (:class:`ConnectGuard`: the SSRF guard of a URL a peer supplied)
   connects to the addresses the guard gives for the host, not to a second lookup of the name.
   Its connection is pooled apart: a guarded request reuses only a connection made through a
@@ -26,6 +29,7 @@ Timeouts are the caller's: wrap calls in ``trio.fail_after`` / ``trio.move_on_af
 from __future__ import annotations
 
 import functools
+import re
 import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -33,13 +37,15 @@ from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
 
-import h11
+import httptools
 import trio
 
 __all__ = ["ConnectGuard", "HttpClient", "HttpError", "HttpResponse", "Origin"]
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 _READ_CHUNK = 65536
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_NOT_IN_VALUE = re.compile(r"[\r\n\0]")
 
 
 class HttpError(Exception):
@@ -78,25 +84,66 @@ class Origin:
 
 
 class _Connection:
+    """One pooled connection: writes requests whole, parses responses with ``httptools``."""
+
+    __slots__ = ("body", "done", "eof", "guarded", "head_bytes", "head_done", "headers",
+                 "keep_alive", "max_header_bytes", "origin", "parser", "reused", "status",
+                 "stream")
+
     def __init__(self, stream: trio.abc.Stream, origin: Origin, max_header_bytes: int, *,
                  guarded: bool = False) -> None:
         self.stream = stream
         self.origin = origin
         self.guarded = guarded
-        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=max_header_bytes)
+        self.max_header_bytes = max_header_bytes
+        self.parser = httptools.HttpResponseParser(self)
         self.reused = False
+        self._reset()
 
-    async def next_event(self) -> h11.Event:
-        while True:
-            event = self.h11.next_event()
-            if event is not h11.NEED_DATA:
-                return event  # type: ignore[return-value]
-            data = await self.stream.receive_some(_READ_CHUNK)
-            self.h11.receive_data(bytes(data))
+    def _reset(self) -> None:
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_done = False
+        self.head_bytes = 0
+        self.body: list[bytes] = []
+        self.done = False
+        self.eof = False
+        self.keep_alive = True
+
+    async def head(self) -> None:
+        """Read until the response's head (a final one: 1xx heads are passed over)."""
+        while not self.head_done:
+            await self.read_more()
+
+    async def read_more(self) -> None:
+        """Read and parse what the server sent next; :class:`HttpError` when it broke off."""
+        data = await self.stream.receive_some(_READ_CHUNK)
+        if not data:
+            self.eof = True
+            self.keep_alive = False
+            if self.head_done and self._delimited_by_close():
+                self.done = True  # a body without length ends with the connection
+                return
+            raise HttpError(f"{self.origin.host} closed the connection before the response "
+                            "ended")
+        if not self.head_done:
+            self.head_bytes += len(data)  # the head still coming, held by the parser
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            raise HttpError(f"the response from {self.origin.host} cannot be parsed: "
+                            f"{exc}") from None
+        if self.head_bytes > self.max_header_bytes:
+            raise HttpError(f"the response head from {self.origin.host} is larger than "
+                            f"{self.max_header_bytes} bytes")
+
+    def _delimited_by_close(self) -> bool:
+        return not any(name in (b"content-length", b"transfer-encoding")
+                       for name, _ in self.headers)
 
     def reusable(self) -> bool:
-        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
-            self.h11.start_next_cycle()
+        if self.done and self.keep_alive and not self.eof:
+            self._reset()
             return True
         return False
 
@@ -104,15 +151,37 @@ class _Connection:
         with trio.CancelScope(shield=True):
             await trio.aclose_forcefully(self.stream)
 
+    # httptools' callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers.append((name.lower(), value.strip(b" \t")))
+        self.head_bytes += len(name) + len(value)
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:  # an interim answer (100 Continue): its head is not the response's
+            self.headers = []
+            return
+        self.status = status
+        self.head_done = True
+        self.head_bytes = sum(len(name) + len(value) for name, value in self.headers)
+        self.keep_alive = self.parser.should_keep_alive()
+
+    def on_body(self, body: bytes) -> None:
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.head_done:
+            self.done = True
+
 
 class HttpResponse:
     """A response whose body is read as it arrives."""
 
-    def __init__(self, connection: _Connection, head: h11.Response) -> None:
+    def __init__(self, connection: _Connection) -> None:
         self._connection = connection
-        self.status: int = head.status_code
-        self.headers: list[tuple[bytes, bytes]] = list(head.headers)
-        self._done = False
+        self.status: int = connection.status
+        self.headers: list[tuple[bytes, bytes]] = connection.headers
 
     def header(self, name: str) -> str | None:
         """The first value of a header, case-insensitively; None when absent."""
@@ -123,49 +192,42 @@ class HttpResponse:
         return None
 
     async def iter_bytes(self) -> AsyncIterator[bytes]:
-        while not self._done:
-            try:
-                event = await self._connection.next_event()
-            except (h11.RemoteProtocolError, trio.BrokenResourceError,
-                    trio.ClosedResourceError, OSError) as exc:
-                raise HttpError(f"the response from {self._connection.origin.host} broke off: "
-                                f"{exc}") from None
-            if isinstance(event, h11.Data):
-                yield bytes(event.data)
-            elif isinstance(event, h11.EndOfMessage):
-                self._done = True
-            elif isinstance(event, h11.ConnectionClosed):
-                raise HttpError(f"{self._connection.origin.host} closed the connection "
-                                "before the response ended")
+        connection = self._connection
+        while True:
+            if connection.body:
+                parts = connection.body
+                connection.body = []
+                yield parts[0] if len(parts) == 1 else b"".join(parts)
+            elif connection.done:
+                return
+            else:
+                await self._read_more()
 
     async def read(self, limit: int) -> bytes:
         """The whole body; :class:`HttpError` if it is longer than ``limit`` bytes. (A plain
         loop, not ``iter_bytes``: this is the hot path of every JSON reply.)"""
-        parts: list[bytes] = []
-        size = 0
         connection = self._connection
-        while not self._done:
-            try:
-                event = await connection.next_event()
-            except (h11.RemoteProtocolError, trio.BrokenResourceError,
-                    trio.ClosedResourceError, OSError) as exc:
-                raise HttpError(f"the response from {connection.origin.host} broke off: "
-                                f"{exc}") from None
-            if isinstance(event, h11.Data):
-                size += len(event.data)
-                if size > limit:
-                    raise HttpError(f"the response body is larger than {limit} bytes")
-                parts.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
-                self._done = True
-            elif isinstance(event, h11.ConnectionClosed):
-                raise HttpError(f"{connection.origin.host} closed the connection before the "
-                                "response ended")
-        return b"".join(parts)
+        while not connection.done:
+            if sum(map(len, connection.body)) > limit:
+                break
+            await self._read_more()
+        parts = connection.body
+        connection.body = []
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        if len(data) > limit:
+            raise HttpError(f"the response body is larger than {limit} bytes")
+        return data
+
+    async def _read_more(self) -> None:
+        try:
+            await self._connection.read_more()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            raise HttpError(f"the response from {self._connection.origin.host} broke off: "
+                            f"{exc}") from None
 
     @property
     def complete(self) -> bool:
-        return self._done
+        return self._connection.done and not self._connection.body
 
 
 class HttpClient:
@@ -228,24 +290,11 @@ class HttpClient:
         self._idle.setdefault(key, idle).append(connection)
         self._idle_count += 1
 
-    async def _exchange(self, connection: _Connection, method: bytes, target: str,
-                        headers: list[tuple[bytes, bytes]], body: bytes) -> h11.Response:
-        # One write for the whole request: a syscall (and a trio checkpoint) per part was a
-        # fifth of the gateway's CPU per call.
-        h11_conn = connection.h11
-        wire = h11_conn.send(h11.Request(method=method, target=target.encode("ascii"),
-                                         headers=headers)) or b""
-        if body:
-            wire += h11_conn.send(h11.Data(data=body)) or b""
-        wire += h11_conn.send(h11.EndOfMessage()) or b""
+    async def _exchange(self, connection: _Connection, wire: bytes) -> None:
+        """Send the request (one write: a syscall and a trio checkpoint per part was a fifth
+        of the gateway's CPU per call) and read the response's head."""
         await connection.stream.send_all(wire)
-        while True:
-            event = await connection.next_event()
-            if isinstance(event, h11.Response):
-                return event
-            if isinstance(event, h11.InformationalResponse):
-                continue
-            raise HttpError(f"{connection.origin.host} closed the connection without a response")
+        await connection.head()
 
     @asynccontextmanager
     async def stream(self, method: str, url: str, *,
@@ -257,29 +306,27 @@ class HttpClient:
         returns it to the pool.
         """
         origin, target = Origin.of(url)
-        wire = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers]
-        if not any(name == b"host" for name, _ in wire):
-            wire.insert(0, (b"host", origin.host_header))
-        if body or method not in ("GET", "HEAD", "DELETE"):
-            wire.append((b"content-length", str(len(body)).encode("ascii")))
-        verb = method.encode("ascii")
+        wire = _request_bytes(method, target, origin, headers, body)
         connection = self._checkout(origin, guard is not None) or await self._connect(
             origin, guard)
         try:
             try:
-                head = await self._exchange(connection, verb, target, wire, body)
-            except (h11.RemoteProtocolError, h11.LocalProtocolError, trio.BrokenResourceError,
-                    trio.ClosedResourceError, HttpError, OSError) as exc:
+                await self._exchange(connection, wire)
+            except (trio.BrokenResourceError, trio.ClosedResourceError, HttpError,
+                    OSError) as exc:
                 if not connection.reused:
                     raise HttpError(f"request to {origin.host}:{origin.port} failed: "
                                     f"{exc}") from None
                 await connection.aclose()
                 connection = await self._connect(origin, guard)  # the idle one was closed
-                head = await self._exchange(connection, verb, target, wire, body)
+                await self._exchange(connection, wire)
         except BaseException:
             await connection.aclose()
             raise
-        response = HttpResponse(connection, head)
+        if method == "HEAD":  # no body follows, whatever the head says: not reusable
+            connection.done = True
+            connection.keep_alive = False
+        response = HttpResponse(connection)
         try:
             yield response
         except BaseException:
@@ -306,6 +353,29 @@ class HttpClient:
         for connections in idle.values():
             for connection in connections:
                 await connection.aclose()
+
+
+def _request_bytes(method: str, target: str, origin: Origin,
+                   headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
+    """The request on the wire; :class:`HttpError` for a header that would break the framing
+    (a name that is not a token, a line break or NUL in a value)."""
+    lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
+    has_host = False
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name) or _NOT_IN_VALUE.search(value):
+            raise HttpError(f"request header {name[:64]!r}: not a valid header")
+        lowered = name.lower()
+        if lowered == "host":
+            has_host = True
+        lines.append(b"%b: %b\r\n" % (lowered.encode("latin-1"),
+                                       value.strip(" \t").encode("latin-1")))
+    if not has_host:
+        lines.insert(1, b"host: %b\r\n" % origin.host_header)
+    if body or method not in ("GET", "HEAD", "DELETE"):
+        lines.append(b"content-length: %d\r\n" % len(body))
+    lines.append(b"\r\n")
+    lines.append(body)
+    return b"".join(lines)
 
 
 async def _open_first(addresses: Sequence[str], port: int) -> trio.SocketStream:
