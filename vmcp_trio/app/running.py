@@ -6,11 +6,13 @@ operator error it raised as one line (never a traceback), and maps it to the exi
 command line promises: an incoming auth mode that cannot be set up is 1 (the configuration), a
 port that is taken or a certificate that does not load is 2 (the operator's flags). The process
 also takes its hard limit on open files (:func:`raise_open_file_limit`): every client stream is
-a socket. Traces are configured before (:func:`configure_traces`) and flushed at the end.
+a socket, and tunes the garbage collector for a server (:func:`settle_garbage_collection`).
+Traces are configured before (:func:`configure_traces`) and flushed at the end.
 """
 
 from __future__ import annotations
 
+import gc
 import resource
 from collections.abc import Awaitable, Callable
 
@@ -22,7 +24,8 @@ from ..http.serving import ListenError
 from ..runtime import tracing
 from ..runtime.logs import say
 
-__all__ = ["TracesUnavailable", "configure_traces", "raise_open_file_limit", "run_server"]
+__all__ = ["TracesUnavailable", "configure_traces", "raise_open_file_limit", "run_server",
+           "settle_garbage_collection"]
 
 
 class TracesUnavailable(Exception):
@@ -46,9 +49,21 @@ def raise_open_file_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
+def settle_garbage_collection() -> None:
+    """Tune the collector for a long-running server: everything imported so far lives as long as
+    the process, so it is frozen out of every collection (a full one scanned it all: ~30 ms, and
+    ~16 µs of each gateway call on average), and the young generation is collected every 10,000
+    net allocations instead of 700 (a request allocates ~50 that outlive it for a while, and
+    most of them die by reference count anyway: together the collector's share of a call went
+    from ~28 µs to ~1 µs, bench/gateway_overhead.py)."""
+    gc.set_threshold(10_000, 10, 10)
+    gc.freeze()
+
+
 def run_server(main: Callable[[], Awaitable[None]], command: str) -> int:
     """Run a server until it stops; the exit code (see the module)."""
     exit_code = EXIT_OK
+    settle_garbage_collection()
     try:
         trio.run(main)
     except* IncomingAuthError as auth_errors:
