@@ -222,12 +222,7 @@ async def send_empty(send: Send, status: int, headers: Headers = ()) -> None:
 
 class StatusSend:
     """The ASGI ``send`` of one request, remembering the status of the response (0 before it
-    started), for the access record and for knowing whether an error can still be answered.
-
-    The message that ends the response is sent shielded from cancellation: hypercorn closes a
-    ``Connection: close`` connection inside that very call, and the client's disconnect it
-    causes wakes the app's watchers, whose cancellation would otherwise interrupt the close and
-    leave the socket open for good."""
+    started), for the access record and for knowing whether an error can still be answered."""
 
     __slots__ = ("_send", "status")
 
@@ -243,11 +238,7 @@ class StatusSend:
         if not self.status:
             status = message.get("status", 200)
             self.status = status if isinstance(status, int) else 200
-        if message["type"] == "http.response.body" and not message.get("more_body"):
-            with trio.CancelScope(shield=True):
-                await self._send(message)
-        else:
-            await self._send(message)
+        await self._send(message)
 
 
 class StreamWriter:

@@ -46,6 +46,11 @@ DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 _READ_CHUNK = 65536
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _NOT_IN_VALUE = re.compile(r"[\r\n\0]")
+_USUAL_NAMES = frozenset({
+    "accept", "authorization", "content-type", "mcp-session-id", "mcp-protocol-version",
+    "last-event-id", "user-agent", "x-request-id", "traceparent", "tracestate", "mcp-method",
+    "mcp-name"})
+"""Header names this client sends all the time: known tokens, not checked again each time."""
 
 
 class HttpError(Exception):
@@ -359,23 +364,26 @@ def _request_bytes(method: str, target: str, origin: Origin,
                    headers: Iterable[tuple[str, str]], body: bytes) -> bytes:
     """The request on the wire; :class:`HttpError` for a header that would break the framing
     (a name that is not a token, a line break or NUL in a value)."""
-    lines = [f"{method} {target} HTTP/1.1\r\n".encode("latin-1")]
+    lines = [f"{method} {target} HTTP/1.1\r\n"]
     has_host = False
     for name, value in headers:
-        if not _TOKEN.fullmatch(name) or _NOT_IN_VALUE.search(value):
-            raise HttpError(f"request header {name[:64]!r}: not a valid header")
         lowered = name.lower()
+        if lowered not in _USUAL_NAMES and not _TOKEN.fullmatch(lowered):
+            raise HttpError(f"request header {name[:64]!r}: not a valid header")
         if lowered == "host":
             has_host = True
-        lines.append(b"%b: %b\r\n" % (lowered.encode("latin-1"),
-                                       value.strip(" \t").encode("latin-1")))
+        value = value.strip(" \t")
+        lines.append(f"{lowered}: {value}\r\n")
     if not has_host:
-        lines.insert(1, b"host: %b\r\n" % origin.host_header)
+        lines.insert(1, f"host: {origin.host_header.decode('ascii')}\r\n")
     if body or method not in ("GET", "HEAD", "DELETE"):
-        lines.append(b"content-length: %d\r\n" % len(body))
-    lines.append(b"\r\n")
-    lines.append(body)
-    return b"".join(lines)
+        lines.append(f"content-length: {len(body)}\r\n")
+    lines.append("\r\n")
+    head = "".join(lines)
+    if head.count("\n") != len(lines) or head.count("\r") != len(lines) or "\0" in head:
+        bad = next((name for name, value in headers if _NOT_IN_VALUE.search(value)), "")
+        raise HttpError(f"request header {bad[:64]!r}: not a valid header")
+    return head.encode("latin-1") + body
 
 
 async def _open_first(addresses: Sequence[str], port: int) -> trio.SocketStream:

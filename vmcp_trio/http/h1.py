@@ -35,6 +35,7 @@ The rules it keeps:
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from email.utils import formatdate
 from http import HTTPStatus
@@ -144,7 +145,9 @@ class H1Connection:
         self._eof = False
         self._closed = False
         self._draining = False
-        self._idle_scope: trio.CancelScope | None = None
+        self._idle_scope = trio.CancelScope()
+        self._waiting = False
+        """Waiting for a request (what a drain cancels at once)."""
         self._send_lock = trio.Lock()
 
     # --- the server's side ---------------------------------------------------------------------
@@ -153,40 +156,48 @@ class H1Connection:
         """Serve the request in flight (with ``Connection: close``), then close; an idle
         connection closes at once."""
         self._draining = True
-        if self._idle_scope is not None:
+        if self._waiting:
             self._idle_scope.cancel()
 
     async def run(self) -> bytes | None:
         """Serve requests until the connection closes; the bytes read so far when the first
-        request asks to upgrade (the caller hands the connection to hypercorn), else None."""
+        request asks to upgrade (the caller hands the connection to hypercorn), else None.
+
+        One cancel scope for the connection's life bounds each wait for a request: its deadline
+        is set when the wait starts and lifted when a request is in (a scope per request cost
+        more than moving one)."""
+        idle = self._limits.idle_seconds
         try:
-            while not self._draining:
-                request = await self._next_request()
-                if request is None:
-                    return b"".join(self._read_so_far or ()) if self._h2_preface else None
-                if request.upgrade and self._read_so_far is not None:
-                    return b"".join(self._read_so_far)
-                self._read_so_far = None
-                if not await _Exchange(self, request).serve() or self._closed:
-                    return None
+            with self._idle_scope:
+                while not self._draining:
+                    self._idle_scope.deadline = trio.current_time() + idle
+                    self._waiting = True
+                    request = await self._next_request()
+                    self._waiting = False
+                    self._idle_scope.deadline = math.inf
+                    if request is None:
+                        return b"".join(self._read_so_far or ()) if self._h2_preface else None
+                    if request.upgrade and self._read_so_far is not None:
+                        return b"".join(self._read_so_far)
+                    self._read_so_far = None
+                    if not await _Exchange(self, request).serve() or self._closed:
+                        return None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return None
         return None
 
     async def _next_request(self) -> _Request | None:
         """The next request whose head is complete; None when the connection should close."""
-        with trio.move_on_after(self._limits.idle_seconds) as self._idle_scope:
-            while not (self._queue and self._queue[0].scope is not None):
-                if self._h2_preface:
-                    return None
-                if self._failed:
-                    await self._refuse(self._failed)
-                    return None
-                if self._eof or self._draining:
-                    return None
-                await self._read()
-            return self._queue.popleft()
-        return None
+        while not (self._queue and self._queue[0].scope is not None):
+            if self._h2_preface:
+                return None
+            if self._failed:
+                await self._refuse(self._failed)
+                return None
+            if self._eof or self._draining:
+                return None
+            await self._read()
+        return self._queue.popleft()
 
     async def _read(self) -> None:
         try:
@@ -269,7 +280,9 @@ class H1Connection:
     def on_header(self, name: bytes, value: bytes) -> None:
         assert self._parsing is not None
         self._parsing.headers.append((name.lower(), value.strip(b" \t")))  # no OWS (RFC 9110)
-        self._count_head(len(name) + len(value) + 4)
+        self._parsed_head_bytes += len(name) + len(value) + 4
+        if self._parsed_head_bytes > self._limits.max_head_bytes:
+            raise _BadRequest(431, self._too_large())
 
     def _count_head(self, size: int) -> None:
         self._parsed_head_bytes += size
@@ -430,8 +443,6 @@ class _Exchange:
         lines = [_STATUS_LINES.get(status) or b"HTTP/1.1 %d \r\n" % status]
         has_length = False
         for name, value in message.get("headers", ()):
-            if b"\n" in value or b"\r" in value or b"\n" in name or b"\r" in name:
-                raise ValueError(f"response header {name!r}: a line break in a header")
             lowered = name.lower()
             if lowered == b"content-length":
                 has_length = True
@@ -455,7 +466,10 @@ class _Exchange:
         if not self.keep_alive:
             lines.append(b"connection: close\r\n")
         lines.append(b"\r\n")
-        self._head = b"".join(lines)
+        head = b"".join(lines)
+        if head.count(b"\n") != len(lines) or head.count(b"\r") != len(lines):
+            raise ValueError("a response header holds a line break")  # it would split the head
+        self._head = head
         self._status = status
         self._started = True
 

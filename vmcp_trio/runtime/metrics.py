@@ -13,6 +13,7 @@ names outside the MCP ones are "other", backends and tasks come from the configu
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -30,6 +31,7 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: _cre
 __all__ = ["CONTENT_TYPE", "Metrics", "TunnelMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
+_MAX_CACHED_LABEL_SETS = 4096
 _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
             60.0)
 
@@ -40,6 +42,8 @@ class Metrics:
         self.requests = Counter("vmcp_requests", "MCP requests answered, by method, backend "
                                 "(vmcp: answered by the gateway) and outcome",
                                 ["method", "backend", "outcome"], registry=self.registry)
+        self._observed: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        """:meth:`observe`'s metric children by label values."""
         self.latency = Histogram("vmcp_request_duration_seconds", "Time to answer MCP requests",
                                  ["method", "backend"], buckets=_BUCKETS,
                                  registry=self.registry)
@@ -110,8 +114,14 @@ class Metrics:
                                               registry=self.registry)
 
     def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
-        self.requests.labels(method, backend, outcome).inc()
-        self.latency.labels(method, backend).observe(seconds)
+        children = self._observed.get((method, backend, outcome))
+        if children is None:  # prometheus_client's labels() costs ~2 µs: once per label set
+            children = (self.requests.labels(method, backend, outcome),
+                        self.latency.labels(method, backend))
+            if len(self._observed) < _MAX_CACHED_LABEL_SETS:
+                self._observed[method, backend, outcome] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def count_restart(self, task: str) -> None:
         self.task_restarts.labels(task).inc()
