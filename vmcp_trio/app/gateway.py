@@ -41,7 +41,8 @@ async def _run_parts(process: GatewayProcess, *,
     authenticator's key refreshers; the authorization server's storage connection, providers'
     key refreshers and upstream-token refresher; one task per stdio backend process; one health
     checker per backend; the table of client sessions (each session then supervises its own
-    backend links' streams), the idle-session reaper, the access log's writer."""
+    backend links' streams), the watcher of answers that may turn into streams, the
+    idle-session reaper, the access log's writer."""
     await process.authenticator.prepare()
     try:
         async with trio.open_nursery() as nursery:
@@ -64,6 +65,7 @@ async def _run_parts(process: GatewayProcess, *,
                 await start_backend_tasks(process, name)
             gateway = process.gateway
             await supervisor.start("client sessions", gateway.run)
+            await supervisor.start("JSON windows", process.app.responder.watch_windows)
             supervisor.start_soon("idle-session reaper", gateway.reap_idle_sessions)
             supervisor.start_soon("access log", write_access_log)
             task_status.started()

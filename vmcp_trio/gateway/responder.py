@@ -2,13 +2,20 @@
 
 Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests the same way:
 
-* The work runs in the client session (:meth:`ClientSession.spawn`), not in the HTTP request,
-  and writes what relates to the request on an :class:`~.streams.EventStream`: the messages the
-  backend sends during the call, then the reply.
+* The work writes what relates to the request on an :class:`~.streams.EventStream`: the
+  messages the backend sends during the call, then the reply.
 * If the stream holds only the reply within ``json_window_seconds``, it goes as one JSON body
   (the common case, and the cheapest). Otherwise the response is SSE: the events so far, then
   each one as it comes, with keep-alive comments while the call is quiet. A handshake session's
   response stream starts with a priming event, so the client can resume it at once.
+* Where the work runs: in a handshake session, in the HTTP request's own task (no task is
+  started for it: the quick path), counted by the session like the rest
+  (:meth:`ClientSession.admit_in_place`, cancelled when the session ends);
+  :meth:`Responder.watch_windows` streams its answer from a task of its own when the window
+  closes, or an event besides the reply comes, first (looking every :data:`WINDOW_TICK`). A
+  request that ``cancel_on_close`` (2026-07-28), or any while the watcher is not running, has
+  its work in a task of the session's (:meth:`ClientSession.spawn`) and the request's task
+  waits for the window.
 * The client leaving: in the handshake revisions the work goes on (the stream can be resumed
   with ``Last-Event-ID``); in 2026-07-28, closing the response stream cancels the request
   (``cancel_on_close``). With shared sessions a handshake call answered over SSE is logged
@@ -21,7 +28,9 @@ Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import trio
 
@@ -50,8 +59,47 @@ Compute = Callable[[EventStream], Awaitable[Reply]]
 when the client cancelled the request: nothing to say) is returned."""
 
 
+WINDOW_TICK = 0.05
+"""How often :meth:`Responder.watch_windows` looks at the answers it watches."""
+
+
 def _always_ok(reply: Reply) -> int:
     return 200
+
+
+async def _work(session: ClientSession, request_id: RequestId, compute: Compute,
+                stream: EventStream, replies: list[Response | ErrorResponse]) -> None:
+    """Run one request's work: its reply (if any) goes on ``stream``, which then finishes; a
+    failure is still an answer (the client must not wait forever)."""
+    try:
+        reply = await compute(stream)  # None: cancelled (its client left); nothing to say
+        if reply is not None:
+            replies.append(reply)
+            stream.push(encode(reply))
+    except Exception as exc:
+        log.error("session %s: request %r failed", session.id[:8], request_id, exc_info=exc)
+        stream.push(encode_error(INTERNAL_ERROR, "Internal error: the gateway failed to answer "
+                                 "this request", request_id))
+    finally:
+        stream.finish()
+        session.services.workload.leave()
+
+
+class _Window:
+    """A request answered in place, whose answer may still become a stream: when its JSON
+    window closes first, or when an event other than its reply comes first."""
+
+    __slots__ = ("answered", "deadline", "start_stream", "stream", "streamed")
+
+    def __init__(self, deadline: float, stream: EventStream,
+                 start_stream: Callable[[], Awaitable[None]]) -> None:
+        self.deadline = deadline
+        self.stream = stream
+        self.start_stream = start_stream
+        self.answered = False
+        """The work ended before the window closed: the request's own task answers."""
+        self.streamed: trio.Event | None = None
+        """Set once the answer has been streamed (by the watcher's task)."""
 
 
 class Responder:
@@ -60,6 +108,9 @@ class Responder:
         self.keepalive = settings.keepalive_seconds
         self.open_streams = 0
         """SSE connections open to clients now."""
+        self._windows: deque[_Window] = deque()
+        self._streams: trio.Nursery | None = None
+        """Where :meth:`watch_windows` streams the answers whose window closed."""
 
     async def answer(self, http: HttpRequest, send: Send, session: ClientSession,
                      request_id: RequestId, compute: Compute, *, headers: list[tuple[str, str]],
@@ -69,30 +120,20 @@ class Responder:
         docstring). A session that is ending (:class:`~.session.SessionClosed`) or full
         (:class:`~.session.SessionBusy`) raises before anything was sent."""
         stream = session.streams.open()
+        if not cancel_on_close and self._streams is not None:
+            await self._answer_in_place(http, send, session, request_id, compute, stream,
+                                        headers, status)
+            return
         work_scope = trio.CancelScope() if cancel_on_close else None
         replies: list[Response | ErrorResponse] = []
-
         workload = session.services.workload
 
         async def work() -> None:
-            try:
-                reply = None  # a request cancelled (its client left) has no answer
-                if work_scope is None:
-                    reply = await compute(stream)
-                else:
-                    with work_scope:
-                        reply = await compute(stream)
-                if reply is not None:
-                    replies.append(reply)
-                    stream.push(encode(reply))
-            except Exception as exc:  # still an answer: the client must not wait forever
-                log.error("session %s: request %r failed", session.id[:8], request_id,
-                          exc_info=exc)
-                stream.push(encode_error(INTERNAL_ERROR, "Internal error: the gateway failed "
-                                         "to answer this request", request_id))
-            finally:
-                stream.finish()
-                workload.leave()
+            if work_scope is None:
+                await _work(session, request_id, compute, stream, replies)
+            else:
+                with work_scope:
+                    await _work(session, request_id, compute, stream, replies)
 
         workload.enter()
         try:
@@ -105,21 +146,98 @@ class Responder:
             if await self._client_left_within_window(http, stream):
                 work_scope.cancel()
                 return
-        else:  # the work goes on whatever the client does: nothing to watch (the hot path)
+        else:
             with trio.move_on_after(self.json_window):
                 await stream.wait_event()
         payload = stream.only_reply()
         if payload is not None:
             await send_json(send, status(replies[0] if replies else None), payload, headers)
             return
+        await self._stream_answer(http, send, session, stream, request_id, headers)
+        if work_scope is not None and not stream.finished:
+            work_scope.cancel()
+
+    async def _answer_in_place(self, http: HttpRequest, send: Send, session: ClientSession,
+                               request_id: RequestId, compute: Compute, stream: EventStream,
+                               headers: list[tuple[str, str]],
+                               status: Callable[[Reply], int]) -> None:
+        """The quick path: the work runs in this task (starting a task for it was a tenth of
+        a call's CPU), watched by :meth:`watch_windows`, which streams the answer from its own
+        task if the window closes, or an event comes, before the reply."""
+        workload = session.services.workload
+        try:
+            session.admit_in_place()
+        except (SessionClosed, SessionBusy):
+            stream.finish()
+            raise
+        workload.enter()
+        window = _Window(trio.current_time() + self.json_window, stream, partial(
+            self._stream_answer, http, send, session, stream, request_id, headers))
+        self._windows.append(window)
+        replies: list[Response | ErrorResponse] = []
+        try:
+            await _work(session, request_id, compute, stream, replies)
+        finally:
+            session.leave_in_place()
+        if window.streamed is not None:  # the watcher is streaming it: wait for the end
+            await window.streamed.wait()
+            return
+        window.answered = True
+        payload = stream.only_reply()
+        if payload is not None:
+            await send_json(send, status(replies[0] if replies else None), payload, headers)
+            return
+        await window.start_stream()
+
+    async def watch_windows(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+                            ) -> None:
+        """Stream the answers of requests answered in place whose JSON window closed, or whose
+        stream has an event besides the reply, each from a task of its own (a supervised task;
+        until it runs, requests are answered from a task of the session's). It looks every
+        :data:`WINDOW_TICK` seconds: a window closes that much late at most."""
+        try:
+            async with trio.open_nursery() as streams:
+                self._streams = streams
+                task_status.started()
+                while True:
+                    await trio.sleep(WINDOW_TICK)
+                    self._look(streams)
+        finally:
+            self._streams = None
+
+    def _look(self, streams: trio.Nursery) -> None:
+        now = trio.current_time()
+        waiting: deque[_Window] = deque()
+        for window in self._windows:
+            if window.answered:
+                continue
+            if window.deadline <= now or window.stream.last_seq >= 0 or window.stream.finished:
+                window.streamed = trio.Event()
+                streams.start_soon(self._stream_window, window)
+            else:
+                waiting.append(window)
+        self._windows = waiting
+
+    @staticmethod
+    async def _stream_window(window: _Window) -> None:
+        try:
+            await window.start_stream()
+        except Exception as exc:  # this answer's fault: the others go on
+            log.error("streaming an answer failed", exc_info=exc)
+        finally:
+            assert window.streamed is not None
+            window.streamed.set()
+
+    async def _stream_answer(self, http: HttpRequest, send: Send, session: ClientSession,
+                             stream: EventStream, request_id: RequestId,
+                             headers: list[tuple[str, str]]) -> None:
+        """Answer with the request's stream (its events so far, then each as it comes)."""
         if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
             stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
         call_log = session.services.call_log
         if call_log is not None and not session.revision.stateless:
             call_log.start(session.id, stream, request_id)  # another replica may resume it
         await self.pump(http, send, session, stream, -1, headers)
-        if work_scope is not None and not stream.finished:
-            work_scope.cancel()
 
     async def _client_left_within_window(self, http: HttpRequest, stream: EventStream) -> bool:
         """Wait up to the JSON window for the stream's first event; True if the client left

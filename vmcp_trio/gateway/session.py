@@ -99,6 +99,9 @@ __all__ = ["ClientSession"]
 
 log = logging.getLogger("vmcp.session")
 
+_IN_PLACE_GRACE = 5.0
+"""How long a closing session waits for the cancelled requests at work in their HTTP tasks."""
+
 _LIST_CHANGED = ("notifications/prompts/list_changed", "notifications/resources/list_changed",
                  "notifications/tools/list_changed")
 _LISTS = {
@@ -155,6 +158,9 @@ class ClientSession:
         self._supervisor: Supervisor | None = None
         self._requests: trio.Nursery | None = None
         self._working = 0
+        self._in_place = 0
+        """Requests at work in their own HTTP request's task (:meth:`admit_in_place`)."""
+        self._in_place_gone: trio.Event | None = None
         """Request tasks at work (:meth:`spawn`)."""
         self.links = SessionLinks(services, owner=session_id, capabilities=client_capabilities,
                                   caller=lambda: self.caller, sink=self.unrelated_sink,
@@ -200,6 +206,11 @@ class ClientSession:
                     started = True
                     await self.closed.wait()
                     requests.cancel_scope.cancel()
+                    self.in_flight.end()
+                if self._in_place:  # their links must outlive them too
+                    self._in_place_gone = trio.Event()
+                    with trio.move_on_after(_IN_PLACE_GRACE):
+                        await self._in_place_gone.wait()
                 machinery.cancel_scope.cancel()
         except Exception as exc:
             self.fail("its machinery", exc)
@@ -235,13 +246,31 @@ class ClientSession:
         """Run the work of a client's request in the session's request nursery (it ends with
         the session). Raises :class:`~.calls.SessionClosed` when the session is ending, and
         :class:`~.calls.SessionBusy` when it already has ``max_requests`` at work."""
+        self._admit()
+        assert self._requests is not None
+        self._requests.start_soon(self._work, fn, args)
+
+    def admit_in_place(self) -> None:
+        """Count a request whose work runs in its own HTTP request's task (the responder's
+        quick path: no task started for it), as :meth:`spawn` would, with the same refusals.
+        Closing the session cancels it (:meth:`~.calls.InFlight.end`) and waits for it to
+        :meth:`leave_in_place` before the links it uses close."""
+        self._admit()
+        self._in_place += 1
+
+    def leave_in_place(self) -> None:
+        self._working -= 1
+        self._in_place -= 1
+        if not self._in_place and self._in_place_gone is not None:
+            self._in_place_gone.set()
+
+    def _admit(self) -> None:
         if self._requests is None or self.closed.is_set():
             raise SessionClosed
         if self._working >= self.services.max_requests:
             raise SessionBusy(f"the session has {self._working} requests in flight, the most "
                               "one session may have; wait for some to finish")
         self._working += 1
-        self._requests.start_soon(self._work, fn, args)
 
     async def _work(self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
         try:

@@ -1,0 +1,66 @@
+"""How the gateway answers a handshake session's call, whose work runs in the HTTP request's own
+task: JSON when the reply comes within the JSON window, a stream (priming event first) when it
+does not, the session's bound on calls at work, and a session that ends while a call is at work
+(the call is cancelled at the backend, and the links close after it)."""
+
+from __future__ import annotations
+
+import trio
+
+from .gateway_helpers import RawClient, running_gateway, stuck_backend
+
+
+async def test_quick_calls_are_json_and_a_quiet_slow_one_becomes_a_stream() -> None:
+    async with stuck_backend() as (docs, _), running_gateway(
+            docs, json_window_seconds=0.3, shutdown_grace_seconds=0.5) as (url, _):
+        client = RawClient(url)
+        await client.initialize()
+        quick = await client.request("tools/call", {"name": "clock_now", "arguments": {}})
+        assert quick.headers["content-type"] == "application/json" and quick.result
+        started = trio.current_time()
+        slow = await client.request("tools/call", {"name": "stuck_hang", "arguments": {}},
+                                    stop_after=1)
+        waited = trio.current_time() - started
+        assert slow.headers["content-type"] == "text/event-stream"
+        assert slow.events[0].id and not slow.events[0].data  # the priming event
+        assert 0.25 < waited < 2.0, waited  # the window (0.3 s), looked at every 50 ms
+        await client.aclose()
+
+
+async def test_a_session_holds_at_most_its_bound_of_calls_at_work() -> None:
+    async with stuck_backend() as (docs, _), running_gateway(
+            docs, json_window_seconds=0.2, max_requests_per_session=2,
+            shutdown_grace_seconds=0.5) as (url, _):
+        client = RawClient(url)
+        await client.initialize()
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):  # two calls at work, streamed (they never end)
+                nursery.start_soon(lambda: client.request(
+                    "tools/call", {"name": "stuck_hang", "arguments": {}}, timeout=30))
+            await trio.sleep(1.0)
+            refused = await client.request("tools/call", {"name": "clock_now", "arguments": {}})
+            assert refused.status == 429 and "2 requests in flight" in str(refused.body)
+            assert int(refused.headers["retry-after"]) >= 1
+            nursery.cancel_scope.cancel()
+        await client.aclose()
+
+
+async def test_ending_the_session_cancels_its_call_at_the_backend() -> None:
+    async with stuck_backend() as (docs, cancelled), running_gateway(
+            docs, json_window_seconds=0.2) as (url, gateway):
+        client = RawClient(url)
+        await client.initialize()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(lambda: client.request(
+                "tools/call", {"name": "stuck_hang", "arguments": {}}, timeout=30))
+            await trio.sleep(0.5)
+            other = RawClient(url)
+            other.session_id = client.session_id
+            assert await other.delete() in (200, 204)
+            with trio.fail_after(5):
+                await cancelled.wait()  # the backend was told, before its link closed
+                while gateway.gateway.sessions:
+                    await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()
+            await other.aclose()
+        await client.aclose()
