@@ -199,3 +199,13 @@ async def test_a_header_that_would_break_the_framing_is_never_sent(
         await client.request("GET", f"http://127.0.0.1:{port}/", headers=[(name, value)])
     assert seen == []
     await client.aclose()
+
+
+async def test_a_body_that_came_with_its_head_is_whole_at_once(nursery: trio.Nursery,
+                                                               server: str) -> None:
+    client = HttpClient()
+    async with client.stream("GET", server + "/a") as response:
+        assert response.arrived_whole() == b'{"got":0}' and response.complete
+    async with client.stream("GET", server + "/stream") as response:
+        assert response.arrived_whole() is None  # an event stream is still coming
+    await client.aclose()

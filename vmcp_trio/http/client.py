@@ -223,6 +223,15 @@ class HttpResponse:
             raise HttpError(f"the response body is larger than {limit} bytes")
         return data
 
+    def arrived_whole(self) -> bytes | None:
+        """The whole body when it came with the head (nothing left to read), else None."""
+        connection = self._connection
+        if not connection.done:
+            return None
+        parts = connection.body
+        connection.body = []
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
     async def _read_more(self) -> None:
         try:
             await self._connection.read_more()
