@@ -207,6 +207,7 @@ async def test_a_body_that_came_with_its_head_is_whole_at_once(nursery: trio.Nur
     client = HttpClient()
     async with client.stream("GET", f"http://127.0.0.1:{port}/") as response:
         assert response.arrived_whole() == b"whol" and response.complete
+    assert client._idle == {}  # a byte more than its length: the connection is not reused
     async with client.stream("GET", server + "/stream") as response:
         assert response.arrived_whole() is None  # an event stream is still coming
     await client.aclose()

@@ -136,6 +136,9 @@ class _Connection:
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
+            if self.done:  # bytes after a whole response: that one stands, the connection not
+                self.keep_alive = False
+                return
             raise HttpError(f"the response from {self.origin.host} cannot be parsed: "
                             f"{exc}") from None
         if self.head_bytes > self.max_header_bytes:
