@@ -130,12 +130,23 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def open_session(url: str, auth: bytes = b"") -> tuple[trio.SocketStream, bytes, bytes]:
+STATELESS_HEADERS = (b"mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\n"
+                     b"mcp-name: echo\r\n")
+"""What a 2026-07-28 client sends with each tools/call of ``echo`` (no session)."""
+STATELESS_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+async def open_session(url: str, auth: bytes = b"", *, stateless: bool = False
+                       ) -> tuple[trio.SocketStream, bytes, bytes]:
     """A connection and an initialized session: (stream, host header, session headers);
-    ``auth`` is a header line sent with every request (``authorization: Bearer ...\r\n``)."""
+    ``auth`` is a header line sent with every request (``authorization: Bearer ...\r\n``).
+    ``stateless``: a 2026-07-28 client, which opens no session (its headers instead)."""
     parts = urlsplit(url)
     stream = await trio.open_tcp_stream(parts.hostname or "127.0.0.1", parts.port or 80)
     host = f"{parts.hostname}:{parts.port}".encode()
+    if stateless:
+        return stream, host, auth + STATELESS_HEADERS
     body = orjson.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {},
         "clientInfo": {"name": "bench", "version": "1"}}})
@@ -191,19 +202,23 @@ async def _exchange(stream: trio.SocketStream,
 
 
 async def generate_load(url: str, *, sessions: int, warmup: float, duration: float,
-                        text: str = "hello", auth: bytes = b"") -> LoadResult:
+                        text: str = "hello", auth: bytes = b"",
+                        stateless: bool = False) -> LoadResult:
     """``sessions`` concurrent MCP sessions (one connection each) calling tools/call back to
-    back."""
+    back; ``stateless``: 2026-07-28 clients (a connection each, no session)."""
     result = LoadResult()
     ids = itertools.count(1)
     state = {"measuring": False, "stop": False}
     path = urlsplit(url).path
 
     async def worker() -> None:
-        stream, host, extra = await open_session(url, auth)
+        stream, host, extra = await open_session(url, auth, stateless=stateless)
+        params: dict[str, Any] = {"name": "echo", "arguments": {"text": text}}
+        if stateless:
+            params["_meta"] = STATELESS_META
         while not state["stop"]:
             body = orjson.dumps({"jsonrpc": "2.0", "id": next(ids), "method": "tools/call",
-                                 "params": {"name": "echo", "arguments": {"text": text}}})
+                                 "params": params})
             started_at = time.perf_counter()
             try:
                 status, _, data = await _exchange(stream, _request(path, host, extra, body))
@@ -337,13 +352,14 @@ def load_arguments(description: str | None = None) -> argparse.Namespace:
     return parser.parse_args()
 
 
-def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> dict[str, float]:
+def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace, *,
+                  stateless: bool = False) -> dict[str, float]:
     """Load ``url`` with ``args.sessions`` MCP sessions (``args.warmup`` + ``args.duration``
-    seconds): requests per second, p50/p99 latency, errors, and CPU microseconds per call of
-    each process of ``pids`` (from /proc/PID/stat)."""
+    seconds; ``stateless``: 2026-07-28 clients): requests per second, p50/p99 latency, errors,
+    and CPU microseconds per call of each process of ``pids`` (from /proc/PID/stat)."""
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     result = trio.run(lambda: generate_load(url, sessions=args.sessions, warmup=args.warmup,
-                                            duration=args.duration))
+                                            duration=args.duration, stateless=stateless))
     # CPU spent during warm-up is included; divide by all calls made while it was counted.
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
     total_calls = result.calls * (args.warmup + args.duration) / args.duration
@@ -355,10 +371,10 @@ def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace) -> d
     return out
 
 
-def gateway_phase(args: argparse.Namespace, *, server_cpu: int,
-                  load_cpu: int) -> dict[str, float]:
+def gateway_phase(args: argparse.Namespace, *, server_cpu: int, load_cpu: int,
+                  stateless: bool = False) -> dict[str, float]:
     """``measure_phase`` through ``vmcp serve`` (alone on ``server_cpu``) in front of a floor
-    backend (on ``load_cpu``, with the load generator)."""
+    backend (on ``load_cpu``, with the load generator); ``stateless``: 2026-07-28 clients."""
     python = sys.executable
     with started(floor_command(), cpu=load_cpu, ready_line="listening") as (backend, line):
         port = free_port()
@@ -367,7 +383,8 @@ def gateway_phase(args: argparse.Namespace, *, server_cpu: int,
                       "--config", str(config), "--port",
                       str(port)], cpu=server_cpu, ready_line="MCP endpoint") as (gateway, _):
             via = measure_phase(f"http://127.0.0.1:{port}/mcp",
-                                {"vmcp": gateway.pid, "floor": backend.pid}, args)
+                                {"vmcp": gateway.pid, "floor": backend.pid}, args,
+                                stateless=stateless)
         config.unlink()
     return via
 

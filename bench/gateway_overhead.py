@@ -7,8 +7,10 @@ process). Nothing else runs on the measured CPU, so a send to a process on the s
 switch into it and blur the accounting. For each phase: requests per second, p50/p99 latency,
 and CPU microseconds per call of each process (from /proc/PID/stat).
 
-The figure that matters is ``vmcp_cpu_per_call / floor_cpu_per_call``: what the gateway costs
-per call in units of the cheapest possible Python HTTP exchange (target: <= 6).
+The figures that matter are ``vmcp_cpu_per_call / floor_cpu_per_call``, for handshake sessions
+and for 2026-07-28 clients (no session; each call carries its own headers and ``_meta``): what
+the gateway costs per call in units of the cheapest possible Python HTTP exchange (target: <=
+2), and the p99 latency through vmcp over the floor's at the same concurrency (target: <= 2).
 
 Run: ``python bench/gateway_overhead.py [--sessions 32] [--duration 8]``.
 """
@@ -31,15 +33,21 @@ def main() -> None:
     server_cpu, load_cpu = server_and_load_cpus()
     direct = direct_phase(args, server_cpu)
     via = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu)
+    stateless = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu, stateless=True)
     floor_cpu = direct["floor_cpu_us_per_call"]
     metrics = {"sessions": args.sessions, "direct": direct, "via_vmcp": via,
-               "cpus": {"servers": server_cpu, "load": load_cpu}}
+               "via_vmcp_2026": stateless, "cpus": {"servers": server_cpu, "load": load_cpu}}
     ratios = {
         "vmcp_cpu_per_call_vs_floor": round(via["vmcp_cpu_us_per_call"] / floor_cpu, 2),
+        "vmcp_2026_cpu_per_call_vs_floor": round(
+            stateless["vmcp_cpu_us_per_call"] / floor_cpu, 2),
+        "p99_via_vmcp_vs_direct": round(via["p99_ms"] / direct["p99_ms"], 2),
+        "p99_via_vmcp_2026_vs_direct": round(stateless["p99_ms"] / direct["p99_ms"], 2),
         "rps_via_vmcp_vs_direct": round(via["rps"] / direct["rps"], 3),
         "p50_via_vmcp_vs_direct": round(via["p50_ms"] / direct["p50_ms"], 2),
     }
-    print(f"direct: {direct}\nvia vmcp: {via}", file=sys.stderr)
+    print(f"direct: {direct}\nvia vmcp: {via}\nvia vmcp, 2026-07-28: {stateless}",
+          file=sys.stderr)
     emit("gateway_overhead", metrics, ratios)
 
 

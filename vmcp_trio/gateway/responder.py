@@ -8,17 +8,16 @@ Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests
   (the common case, and the cheapest). Otherwise the response is SSE: the events so far, then
   each one as it comes, with keep-alive comments while the call is quiet. A handshake session's
   response stream starts with a priming event, so the client can resume it at once.
-* Where the work runs: in a handshake session, in the HTTP request's own task (no task is
-  started for it: the quick path), counted by the session like the rest
-  (:meth:`ClientSession.admit_in_place`, cancelled when the session ends);
-  :meth:`Responder.watch_windows` streams its answer from a task of its own when the window
-  closes, or an event besides the reply comes, first (looking every :data:`WINDOW_TICK`). A
-  request that ``cancel_on_close`` (2026-07-28), or any while the watcher is not running, has
-  its work in a task of the session's (:meth:`ClientSession.spawn`) and the request's task
-  waits for the window.
+* Where the work runs: in the HTTP request's own task (no task is started for it: the quick
+  path), counted by the session like the rest (:meth:`ClientSession.admit_in_place`,
+  cancelled when the session ends); :meth:`Responder.watch_windows` streams its answer from a
+  task of its own when the window closes, or an event besides the reply comes, first (looking
+  every :data:`WINDOW_TICK`). While the watcher is not running, the work has a task of the
+  session's (:meth:`ClientSession.spawn`) and the request's task waits for the window.
 * The client leaving: in the handshake revisions the work goes on (the stream can be resumed
   with ``Last-Event-ID``); in 2026-07-28, closing the response stream cancels the request
-  (``cancel_on_close``). With shared sessions a handshake call answered over SSE is logged
+  (``cancel_on_close``). A client that leaves before its answer started (within the JSON
+  window) is noticed when the window closes and the answer would stream. With shared sessions a handshake call answered over SSE is logged
   (:mod:`.call_log`), so that it can be resumed at another replica too.
 
 :meth:`Responder.pump` writes a stream's events to one connection: also the GET stream and the
@@ -120,9 +119,9 @@ class Responder:
         docstring). A session that is ending (:class:`~.session.SessionClosed`) or full
         (:class:`~.session.SessionBusy`) raises before anything was sent."""
         stream = session.streams.open()
-        if not cancel_on_close and self._streams is not None:
+        if self._streams is not None:
             await self._answer_in_place(http, send, session, request_id, compute, stream,
-                                        headers, status)
+                                        headers, status, cancel_on_close=cancel_on_close)
             return
         work_scope = trio.CancelScope() if cancel_on_close else None
         replies: list[Response | ErrorResponse] = []
@@ -153,17 +152,18 @@ class Responder:
         if payload is not None:
             await send_json(send, status(replies[0] if replies else None), payload, headers)
             return
-        await self._stream_answer(http, send, session, stream, request_id, headers)
-        if work_scope is not None and not stream.finished:
-            work_scope.cancel()
+        await self._stream_answer(http, send, session, stream, request_id, headers, work_scope)
 
     async def _answer_in_place(self, http: HttpRequest, send: Send, session: ClientSession,
                                request_id: RequestId, compute: Compute, stream: EventStream,
                                headers: list[tuple[str, str]],
-                               status: Callable[[Reply], int]) -> None:
-        """The quick path: the work runs in this task (starting a task for it was a tenth of
-        a call's CPU), watched by :meth:`watch_windows`, which streams the answer from its own
-        task if the window closes, or an event comes, before the reply."""
+                               status: Callable[[Reply], int], *,
+                               cancel_on_close: bool) -> None:
+        """The quick path: the work runs in this task (starting a task for it, and one to
+        watch the client, were a tenth of a call's CPU), watched by :meth:`watch_windows`,
+        which streams the answer from its own task if the window closes, or an event comes,
+        before the reply. With ``cancel_on_close``, the client leaving while its answer streams
+        cancels the work; a client that leaves within the window is noticed when it closes."""
         workload = session.services.workload
         try:
             session.admit_in_place()
@@ -171,12 +171,15 @@ class Responder:
             stream.finish()
             raise
         workload.enter()
+        work_scope = trio.CancelScope()
         window = _Window(trio.current_time() + self.json_window, stream, partial(
-            self._stream_answer, http, send, session, stream, request_id, headers))
+            self._stream_answer, http, send, session, stream, request_id, headers,
+            work_scope if cancel_on_close else None))
         self._windows.append(window)
         replies: list[Response | ErrorResponse] = []
         try:
-            await _work(session, request_id, compute, stream, replies)
+            with work_scope:
+                await _work(session, request_id, compute, stream, replies)
         finally:
             session.leave_in_place()
         if window.streamed is not None:  # the watcher is streaming it: wait for the end
@@ -230,14 +233,18 @@ class Responder:
 
     async def _stream_answer(self, http: HttpRequest, send: Send, session: ClientSession,
                              stream: EventStream, request_id: RequestId,
-                             headers: list[tuple[str, str]]) -> None:
-        """Answer with the request's stream (its events so far, then each as it comes)."""
+                             headers: list[tuple[str, str]],
+                             cancel_on_close: trio.CancelScope | None) -> None:
+        """Answer with the request's stream (its events so far, then each as it comes); when
+        it ends before the work (the client left), cancel ``cancel_on_close``."""
         if stream.last_seq < 0 and not stream.finished and session.revision.primes_streams:
             stream.prime()  # (a finished empty stream is a cancelled request: nothing to say)
         call_log = session.services.call_log
         if call_log is not None and not session.revision.stateless:
             call_log.start(session.id, stream, request_id)  # another replica may resume it
         await self.pump(http, send, session, stream, -1, headers)
+        if cancel_on_close is not None and not stream.finished:
+            cancel_on_close.cancel()
 
     async def _client_left_within_window(self, http: HttpRequest, stream: EventStream) -> bool:
         """Wait up to the JSON window for the stream's first event; True if the client left
