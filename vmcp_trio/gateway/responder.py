@@ -17,8 +17,9 @@ Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests
 * The client leaving: in the handshake revisions the work goes on (the stream can be resumed
   with ``Last-Event-ID``); in 2026-07-28, closing the response stream cancels the request
   (``cancel_on_close``). A client that leaves before its answer started (within the JSON
-  window) is noticed when the window closes and the answer would stream. With shared sessions a handshake call answered over SSE is logged
-  (:mod:`.call_log`), so that it can be resumed at another replica too.
+  window) is noticed when the window closes and the answer would stream. With shared
+  sessions a handshake call answered over SSE is logged (:mod:`.call_log`), so that it can be
+  resumed at another replica too.
 
 :meth:`Responder.pump` writes a stream's events to one connection: also the GET stream and the
 2026-07-28 listen stream. One connection per stream at a time; a session ending ends them all.
