@@ -115,7 +115,8 @@ class Gateway:
             request_states=RequestStateSigner(_secrets(plan)), task_ids=TaskIds(_secrets(plan)),
             forget=self.forget_session,
             stream_buffer_events=settings.stream_buffer_events,
-            sse_retry_ms=settings.sse_retry_ms, max_requests=settings.max_requests_per_session)
+            sse_retry_ms=settings.sse_retry_ms, max_requests=settings.max_requests_per_session,
+            open_seconds=settings.backend_open_seconds)
         self.workload = self.services.workload
         self.draining = False
         """Shutting down: readiness says no (so a load balancer stops sending new clients)."""

@@ -173,14 +173,14 @@ class HandshakeFront:
             await send_json(send, exc.status, encode_error(TOO_BUSY, str(exc), request.id),
                             [("retry-after", "5")])
             return
-        if (session.links.failed
-                and self.gateway.plan.operational.partial_failure_mode == "fail"):
+        failing = {name: detail for name, detail in session.links.failed.items()
+                   if name not in session.links.left_out}
+        if failing and self.gateway.plan.operational.partial_failure_mode == "fail":
             await self.gateway.end_session(session)
-            failed = "; ".join(f"{name} {detail}" for name, detail in
-                               sorted(session.links.failed.items()))
+            failed = "; ".join(f"{name} {detail}" for name, detail in sorted(failing.items()))
             await send_json(send, 200, encode(ErrorResponse(request.id, ErrorObject(
                 INTERNAL_ERROR, f"backends unavailable (partialFailureMode: fail): {failed}",
-                {"backends": sorted(session.links.failed)}))))
+                {"backends": sorted(failing)}))))
             return
         result: dict[str, Any] = {
             "protocolVersion": negotiated.version,

@@ -93,6 +93,11 @@ class HealthMonitor:
         health = self.backends.get(backend)
         return health is None or health.usable
 
+    def known_up(self, backend: str) -> bool:
+        """Its last check passed (not merely: not yet failed enough to be unhealthy)."""
+        health = self.backends.get(backend)
+        return health is None or health.state == "healthy"
+
     async def check_forever(self, name: str) -> None:
         """The checker of one backend (a supervised task)."""
         operational = self.plan.operational

@@ -56,6 +56,11 @@ class SessionLinks:
         self._links: dict[str, BackendLink] = {}
         self.failed: dict[str, str] = {}
         """Backends this session could not connect to, with why."""
+        self.left_out: set[str] = set()
+        """Of those, the ones not known to be up (their last health check did not pass, or
+        none ran yet) or that did not answer within the opening's deadline: left out, not
+        failed (``partialFailureMode: fail`` fails a request only for a backend that was up
+        and failed in it)."""
         self.joined: SessionRecord | None = None
         """The record of another replica's session this copy was made from."""
         self._calls_on: Counter[BackendLink] = Counter()
@@ -103,10 +108,26 @@ class SessionLinks:
 
     # --- connecting -------------------------------------------------------------------------------
 
-    async def connect_all(self, supervisor: Supervisor) -> None:
+    async def connect_all(self, supervisor: Supervisor) -> list[str]:
+        """Connect to every backend at once, each within the opening's deadline
+        (``open_seconds``); the backends that did not answer by then (in ``failed`` meanwhile),
+        for the session to join later."""
+        late: list[str] = []
         async with trio.open_nursery() as connecting:
             for backend in self.services.plan.backends:
-                connecting.start_soon(self.connect, backend.name, supervisor)
+                connecting.start_soon(self._connect_within, backend.name, supervisor, late)
+        return late
+
+    async def _connect_within(self, name: str, supervisor: Supervisor, late: list[str]) -> None:
+        deadline = self.services.open_seconds
+        with trio.move_on_after(deadline):
+            await self.connect(name, supervisor)
+            return
+        self.failed[name] = f"did not answer within {deadline:g}s"
+        self.left_out.add(name)
+        late.append(name)
+        log.warning("session %s: backend %s did not answer within %gs; the session opens "
+                    "without it, and it joins when it answers", self.owner[:8], name, deadline)
 
     async def connect(self, name: str, supervisor: Supervisor,
                       into: dict[str, BackendLink] | None = None) -> None:
@@ -116,8 +137,11 @@ class SessionLinks:
             link = await self._open(name, supervisor)
             (self._links if into is None else into)[name] = link
             self.failed.pop(name, None)
+            self.left_out.discard(name)
         except BackendError as exc:
             self.failed[name] = exc.detail
+            if not self.services.health.known_up(name):
+                self.left_out.add(name)
             log.warning("session %s: %s", self.owner[:8], exc)
 
     async def _open(self, name: str, supervisor: Supervisor) -> BackendLink:

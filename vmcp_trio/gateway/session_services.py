@@ -69,6 +69,8 @@ class SessionServices:
     sse_retry_ms: int = 2000
     max_requests: int = 64
     """Requests of one session at work at once."""
+    open_seconds: float = 0.75
+    """How long a session's opening waits for each backend (``backend_open_seconds``)."""
     workload: Workload = field(default_factory=Workload)
     call_log: CallLog | None = None
     """Shared sessions: where calls answered over SSE are logged (:mod:`.call_log`)."""

@@ -45,6 +45,9 @@ class GatewaySettings:
     keepalive_seconds: float = 15.0
     json_window_seconds: float = 1.0
     """How long a request may wait for its backend before the reply switches to SSE."""
+    backend_open_seconds: float = 0.75
+    """How long a session's opening waits for each backend (all at once); one that has not
+    answered by then is left out of the opening and joins the session when it answers."""
     allowed_origins: tuple[str, ...] = ()
     auth: AuthSettings = field(default_factory=AuthSettings)
     token_exchange_cache: bool = True
