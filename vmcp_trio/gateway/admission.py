@@ -86,6 +86,8 @@ class Gate:
         self.metrics = metrics
         self.primary_upstream = primary_upstream
         self.tokens = tokens
+        self._allowed = metrics.authz_decisions.labels("allowed")
+        """The counter of allowed decisions (labels() costs ~2 µs: once, not per call)."""
         self._upstream_claims: OrderedDict[str, tuple[float, dict[str, Any] | None]] = \
             OrderedDict()
         self._warned_at = -WARN_EVERY
@@ -146,7 +148,7 @@ class Gate:
                         self.metrics.authz_decisions.labels("denied").inc()
                         return Refusal(ErrorResponse(request.id, ErrorObject(
                             DENIED, denial_message(check))), DENIED)
-                self.metrics.authz_decisions.labels("allowed").inc()
+                self._allowed.inc()
         if self.limiter is not None and request.method == "tools/call":
             name = params.get("name")
             admission = await self.limiter.admit(
