@@ -44,6 +44,7 @@ __all__ = [
     "send_empty",
     "send_json",
     "send_text",
+    "until_client_leaves",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -256,6 +257,21 @@ class StreamWriter:
 
 
 @asynccontextmanager
+async def until_client_leaves(request: HttpRequest) -> AsyncIterator[trio.Nursery]:
+    """A nursery for the block whose tasks (and the block) are cancelled when the client
+    disconnects; cancelled too when the block ends."""
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            await request.wait_disconnect()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        yield nursery
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
 async def open_stream(request: HttpRequest, send: Send,
                       headers: Headers = ()) -> AsyncIterator[tuple[StreamWriter, trio.Nursery]]:
     """Start an SSE response. The block runs in a nursery that is cancelled when the client
@@ -267,15 +283,8 @@ async def open_stream(request: HttpRequest, send: Send,
     writer = StreamWriter(send)
     await writer.write(b":\n\n")  # the headers go out now, even if no event follows for a while
     try:
-        async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                await request.wait_disconnect()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
+        async with until_client_leaves(request) as nursery:
             yield writer, nursery
-            nursery.cancel_scope.cancel()
     finally:
         with trio.move_on_after(1) as scope:
             scope.shield = True

@@ -41,11 +41,9 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import trio
-
 from ..auth.caller import Caller
 from ..auth.outgoing.strategies import CredentialError
-from ..http.asgi import HttpRequest, Send, send_json
+from ..http.asgi import HttpRequest, Send, send_json, until_client_leaves
 from ..http.body_budget import BodyBudget
 from ..http.client import HttpClient, HttpError, HttpResponse, Origin
 from ..protocol.targets import forwarded_url
@@ -158,17 +156,10 @@ class Forwarder:
         if whole is not None:
             await send({"type": "http.response.body", "body": whole, "more_body": False})
             return
-        async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                await request.wait_disconnect()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
+        async with until_client_leaves(request):
             try:
                 async for chunk in response.iter_bytes():
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             except HttpError as exc:
                 log.info("the remote's response broke off: %s", exc)
-            nursery.cancel_scope.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -54,6 +54,7 @@ from ..http.asgi import (
     lifespan,
     send_bytes,
     send_json,
+    until_client_leaves,
 )
 from ..http.body_budget import BodyBudget
 from ..http.origin import host_of
@@ -308,13 +309,7 @@ class TunnelRelay:
             return
         events = link.track(stream_id)
         started = False
-        async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                await request.wait_disconnect()
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch)
+        async with until_client_leaves(request):
             try:
                 await link.send(opening)
                 if body:
@@ -334,7 +329,6 @@ class TunnelRelay:
                         break
             except TunnelClosed:
                 pass
-            nursery.cancel_scope.cancel()
         link.forget(stream_id)
         with trio.CancelScope(shield=True):
             if stream_id in link.protocol.streams and not link.closed:
