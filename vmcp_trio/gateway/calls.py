@@ -67,8 +67,6 @@ class InFlight:
         self._scopes: set[trio.CancelScope] = set()
         self.stopped_because: str | None = None
         """Set when the gateway stops the calls in flight (its shutdown deadline)."""
-        self.ended = False
-        """The session ended: every request in flight is cancelled, and any that starts."""
 
     def answering(self, request_id: RequestId) -> _Answering:
         """``with in_flight.answering(request_id) as scope``: the cancel scope of one request
@@ -82,13 +80,6 @@ class InFlight:
             return False
         scope.cancel()
         return True
-
-    def end(self) -> None:
-        """Cancel every request in flight, and each one that starts from now on (the session
-        ended: nobody will read an answer)."""
-        self.ended = True
-        for scope in self._scopes:
-            scope.cancel()
 
     def stop(self, reason: str) -> None:
         """Stop every request in flight; each answers with ``reason``."""
@@ -112,8 +103,6 @@ class _Answering:
         in_flight, scope = self._in_flight, self._scope
         in_flight._by_id[self._request_id] = scope
         in_flight._scopes.add(scope)
-        if in_flight.ended:
-            scope.cancel()
         return scope
 
     def __exit__(self, *exc_info: object) -> None:

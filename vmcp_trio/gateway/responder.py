@@ -166,13 +166,13 @@ class Responder:
         before the reply. With ``cancel_on_close``, the client leaving while its answer streams
         cancels the work; a client that leaves within the window is noticed when it closes."""
         workload = session.services.workload
+        work_scope = trio.CancelScope()
         try:
-            session.admit_in_place()
+            session.admit_in_place(work_scope)
         except (SessionClosed, SessionBusy):
             stream.finish()
             raise
         workload.enter()
-        work_scope = trio.CancelScope()
         window = _Window(trio.current_time() + self.json_window, stream, partial(
             self._stream_answer, http, send, session, stream, request_id, headers,
             work_scope if cancel_on_close else None))
@@ -182,7 +182,7 @@ class Responder:
             with work_scope:
                 await _work(session, request_id, compute, stream, replies)
         finally:
-            session.leave_in_place()
+            session.leave_in_place(work_scope)
         if window.streamed is not None:  # the watcher is streaming it: wait for the end
             await window.streamed.wait()
             return

@@ -158,7 +158,7 @@ class ClientSession:
         self._supervisor: Supervisor | None = None
         self._requests: trio.Nursery | None = None
         self._working = 0
-        self._in_place = 0
+        self._in_place: set[trio.CancelScope] = set()
         """Requests at work in their own HTTP request's task (:meth:`admit_in_place`)."""
         self._in_place_gone: trio.Event | None = None
         """Request tasks at work (:meth:`spawn`)."""
@@ -210,7 +210,8 @@ class ClientSession:
                     started = True
                     await self.closed.wait()
                     requests.cancel_scope.cancel()
-                    self.in_flight.end()
+                    for work in self._in_place:
+                        work.cancel()
                 if self._in_place:  # their links must outlive them too
                     self._in_place_gone = trio.Event()
                     with trio.move_on_after(_IN_PLACE_GRACE):
@@ -254,17 +255,17 @@ class ClientSession:
         assert self._requests is not None
         self._requests.start_soon(self._work, fn, args)
 
-    def admit_in_place(self) -> None:
+    def admit_in_place(self, work: trio.CancelScope) -> None:
         """Count a request whose work runs in its own HTTP request's task (the responder's
         quick path: no task started for it), as :meth:`spawn` would, with the same refusals.
-        Closing the session cancels it (:meth:`~.calls.InFlight.end`) and waits for it to
+        Closing the session cancels its ``work`` scope and waits for it to
         :meth:`leave_in_place` before the links it uses close."""
         self._admit()
-        self._in_place += 1
+        self._in_place.add(work)
 
-    def leave_in_place(self) -> None:
+    def leave_in_place(self, work: trio.CancelScope) -> None:
         self._working -= 1
-        self._in_place -= 1
+        self._in_place.discard(work)
         if not self._in_place and self._in_place_gone is not None:
             self._in_place_gone.set()
 
