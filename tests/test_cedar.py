@@ -218,3 +218,15 @@ def test_arguments_are_left_out_when_no_policy_reads_them() -> None:
     assert [reading.allowed(ALICE, call("search", {"query": f"q{i}"})) for i in range(5)] == \
         [True, True, True, False, True]
     assert reading.decisions == 5
+
+
+def test_cached_decisions_follow_the_claims_not_the_object() -> None:
+    """Decisions are cached by a fingerprint of the claims, remembered per claims object: a new
+    claims object (even at a recycled address) is judged by what it holds."""
+    team_a = policies('permit(principal, action, resource) when { principal.claim_team == "a" };')
+    check = call("t")
+    for i in range(200):
+        team = "a" if i % 2 else "b"
+        assert team_a.allowed({"sub": f"u{i % 3}", "team": team}, check) is (team == "a")
+    same = {"sub": "u", "team": "a"}
+    assert team_a.allowed(same, check) and team_a.allowed(same, check)

@@ -163,6 +163,9 @@ class CedarPolicies:
             (str(entity["uid"]["type"]), str(entity["uid"]["id"])): entity
             for entity in static}
         self._cache: OrderedDict[tuple[Any, ...], bool] = OrderedDict()
+        self._fingerprints: OrderedDict[int, tuple[Mapping[str, Any], bytes]] = OrderedDict()
+        """Claims fingerprints by the claims object (kept alive here, so its id stays its
+        own): a verified token's claims come back as the same object on every call."""
         self._reads_arguments = any("arg_" in policy for policy in self.policies)
         """Whether any policy can read an argument (``arg_*``); when none can, arguments are
         left out of the request and of the cache key, so calls with new arguments hit it."""
@@ -184,26 +187,36 @@ class CedarPolicies:
 
     def allowed(self, claims: Mapping[str, Any], check: CedarCheck) -> bool:
         """Whether the caller with these claims may do ``check`` (cached)."""
-        if not self._reads_arguments and check.arguments:
-            check = replace(check, arguments=None)
         arguments = orjson.dumps(check.arguments, option=orjson.OPT_SORT_KEYS) \
-            if check.arguments else b""
+            if check.arguments and self._reads_arguments else b""
         key: tuple[Any, ...] | None = None
         if len(arguments) <= CACHEABLE_ARGUMENTS:
-            fingerprint = hashlib.blake2b(orjson.dumps(claims, option=orjson.OPT_SORT_KEYS),
-                                          digest_size=16).digest()
-            key = (fingerprint, check.action, check.resource_type, check.resource_id,
-                   arguments, tuple(sorted(check.attributes.items())))
+            key = (self._fingerprint(claims), check.action, check.resource_type,
+                   check.resource_id, arguments,
+                   tuple(sorted(check.attributes.items())) if check.attributes else ())
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
+        if not self._reads_arguments and check.arguments:
+            check = replace(check, arguments=None)
         decision = self._decide(claims, check)
         if key is not None:
             self._cache[key] = decision
             if len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
         return decision
+
+    def _fingerprint(self, claims: Mapping[str, Any]) -> bytes:
+        known = self._fingerprints.get(id(claims))
+        if known is not None and known[0] is claims:
+            return known[1]
+        fingerprint = hashlib.blake2b(orjson.dumps(claims, option=orjson.OPT_SORT_KEYS),
+                                      digest_size=16).digest()
+        self._fingerprints[id(claims)] = (claims, fingerprint)
+        if len(self._fingerprints) > self.cache_size:
+            self._fingerprints.popitem(last=False)
+        return fingerprint
 
     def _decide(self, claims: Mapping[str, Any], check: CedarCheck) -> bool:
         self.decisions += 1
