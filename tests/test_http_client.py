@@ -12,6 +12,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient, HttpError
 
 from .fixtures.asgi_body import read_body
@@ -21,13 +22,8 @@ connections: set[tuple[str, int]] = set()
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        await lifespan(receive, send)
+        return
     connections.add(tuple(scope["client"]))
     body = await read_body(receive)
     path = scope["path"]

@@ -19,6 +19,7 @@ import pytest
 import trio
 import trio.testing
 
+from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.http.serving import hypercorn_config, listen, serve
 from vmcp_trio.proxy.stdio_bridge import StdioBridge
@@ -44,10 +45,7 @@ class Remote:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while (message := await receive())["type"] != "lifespan.shutdown":
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-            await send({"type": "lifespan.shutdown.complete"})
+            await lifespan(receive, send)
             return
         headers = {k.decode(): v.decode() for k, v in scope["headers"]}
         if scope["method"] == "GET":
