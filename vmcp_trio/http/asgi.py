@@ -18,7 +18,14 @@ Hypercorn's trio worker calls the app once per request. What this layer adds:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    MutableMapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qs
@@ -38,6 +45,7 @@ __all__ = [
     "StreamWriter",
     "client_group",
     "http_request",
+    "is_event_stream",
     "lifespan",
     "open_stream",
     "send_bytes",
@@ -189,6 +197,15 @@ def client_group(address: str) -> str:
         return str(ipaddress.IPv6Network((address.split("%")[0], 64), strict=False))
     except ValueError:
         return address
+
+
+def is_event_stream(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    """Whether a response's headers say ``text/event-stream`` (its head goes out at once: a
+    client waits for it to know its stream is open)."""
+    for name, value in headers:  # on every response: the length rules most names out at once
+        if len(name) == 12 and name.lower() == b"content-type":
+            return bool(value[:17].lower() == b"text/event-stream")
+    return False
 
 
 def _wire(headers: Headers) -> list[tuple[bytes, bytes]]:

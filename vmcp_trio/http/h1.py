@@ -47,7 +47,7 @@ import httptools
 import orjson
 import trio
 
-from .asgi import ASGIApp
+from .asgi import ASGIApp, is_event_stream
 
 __all__ = ["MAX_QUEUED", "H1Connection", "Limits"]
 
@@ -396,7 +396,7 @@ class _Exchange:
 
     def _take(self) -> dict[str, Any]:
         request = self._request
-        body = b"".join(request.body) if len(request.body) != 1 else request.body[0]
+        body = b"".join(request.body)  # one part: that very object, no copy
         request.body.clear()
         return {"type": "http.request", "body": body, "more_body": not request.complete}
 
@@ -406,7 +406,7 @@ class _Exchange:
         kind = message["type"]
         if kind == "http.response.start":
             self._start(message)
-            if self._head is not None and _is_event_stream(message.get("headers", ())):
+            if self._head is not None and is_event_stream(message.get("headers", ())):
                 stream_head, self._head = self._head, None
                 await self._connection._write(stream_head)
             return
@@ -472,10 +472,3 @@ class _Exchange:
         self._head = head
         self._status = status
         self._started = True
-
-
-def _is_event_stream(headers: Any) -> bool:
-    for name, value in headers:
-        if len(name) == 12 and name.lower() == b"content-type":
-            return bool(value[:17].lower() == b"text/event-stream")
-    return False

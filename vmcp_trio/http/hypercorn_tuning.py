@@ -41,6 +41,8 @@ from hypercorn.protocol.events import Body, EndBody, Response
 from hypercorn.protocol.h11 import H11Protocol
 from hypercorn.trio import tcp_server
 
+from .asgi import is_event_stream
+
 __all__ = ["MovableIdleTask", "install"]
 
 log = logging.getLogger("vmcp.http")
@@ -72,7 +74,7 @@ def install() -> bool:
                 headers.append((b"connection", b"close"))
             head = pending + encode(
                 self, h11.Response(headers=headers, status_code=event.status_code))
-            if _is_event_stream(event.headers):
+            if is_event_stream(event.headers):
                 self._vmcp_pending = b""
                 await self.send(RawData(data=head))
             else:
@@ -104,13 +106,6 @@ def install() -> bool:
 
     tcp_server.TCPServer._read_data = read_data  # type: ignore[method-assign]
     return True
-
-
-def _is_event_stream(headers: Any) -> bool:
-    for name, value in headers:  # on every response: the length rules most names out at once
-        if len(name) == 12 and name.lower() == b"content-type":
-            return bool(value[:17].lower() == b"text/event-stream")
-    return False
 
 
 class MovableIdleTask:
