@@ -207,3 +207,26 @@ async def test_a_body_that_came_with_its_head_is_whole_at_once(nursery: trio.Nur
     async with client.stream("GET", server + "/stream") as response:
         assert response.arrived_whole() is None  # an event stream is still coming
     await client.aclose()
+
+
+async def _in_two_parts(answer: bytes, stream: trio.SocketStream) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    cut = answer.index(b"content-length") + 4  # a whole header in the first part
+    await stream.send_all(answer[:cut])
+    await trio.sleep(0.1)
+    await stream.send_all(answer[cut:])
+    await stream.aclose()
+
+
+async def test_a_head_within_the_bound_is_taken_when_it_comes_in_parts(
+        nursery: trio.Nursery) -> None:
+    answer = b"HTTP/1.1 200 OK\r\nx-big: " + b"a" * 700 + b"\r\ncontent-length: 2\r\n\r\nok"
+    listeners = await nursery.start(partial(trio.serve_tcp, partial(_in_two_parts, answer), 0,
+                                            host="127.0.0.1"))
+    client = HttpClient(max_header_bytes=1000)
+    port = listeners[0].socket.getsockname()[1]
+    status, _, body = await client.request("GET", f"http://127.0.0.1:{port}/")
+    assert (status, body) == (200, b"ok")
+    await client.aclose()

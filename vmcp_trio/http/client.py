@@ -163,7 +163,6 @@ class _Connection:
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self.headers.append((name.lower(), value.strip(b" \t")))
-        self.head_bytes += len(name) + len(value)
 
     def on_headers_complete(self) -> None:
         status = self.parser.get_status_code()
@@ -173,6 +172,7 @@ class _Connection:
         self.status = status
         self.head_done = True
         self.head_bytes = sum(len(name) + len(value) for name, value in self.headers)
+        # (the bytes read while it came may have held the body's first bytes too)
         self.keep_alive = self.parser.should_keep_alive()
 
     def on_body(self, body: bytes) -> None:
@@ -205,7 +205,7 @@ class HttpResponse:
             if connection.body:
                 parts = connection.body
                 connection.body = []
-                yield parts[0] if len(parts) == 1 else b"".join(parts)
+                yield b"".join(parts)  # one part: that very object, no copy
             elif connection.done:
                 return
             else:
@@ -221,7 +221,7 @@ class HttpResponse:
             await self._read_more()
         parts = connection.body
         connection.body = []
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        data = b"".join(parts)
         if len(data) > limit:
             raise HttpError(f"the response body is larger than {limit} bytes")
         return data
@@ -233,7 +233,7 @@ class HttpResponse:
             return None
         parts = connection.body
         connection.body = []
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return b"".join(parts)
 
     async def _read_more(self) -> None:
         try:
