@@ -11,6 +11,7 @@ from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
+import h11
 import httpx2
 import pytest
 import trio
@@ -38,6 +39,15 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
             await writer.write(b"data: one\n\n")
             await trio.sleep_forever()
         LEFT.append(path)
+        return
+    if path == "/flood":  # more than the socket takes at once, written without waiting
+        async with open_stream(request, send) as (writer, _):
+            sent = 0
+            while not writer.holding:
+                assert writer.write_now(b"data: %d %b\n\n" % (sent, b"x" * 60_000))
+                sent += 1
+            assert not writer.write_now(b"data: refused while bytes are held\n\n")
+            await writer.write(b"data: last %d\n\n" % sent)  # after the held bytes
         return
     if path == "/chunks":
         await send({"type": "http.response.start", "status": 200,
@@ -204,6 +214,27 @@ async def test_an_event_stream_learns_that_its_client_left() -> None:
         with trio.fail_after(5):
             while not LEFT:
                 await trio.sleep(0.01)
+
+
+async def test_an_event_stream_written_without_waiting_keeps_its_bytes_in_order() -> None:
+    async with server() as (port, _):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await stream.send_all(b"GET /flood HTTP/1.1\r\nhost: h\r\nconnection: close\r\n\r\n")
+        await trio.sleep(0.3)  # the server fills the socket and holds the rest
+        data = await read_until_closed(stream, 20)
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method="GET", target="/", headers=[("host", "h")]))
+    client.receive_data(data)
+    body = b""
+    while not isinstance(event := client.next_event(), h11.EndOfMessage | h11.NEED_DATA):
+        if isinstance(event, h11.Data):
+            body += event.data
+    assert isinstance(event, h11.EndOfMessage)  # the chunked framing held throughout
+    events = [e for e in body.split(b"\n\n") if e.startswith(b"data: ")]
+    last = int(events[-1].split()[-1])
+    assert last > 2 and b"refused" not in body
+    assert [e.split()[1] for e in events[:-1]] == [b"%d" % n for n in range(last)]
+    assert all(len(e) == len(b"data: %d " % n) + 60_000 for n, e in enumerate(events[:-1]))
 
 
 async def test_idle_connections_close_after_the_idle_bound() -> None:

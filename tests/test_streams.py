@@ -1,5 +1,6 @@
 """The session's SSE streams: ids that name their stream, replay after a position, one follower
-at a time, and no lost wake-up when events arrive while a follower is busy sending."""
+at a time, no lost wake-up when events arrive while a follower is busy sending, and events handed
+straight to a caught-up follower's connection by whoever pushes them."""
 
 from __future__ import annotations
 
@@ -90,3 +91,52 @@ async def test_priming_event_carries_retry() -> None:
     stream.finish()
     raw = [e async for e in stream.follow()]
     assert raw == [b"id: r1.0\nretry: 1500\ndata: \n\n"]
+
+
+class Connection:
+    """A follower's connection as the stream sees it (:class:`DirectWriter`): takes what it is
+    offered unless ``full``; ``holding`` stands for bytes the socket did not take."""
+
+    def __init__(self) -> None:
+        self.taken: list[bytes] = []
+        self.full = False
+        self.holding = False
+
+    def write_now(self, data: bytes) -> bool:
+        if self.full:
+            return False
+        self.taken.append(data)
+        return True
+
+
+async def test_a_caught_up_follower_is_written_by_the_pusher_and_its_task_only_when_needed(
+        ) -> None:
+    stream = EventStream("g")
+    connection = Connection()
+    written_by_task: list[bytes] = []
+
+    async def follower() -> None:
+        async for event in stream.follow(-1, connection):
+            written_by_task.append(event)
+            if event == b"":
+                connection.holding = False  # the task flushed what was held
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(follower)
+        await trio.sleep(0.01)
+        stream.push(b"1")  # no task runs in between: the push itself wrote it
+        assert decode(connection.taken) == [("g.0", "1")]
+        connection.full = True
+        stream.push(b"2")  # refused: the follower's task writes it
+        await trio.sleep(0.01)
+        assert decode(written_by_task) == [("g.1", "2")]
+        connection.full = False
+        connection.holding = True
+        stream.push(b"3")  # taken, but part of it is held: the task is woken to flush
+        await trio.sleep(0.01)
+        assert written_by_task[-1] == b"" and not connection.holding
+        stream.push(b"4")
+        stream.finish()
+    assert decode(connection.taken) == [("g.0", "1"), ("g.2", "3"), ("g.3", "4")]
+    assert stream.drained
+

@@ -285,7 +285,7 @@ class Responder:
                 nursery.start_soon(keepalive)
                 nursery.start_soon(end_with_session)
                 try:
-                    async for event in stream.follow(after):
+                    async for event in stream.follow(after, writer):
                         await writer.write(event)
                 except StreamGap as exc:
                     log.info("session %s: %s", session.id[:8], exc)

@@ -17,6 +17,11 @@ Rules kept here (Streamable HTTP, handshake revisions):
   from the one it holds on, so another replica can resume it; a stream another replica began is
   continued here under its own key, numbered from where that replica's log ends.
 
+* A follower that is caught up is handed a new event by the one who pushes it, when its writer
+  can take it without waiting (:class:`DirectWriter`): one notification fanned out to thousands
+  of sessions costs no task switch per stream. Otherwise, or when the writer holds bytes the
+  socket did not take, the follower's task is woken to write.
+
 No HTTP here: :meth:`EventStream.follow` yields encoded SSE events; the server writes them.
 """
 
@@ -31,7 +36,8 @@ import trio
 from ..protocol.jsonrpc import RequestId
 from ..protocol.sse import encode_event
 
-__all__ = ["EventStream", "StreamGap", "StreamMirror", "StreamRegistry", "parse_event_id"]
+__all__ = ["DirectWriter", "EventStream", "StreamGap", "StreamMirror", "StreamRegistry",
+           "parse_event_id"]
 
 STANDALONE = "g"
 
@@ -45,6 +51,16 @@ class StreamMirror(Protocol):
         """Where the backend's own stream for this call stands (to resume it elsewhere)."""
 
     def finished(self) -> None: ...
+
+
+class DirectWriter(Protocol):
+    """A follower's connection, written without waiting (:class:`~vmcp_trio.http.asgi.
+    StreamWriter`)."""
+
+    @property
+    def holding(self) -> bool: ...
+
+    def write_now(self, data: bytes) -> bool: ...
 
 
 class StreamGap(Exception):
@@ -79,6 +95,10 @@ class EventStream:
         self._follower = 0
         self.followed = False
         """A writer (a client's connection) is following the stream now."""
+        self._sent = -1
+        """The follower's position: the last sequence handed to its connection."""
+        self._direct: DirectWriter | None = None
+        """The follower's writer, when it can be written without waiting."""
 
     @property
     def last_seq(self) -> int:
@@ -126,12 +146,19 @@ class EventStream:
     def _append(self, payload: bytes, retry: int | None) -> None:
         if self.finished:
             raise RuntimeError(f"stream {self.key} is finished")
-        self._events.append((self._next, payload, retry))
+        seq = self._next
+        self._events.append((seq, payload, retry))
         if self._mirror is not None:
-            self._mirror.event(self._next, payload, retry)
+            self._mirror.event(seq, payload, retry)
         self._next += 1
         if len(self._events) > self.max_events:
             self._events.popleft()
+        direct = self._direct
+        if direct is not None and self._sent == seq - 1 and direct.write_now(
+                encode_event(payload, id=f"{self.key}.{seq}", retry=retry)):
+            self._sent = self.delivered = seq
+            if not direct.holding:
+                return  # the follower's task sleeps on: nothing for it to do
         self._wake()
 
     def _wake(self) -> None:
@@ -155,8 +182,11 @@ class EventStream:
         while self._next == self._first_seq and not self.finished:
             await self._changed.wait()
 
-    async def follow(self, after: int = -1) -> AsyncIterator[bytes]:
-        """Encoded events with sequence > ``after``, waiting for new ones until finished.
+    async def follow(self, after: int = -1,
+                     direct: DirectWriter | None = None) -> AsyncIterator[bytes]:
+        """Encoded events with sequence > ``after``, waiting for new ones until finished; with
+        ``direct``, events pushed while the follower is caught up may go straight to it, and
+        ``b""`` is yielded when it holds bytes to flush.
 
         One follower at a time: a new one (a client reconnecting) ends the previous one, so no
         event is sent on two connections."""
@@ -164,26 +194,32 @@ class EventStream:
         me = self._follower
         self._wake()
         self.followed = True
-        position = after
+        self._sent = after
+        self._direct = direct
         try:
             while me == self._follower:
                 changed = self._changed  # taken before scanning: an append during a yield wakes
-                if (self._events and self._events[0][0] > position + 1
-                        and position < self.last_seq):
-                    raise StreamGap(f"events of stream {self.key} after {position} were dropped")
+                if direct is not None and direct.holding:
+                    yield b""
+                    continue
+                if (self._events and self._events[0][0] > self._sent + 1
+                        and self._sent < self.last_seq):
+                    raise StreamGap(f"events of stream {self.key} after {self._sent} were "
+                                    "dropped")
                 for seq, payload, retry in list(self._events):
-                    if seq > position:
+                    if seq > self._sent:
                         if me != self._follower:
                             return
-                        position = seq
+                        self._sent = seq
                         yield encode_event(payload, id=f"{self.key}.{seq}", retry=retry)
                         self.delivered = max(self.delivered, seq)
-                if self.finished and position >= self.last_seq:
+                if self.finished and self._sent >= self.last_seq:
                     return
                 await changed.wait()
         finally:
             if me == self._follower:
                 self.followed = False
+                self._direct = None
 
 
 class StreamRegistry:

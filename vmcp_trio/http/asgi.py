@@ -9,7 +9,10 @@ Hypercorn's trio worker calls the app once per request. What this layer adds:
 * Replies: :func:`send_json`, :func:`send_empty`, :func:`send_text`, and
   :func:`open_stream` for SSE, which gives a :class:`StreamWriter` and watches ``receive()`` for
   ``http.disconnect`` (hypercorn's ``send`` never raises after the client left, so this is the
-  only way to notice, and it cancels the writer's scope).
+  only way to notice, and it cancels the writer's scope). When the server offers it
+  (:data:`NOWAIT_EXTENSION`: the lean HTTP/1.1 server on a plain socket), the writer can also
+  hand an event to the socket without waiting (:meth:`StreamWriter.write_now`): one event
+  fanned out to many streams is written by the loop that fans it out, with no task switch.
 * The lifespan protocol (an app that returns on lifespan crashes hypercorn's ``serve``).
 * Only origin-form request-targets reach an app (:mod:`vmcp_trio.protocol.targets`; 400
   otherwise).
@@ -27,7 +30,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qs
 
 import orjson
@@ -36,11 +39,13 @@ import trio
 from ..protocol.targets import target_problem
 
 __all__ = [
+    "NOWAIT_EXTENSION",
     "ASGIApp",
     "BodyTimeout",
     "BodyTooLarge",
     "ClientGone",
     "HttpRequest",
+    "NowaitSend",
     "StatusSend",
     "StreamWriter",
     "client_group",
@@ -60,6 +65,23 @@ Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = Sequence[tuple[str, str]]
+
+
+NOWAIT_EXTENSION = "vmcp.send_nowait"
+"""The scope extension (``scope["extensions"]``) holding the :class:`NowaitSend` of a started
+event stream; absent where the server cannot write without waiting (TLS, HTTP/2)."""
+
+
+class NowaitSend(Protocol):
+    """More of a started response's body, written at once (the lean HTTP/1.1 server's)."""
+
+    @property
+    def holding(self) -> bool:
+        """Bytes the socket did not take are held, to go first on the next ``send``."""
+
+    def send_nowait(self, body: bytes) -> bool:
+        """True: ``body`` is on its way (written whole, or partly with the rest held); False:
+        nothing was done (a send is in progress or bytes are still held)."""
 
 
 class ClientGone(Exception):
@@ -262,15 +284,32 @@ class StatusSend:
 class StreamWriter:
     """Writes SSE bytes to one response; serialises writers (events and keep-alives)."""
 
-    def __init__(self, send: Send) -> None:
+    def __init__(self, send: Send, nowait: NowaitSend | None = None) -> None:
         self._send = send
+        self._nowait = nowait
         self._lock = trio.Lock()
         self.last_write = trio.current_time()
 
     async def write(self, data: bytes) -> None:
+        """Write ``data`` (after any bytes :meth:`write_now` left held; ``b""`` writes only
+        those)."""
         async with self._lock:
             await self._send({"type": "http.response.body", "body": data, "more_body": True})
             self.last_write = trio.current_time()
+
+    def write_now(self, data: bytes) -> bool:
+        """Hand ``data`` to the socket without waiting, when nothing else is being written:
+        whether it was taken (what the socket could not take at once is held: :attr:`holding`,
+        and :meth:`write` sends it first). False when the server offers no such write."""
+        if self._nowait is None or self._lock.locked() or not self._nowait.send_nowait(data):
+            return False
+        self.last_write = trio.current_time()
+        return True
+
+    @property
+    def holding(self) -> bool:
+        """Bytes taken by :meth:`write_now` wait for a :meth:`write` to go out."""
+        return self._nowait is not None and self._nowait.holding
 
 
 @asynccontextmanager
@@ -297,7 +336,7 @@ async def open_stream(request: HttpRequest, send: Send,
                 "headers": _wire([("content-type", "text/event-stream"),
                                   ("cache-control", "no-cache, no-transform"),
                                   ("x-accel-buffering", "no"), *headers])})
-    writer = StreamWriter(send)
+    writer = StreamWriter(send, request.scope.get("extensions", {}).get(NOWAIT_EXTENSION))
     await writer.write(b":\n\n")  # the headers go out now, even if no event follows for a while
     try:
         async with until_client_leaves(request) as nursery:

@@ -23,6 +23,10 @@ The rules it keeps:
   (the client asked, the server drains, the body was left unread). Like hypercorn's, ``send``
   never raises once the client has left: the connection is marked closed and the app learns it
   from ``receive()``.
+* **An event stream can be written without waiting** (:data:`~.asgi.NOWAIT_EXTENSION`, on a
+  plain socket): :meth:`_Exchange.send_nowait` writes a body chunk straight to the socket when no
+  write is in progress and nothing is held, and holds what the socket did not take for the next
+  ``send``, so bytes never interleave and never reorder.
 * **Faults stay on the connection.** An app that fails before answering gets a 500 sent for it,
   after that the connection is closed; either way the server goes on.
 * **Upgrades are handed over.** An ``Upgrade`` request (WebSocket, h2c) that is the
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from collections import deque
 from email.utils import formatdate
 from http import HTTPStatus
@@ -47,7 +52,7 @@ import httptools
 import orjson
 import trio
 
-from .asgi import ASGIApp, is_event_stream
+from .asgi import NOWAIT_EXTENSION, ASGIApp, is_event_stream
 
 __all__ = ["MAX_QUEUED", "H1Connection", "Limits"]
 
@@ -149,6 +154,10 @@ class H1Connection:
         self._waiting = False
         """Waiting for a request (what a drain cancels at once)."""
         self._send_lock = trio.Lock()
+        self._writing = False
+        """A write is in progress (a write without waiting would interleave with it)."""
+        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        """The socket, for writes without waiting (-1: the stream is not a plain socket)."""
 
     # --- the server's side ---------------------------------------------------------------------
 
@@ -257,10 +266,13 @@ class H1Connection:
     async def _write(self, data: bytes) -> None:
         if self._closed:
             return
+        self._writing = True
         try:
             await self._stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._closed = True
+        finally:
+            self._writing = False
 
     # --- httptools' callbacks ------------------------------------------------------------------
 
@@ -327,8 +339,8 @@ class H1Connection:
 class _Exchange:
     """One request and its response: the ``receive`` and ``send`` the app is given."""
 
-    __slots__ = ("_chunked", "_connection", "_head", "_head_request", "_request", "_sent_all",
-                 "_started", "_status", "_unbounded", "keep_alive")
+    __slots__ = ("_chunked", "_connection", "_head", "_head_request", "_held", "_request",
+                 "_sent_all", "_started", "_status", "_unbounded", "keep_alive")
 
     def __init__(self, connection: H1Connection, request: _Request) -> None:
         self._connection = connection
@@ -340,6 +352,8 @@ class _Exchange:
         self._chunked = False
         self._unbounded = False
         self._sent_all = False
+        self._held = b""
+        """Body bytes :meth:`send_nowait` took that the socket did not (they go first)."""
         assert request.scope is not None
         self._head_request = request.scope["method"] == "HEAD"
 
@@ -409,6 +423,10 @@ class _Exchange:
             if self._head is not None and is_event_stream(message.get("headers", ())):
                 stream_head, self._head = self._head, None
                 await self._connection._write(stream_head)
+                if self._connection._fd >= 0 and not self._head_request:
+                    scope = self._request.scope
+                    assert scope is not None
+                    scope.setdefault("extensions", {})[NOWAIT_EXTENSION] = self
             return
         if kind != "http.response.body" or self._sent_all:
             return
@@ -427,6 +445,8 @@ class _Exchange:
         if not more:
             self._sent_all = True
         data = head + body if head is not None else body
+        if self._held:
+            data, self._held = self._held + data, b""
         if data:
             if more:
                 async with self._connection._send_lock:
@@ -435,6 +455,31 @@ class _Exchange:
                 await self._connection._write(data)
         if not more and self._unbounded:
             self._connection._closed = True  # an HTTP/1.0 body ends with the connection
+
+    @property
+    def holding(self) -> bool:
+        return bool(self._held)
+
+    def send_nowait(self, body: bytes) -> bool:
+        """One more chunk of an event stream's body, written now if no write is in progress
+        and nothing is held: True when it was taken (what the socket did not take is held for
+        the next :meth:`send`), False when nothing was done."""
+        connection = self._connection
+        if (self._held or self._head is not None or self._sent_all or connection._writing
+                or connection._send_lock.locked() or connection._closed):
+            return False
+        if self._chunked:
+            body = b"%x\r\n%b\r\n" % (len(body), body)
+        try:
+            written = os.write(connection._fd, body)
+        except BlockingIOError:
+            written = 0
+        except OSError:  # the client left: as with send, the app learns it from receive()
+            connection._closed = True
+            return False
+        if written < len(body):
+            self._held = body[written:]
+        return True
 
     def _start(self, message: dict[str, Any]) -> None:
         if self._started:
