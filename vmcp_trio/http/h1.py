@@ -41,7 +41,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections import deque
 from email.utils import formatdate
 from http import HTTPStatus
 from time import time
@@ -135,7 +134,9 @@ class H1Connection:
         self._server = server
         self._parser = httptools.HttpRequestParser(self)
         self._parsing: _Request | None = None
-        self._queue: deque[_Request] = deque()
+        self._queue: list[_Request] = []
+        """Requests parsed, in order (a list: at most :data:`MAX_QUEUED`, and an empty one
+        costs a tenth of an empty deque on every idle connection)."""
         self._head_bytes = 0
         """Bytes read while no head was complete (a head still coming, held by the parser)."""
         self._parsed_head_bytes = 0
@@ -206,7 +207,7 @@ class H1Connection:
             if self._eof or self._draining:
                 return None
             await self._read()
-        return self._queue.popleft()
+        return self._queue.pop(0)
 
     async def _read(self) -> None:
         try:
