@@ -21,8 +21,8 @@ what it uses:
 
 The dispatch (:meth:`ClientSession.handle`): lists from the catalog; ``tools/call``,
 ``prompts/get``, ``resources/*`` and ``completion/complete`` routed to one backend under its own
-names (a composite tool run here); ``logging/setLevel`` and ``notifications/roots/
-list_changed`` to every backend; the Tasks extension's methods to the backend whose task it is.
+names (a composite tool run by :mod:`.session_composite`); ``logging/setLevel`` and
+``notifications/roots/list_changed`` to every backend; the Tasks extension's methods to the backend whose task it is.
 A fault while answering ends that request only (-32603); a fault in the session's own
 machinery ends the session only.
 """
@@ -38,7 +38,6 @@ import trio
 
 from ..auth.caller import Caller
 from ..auth.identity import Identity
-from ..composite.engine import StepFailed, WorkflowPorts, coerce_arguments, run_workflow
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -71,21 +70,20 @@ from ..protocol.tasks_extension import (
     required_capability_data,
 )
 from ..protocol.translation import params_for_handshake
-from ..resources.composite_plan import WorkflowPlan
 from ..runtime import tracing
 from ..runtime.audit import Caller as AuditCaller
 from ..runtime.audit import mcp_event
 from ..runtime.logs import ACCESS, REQUEST_ID, note
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .admission import Refusal
-from .aggregation import Catalog, Route
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .call_log import LOST, LoggedCall
-from .calls import Call, InFlight, SessionBusy, SessionClosed, progress_token
-from .client_relay import ClientRelay, QuestionRefused
+from .calls import Call, InFlight, SessionBusy, SessionClosed
+from .client_relay import ClientRelay
 from .routing import NAMED, NotRouted, Routed
 from .session_catalog import SessionCatalog
+from .session_composite import StepPorts, run_composite
 from .session_links import SessionLinks
 from .session_peer import SessionPeer
 from .session_records import BackendSession, SessionRecord
@@ -502,7 +500,10 @@ class ClientSession:
                 workflow = next((plan for plan in self.services.plan.composite_tools
                                  if plan.name == params.get("name")), None)
                 if workflow is not None:
-                    return await self._run_composite(request, workflow, params, call)
+                    ports = StepPorts(self.links, self.refuse, self._forward, self.audit,
+                                      self.relay.ask)
+                    return await run_composite(ports, await self.catalog.get(), request,
+                                               workflow, params, call)
             routed = call.routed or await self.catalog.route(
                 method, params, not_found_code=self.revision.resource_not_found_code)
             link = self.links.link(routed.backend)
@@ -587,56 +588,6 @@ class ClientSession:
         except BackendError as exc:
             answer = backend_error(called.request_id, exc.backend, exc.detail)
         stream.push(encode(answer))
-
-    async def _run_composite(self, request: Request, workflow: WorkflowPlan,
-                             params: dict[str, Any], call: Call) -> Response:
-        """A composite tool (:mod:`vmcp_trio.composite.engine`): its steps call the backends
-        with this caller's credentials, each authorized, rate limited and audited as a call of
-        its own; its elicitation steps ask this client; progress is told per step when the
-        client asked for it; cancelling the call cancels every step."""
-        call.progress_token = progress_token(params)
-        catalog = await self.catalog.get()
-
-        async def call_tool(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-            route = _step_route(catalog, name, self.links)
-            listed = catalog.tool(name) or next(
-                (tool for tool in catalog.tools
-                 if catalog.tool_routes.get(str(tool.get("name"))) == route), None)
-            if listed is not None:
-                arguments = coerce_arguments(arguments, listed.get("inputSchema"))
-            step = Request(request.id, "tools/call", {"name": name, "arguments": arguments})
-            refusal = await self.refuse(step)
-            if refusal is not None:
-                raise StepFailed(f"tool {name[:100]!r}: {refusal.reply.error.message}")
-            started = trio.current_time()
-            try:
-                reply = await self._forward(self.links.link(route.backend), step,
-                                            {"name": route.name, "arguments": arguments},
-                                            Call(call.stream, call.stateless, call.parked))
-            except BackendError as exc:
-                raise StepFailed(f"backend {exc.backend!r} {exc.detail}") from None
-            self.audit(step, reply, backend=route.backend,
-                       seconds=trio.current_time() - started)
-            if isinstance(reply, ErrorResponse):
-                raise StepFailed(reply.error.message[:500])
-            return reply.result
-
-        async def elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:
-            try:
-                return await self.relay.ask(call, "elicitation/create",
-                                            {"message": message, "requestedSchema": schema})
-            except QuestionRefused as exc:
-                raise StepFailed(str(exc)) from None
-
-        async def progress(done: int, total: int, message: str) -> None:
-            if call.progress_token is not None:
-                call.stream.push(encode(Notification("notifications/progress", {
-                    "progressToken": call.progress_token, "progress": done, "total": total,
-                    "message": message})))
-
-        result = await run_workflow(workflow, params.get("arguments"),
-                                    WorkflowPorts(call_tool, elicit, progress))
-        return Response(request.id, result)
 
     def _capabilities(self, call: Call) -> dict[str, Any]:
         """What the client of a call declared: in the request (2026-07-28), else at
@@ -784,15 +735,3 @@ class ClientSession:
             message.id, METHOD_NOT_FOUND, "no client to ask: 2026-07-28 clients take questions "
                                           "only as input requests of a call"))
 
-
-def _step_route(catalog: Catalog, name: str, links: SessionLinks) -> Route:
-    """The backend tool a composite tool's step names: as clients see it, or as
-    ``<backend>.<tool>`` (ToolHive's form). Raises StepFailed."""
-    route = catalog.tool_routes.get(name)
-    backend, _, tool = name.partition(".")
-    if route is None and tool and backend in links:
-        route = Route(backend, tool)
-    if route is None:
-        raise StepFailed(f"no tool {name[:100]!r} (a step names a tool as clients see it, or "
-                         "as <backend>.<tool>)")
-    return route
