@@ -22,9 +22,9 @@ what it uses:
 The dispatch (:meth:`ClientSession.handle`): lists from the catalog; ``tools/call``,
 ``prompts/get``, ``resources/*`` and ``completion/complete`` routed to one backend under its own
 names (a composite tool run by :mod:`.session_composite`); ``logging/setLevel`` and
-``notifications/roots/list_changed`` to every backend; the Tasks extension's methods to the backend whose task it is.
-A fault while answering ends that request only (-32603); a fault in the session's own
-machinery ends the session only.
+``notifications/roots/list_changed`` to every backend; the Tasks extension's methods to the
+backend whose task it is. A fault while answering ends that request only (-32603); a fault in
+the session's own machinery ends the session only.
 """
 
 from __future__ import annotations
