@@ -1,7 +1,8 @@
 """How the gateway answers a handshake session's call, whose work runs in the HTTP request's own
 task: JSON when the reply comes within the JSON window, a stream (priming event first) when it
-does not, the session's bound on calls at work, and a session that ends while a call is at work
-(the call is cancelled at the backend, and the links close after it)."""
+does not, the session's bound on calls at work, a session that ends while a call is at work (the call is
+cancelled at the backend, and the links close after it), and a quiet GET stream kept alive and
+ended with its session."""
 
 from __future__ import annotations
 
@@ -63,4 +64,30 @@ async def test_ending_the_session_cancels_its_call_at_the_backend() -> None:
                     await trio.sleep(0.02)
             nursery.cancel_scope.cancel()
             await other.aclose()
+        await client.aclose()
+
+
+async def test_a_quiet_get_stream_is_kept_alive_and_ends_when_its_session_ends() -> None:
+    async with running_gateway(keepalive_seconds=0.4) as (url, gateway):
+        client = RawClient(url)
+        await client.initialize()
+        headers = [("accept", "text/event-stream"), ("mcp-session-id", client.session_id or ""),
+                   ("mcp-protocol-version", client.version)]
+        received = b""
+        async with client.http.stream("GET", url, headers=headers) as response:
+            chunks = response.iter_bytes()
+            with trio.fail_after(3):  # the opening comment, then a keep-alive each 0.4-0.5 s
+                while received.count(b":\n\n") < 3:
+                    received += await chunks.__anext__()
+            assert received.replace(b":\n\n", b"") == b""  # comments only: nothing happened
+            other = RawClient(url)
+            other.session_id = client.session_id
+            assert await other.delete() in (200, 204)
+            with trio.fail_after(2):  # the stream ends with its session
+                async for _ in chunks:
+                    pass
+        with trio.fail_after(2):
+            while gateway.app.responder.open_streams:
+                await trio.sleep(0.02)
+        await other.aclose()
         await client.aclose()

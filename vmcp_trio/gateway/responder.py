@@ -22,7 +22,12 @@ Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests
   resumed at another replica too.
 
 :meth:`Responder.pump` writes a stream's events to one connection: also the GET stream and the
-2026-07-28 listen stream. One connection per stream at a time; a session ending ends them all.
+2026-07-28 listen stream. One connection per stream at a time; a session ending ends them all
+(:meth:`~.streams.StreamRegistry.end_followers`). Keep-alive comments are the watcher's: every
+quarter of ``keepalive_seconds`` it writes one to each open stream idle that long (or has the
+stream's task write it when the connection cannot be written without waiting), and ends any
+stream whose session has ended, so that an open stream has no task of its own waiting but the
+one that watches its client.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from functools import partial
 
 import trio
 
-from ..http.asgi import HttpRequest, Send, open_stream, send_json
+from ..http.asgi import HttpRequest, Send, StreamWriter, open_stream, send_json
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     ErrorResponse,
@@ -43,11 +48,10 @@ from ..protocol.jsonrpc import (
     encode,
     encode_error,
 )
-from ..protocol.sse import encode_comment
 from .calls import SessionBusy, SessionClosed
 from .session import ClientSession
 from .settings import GatewaySettings
-from .streams import EventStream, StreamGap
+from .streams import KEEPALIVE, EventStream, StreamGap
 
 __all__ = ["Compute", "Responder"]
 
@@ -102,12 +106,27 @@ class _Window:
         """Set once the answer has been streamed (by the watcher's task)."""
 
 
+class _Pumped:
+    """An open stream, as the watcher sees it."""
+
+    __slots__ = ("scope", "session", "stream", "writer")
+
+    def __init__(self, writer: StreamWriter, stream: EventStream, session: ClientSession,
+                 scope: trio.CancelScope) -> None:
+        self.writer = writer
+        self.stream = stream
+        self.session = session
+        self.scope = scope
+
+
 class Responder:
     def __init__(self, settings: GatewaySettings) -> None:
         self.json_window = settings.json_window_seconds
         self.keepalive = settings.keepalive_seconds
         self.open_streams = 0
         """SSE connections open to clients now."""
+        self._pumped: set[_Pumped] = set()
+        self._next_keepalive = 0.0
         self._windows: deque[_Window] = deque()
         self._streams: trio.Nursery | None = None
         """Where :meth:`watch_windows` streams the answers whose window closed."""
@@ -198,7 +217,8 @@ class Responder:
         """Stream the answers of requests answered in place whose JSON window closed, or whose
         stream has an event besides the reply, each from a task of its own (a supervised task;
         until it runs, requests are answered from a task of the session's). It looks every
-        :data:`WINDOW_TICK` seconds: a window closes that much late at most."""
+        :data:`WINDOW_TICK` seconds: a window closes that much late at most. It also keeps the
+        open streams alive (:meth:`_keep_alive`)."""
         try:
             async with trio.open_nursery() as streams:
                 self._streams = streams
@@ -206,8 +226,23 @@ class Responder:
                 while True:
                     await trio.sleep(WINDOW_TICK)
                     self._look(streams)
+                    now = trio.current_time()
+                    if now >= self._next_keepalive:
+                        self._next_keepalive = now + self.keepalive / 4
+                        self._keep_alive(now)
         finally:
             self._streams = None
+
+    def _keep_alive(self, now: float) -> None:
+        """A keep-alive comment on every open stream idle for ``keepalive`` seconds; the end
+        of those whose session ended (a stream opened as it ended)."""
+        idle_since = now - self.keepalive
+        for pumped in self._pumped:
+            if pumped.session.closed.is_set():
+                pumped.scope.cancel()
+            elif pumped.writer.last_write <= idle_since and not pumped.writer.write_now(
+                    KEEPALIVE):
+                pumped.stream.ask_keepalive()
 
     def _look(self, streams: trio.Nursery) -> None:
         now = trio.current_time()
@@ -272,23 +307,17 @@ class Responder:
         self.open_streams += 1
         try:
             async with open_stream(http, send, headers) as (writer, nursery):
-                async def keepalive() -> None:
-                    while True:
-                        await trio.sleep(self.keepalive)
-                        if trio.current_time() - writer.last_write >= self.keepalive:
-                            await writer.write(encode_comment())
-
-                async def end_with_session() -> None:
-                    await session.closed.wait()
+                pumped = _Pumped(writer, stream, session, nursery.cancel_scope)
+                self._pumped.add(pumped)
+                if session.closed.is_set():
                     nursery.cancel_scope.cancel()
-
-                nursery.start_soon(keepalive)
-                nursery.start_soon(end_with_session)
                 try:
-                    async for event in stream.follow(after, writer):
+                    async for event in stream.follow(after, writer, nursery.cancel_scope):
                         await writer.write(event)
                 except StreamGap as exc:
                     log.info("session %s: %s", session.id[:8], exc)
+                finally:
+                    self._pumped.discard(pumped)
         finally:
             session.open_connections -= 1
             self.open_streams -= 1

@@ -207,6 +207,7 @@ class ClientSession:
                     task_status.started()
                     started = True
                     await self.closed.wait()
+                    self.streams.end_followers()
                     requests.cancel_scope.cancel()
                     for work in self._in_place:
                         work.cancel()

@@ -21,6 +21,9 @@ Rules kept here (Streamable HTTP, handshake revisions):
   can take it without waiting (:class:`DirectWriter`): one notification fanned out to thousands
   of sessions costs no task switch per stream. Otherwise, or when the writer holds bytes the
   socket did not take, the follower's task is woken to write.
+* A follower ends when its session ends (:meth:`StreamRegistry.end_followers` cancels the scope
+  it follows in), and writes a keep-alive comment when asked (:meth:`EventStream.ask_keepalive`):
+  no task per stream waits for either.
 
 No HTTP here: :meth:`EventStream.follow` yields encoded SSE events; the server writes them.
 """
@@ -33,12 +36,13 @@ from typing import Protocol
 import trio
 
 from ..protocol.jsonrpc import RequestId
-from ..protocol.sse import encode_event
+from ..protocol.sse import encode_comment, encode_event
 
-__all__ = ["DirectWriter", "EventStream", "StreamGap", "StreamMirror", "StreamRegistry",
-           "parse_event_id"]
+__all__ = ["KEEPALIVE", "DirectWriter", "EventStream", "StreamGap", "StreamMirror",
+           "StreamRegistry", "parse_event_id"]
 
 STANDALONE = "g"
+KEEPALIVE = encode_comment()
 
 
 class StreamMirror(Protocol):
@@ -99,6 +103,9 @@ class EventStream:
         """The follower's position: the last sequence handed to its connection."""
         self._direct: DirectWriter | None = None
         """The follower's writer, when it can be written without waiting."""
+        self._follower_scope: trio.CancelScope | None = None
+        """What the follower runs in (cancelled when the session ends)."""
+        self._keepalive_due = False
 
     @property
     def last_seq(self) -> int:
@@ -161,6 +168,16 @@ class EventStream:
                 return  # the follower's task sleeps on: nothing for it to do
         self._wake()
 
+    def ask_keepalive(self) -> None:
+        """The follower's connection was idle too long: it writes a keep-alive comment."""
+        self._keepalive_due = True
+        self._wake()
+
+    def end_follower(self) -> None:
+        """The session ended: the follower stops, even in the middle of a write."""
+        if self._follower_scope is not None:
+            self._follower_scope.cancel()
+
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
@@ -182,11 +199,12 @@ class EventStream:
         while self._next == self._first_seq and not self.finished:
             await self._changed.wait()
 
-    async def follow(self, after: int = -1,
-                     direct: DirectWriter | None = None) -> AsyncIterator[bytes]:
+    async def follow(self, after: int = -1, direct: DirectWriter | None = None,
+                     scope: trio.CancelScope | None = None) -> AsyncIterator[bytes]:
         """Encoded events with sequence > ``after``, waiting for new ones until finished; with
         ``direct``, events pushed while the follower is caught up may go straight to it, and
-        ``b""`` is yielded when it holds bytes to flush.
+        ``b""`` is yielded when it holds bytes to flush; :data:`KEEPALIVE` when asked for one.
+        ``scope``: what the follower runs in, for :meth:`end_follower`.
 
         One follower at a time: a new one (a client reconnecting) ends the previous one, so no
         event is sent on two connections."""
@@ -196,11 +214,16 @@ class EventStream:
         self.followed = True
         self._sent = after
         self._direct = direct
+        self._follower_scope = scope
         try:
             while me == self._follower:
                 changed = self._changed  # taken before scanning: an append during a yield wakes
                 if direct is not None and direct.holding:
                     yield b""
+                    continue
+                if self._keepalive_due:
+                    self._keepalive_due = False
+                    yield KEEPALIVE
                     continue
                 if (self._events and self._events[0][0] > self._sent + 1
                         and self._sent < self.last_seq):
@@ -220,6 +243,7 @@ class EventStream:
             if me == self._follower:
                 self.followed = False
                 self._direct = None
+                self._follower_scope = None
 
 
 class StreamRegistry:
@@ -264,6 +288,11 @@ class StreamRegistry:
     def _forget_drained(self) -> None:
         for key in [k for k, s in self._streams.items() if k != STANDALONE and s.drained]:
             del self._streams[key]
+
+    def end_followers(self) -> None:
+        """The session ended: every stream's follower stops."""
+        for stream in self._streams.values():
+            stream.end_follower()
 
     def get(self, key: str) -> EventStream | None:
         return self._streams.get(key)
