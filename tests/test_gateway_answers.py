@@ -1,8 +1,8 @@
 """How the gateway answers a handshake session's call, whose work runs in the HTTP request's own
 task: JSON when the reply comes within the JSON window, a stream (priming event first) when it
-does not, the session's bound on calls at work, a session that ends while a call is at work (the call is
-cancelled at the backend, and the links close after it), and a quiet GET stream kept alive and
-ended with its session."""
+does not, the session's bound on calls at work, a session that ends while a call is at work
+(the call is cancelled at the backend, and the links close after it), and a quiet GET stream
+kept alive and ended with its session."""
 
 from __future__ import annotations
 
