@@ -1,18 +1,24 @@
 """Traces across the hop: the client's span, the gateway's span, its backend call and the
-backend's own span form one tree (OpenTelemetry, in an in-memory exporter).
+backend's own span form one tree.
 
-The client is the official MCP Python SDK 2.x ``Client`` (it opens a span per request and puts
-its context in ``_meta``, SEP-414), the backends are SDK 2.x servers (their
-``OpenTelemetryMiddleware`` opens a span from the ``_meta`` context), all in this process so that
-one exporter sees every span. Off (the default), the gateway neither opens spans nor adds trace
-context to what it sends.
+The client is the official MCP Python SDK 2.x ``Client`` (it opens an OpenTelemetry span per
+request and puts its context in ``_meta``, SEP-414), the backends are SDK 2.x servers (their
+``OpenTelemetryMiddleware`` opens a span from the ``_meta`` context), all in this process: the
+SDK's spans go to OpenTelemetry's in-memory exporter, vmcp's to a list (:func:`tracing.use_sink`),
+and the tree is built from both by their W3C ids. Off (the default), the gateway neither opens
+spans nor adds trace context to what it sends. What vmcp exports over OTLP is decoded with the
+official protobuf classes (:mod:`tests.fixtures.otlp_receiver`), and the sampler follows
+``OTEL_TRACES_SAMPLER``.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -27,12 +33,14 @@ import yaml
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry import trace
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
 
 from vmcp_trio.runtime import tracing
+from vmcp_trio.runtime.otlp_encoding import SPAN_KIND_SERVER, export_request
+from vmcp_trio.runtime.span_export import BatchExport
 
 from .fixtures.otlp_receiver import otlp_receiver
 from .fixtures.sdk_servers import BackendState, make_server, serving
@@ -46,20 +54,59 @@ _PROVIDER = TracerProvider()
 _PROVIDER.add_span_processor(SimpleSpanProcessor(EXPORTER))
 
 
+@dataclass(frozen=True)
+class Seen:
+    """A finished span, vmcp's or the MCP SDK's, as the tests compare them."""
+
+    scope: str
+    kind: str
+    name: str
+    trace_id: int
+    span_id: int
+    parent_id: int | None
+    attributes: dict[str, Any]
+    failed: bool
+
+
+class Traces:
+    """Every span this process finished: vmcp's and the SDK's."""
+
+    def __init__(self) -> None:
+        self.ours: list[tracing.Span] = []
+
+    def spans(self) -> list[Seen]:
+        sdk = [Seen(s.instrumentation_scope.name if s.instrumentation_scope else "",
+                    s.kind.name, s.name, s.context.trace_id, s.context.span_id,
+                    s.parent.span_id if s.parent is not None else None, dict(s.attributes or {}),
+                    s.status.status_code is trace.StatusCode.ERROR)
+               for s in EXPORTER.get_finished_spans()]
+        ours = [Seen("vmcp-trio", "SERVER" if s.kind == SPAN_KIND_SERVER else "CLIENT", s.name,
+                     int.from_bytes(s.trace_id, "big"), int.from_bytes(s.span_id, "big"),
+                     int.from_bytes(s.parent_id, "big") if s.parent_id else None,
+                     dict(s.attributes), s.error is not None)
+                for s in self.ours]
+        return sdk + ours
+
+    def clear(self) -> None:
+        EXPORTER.clear()
+        self.ours.clear()
+
+
 @pytest.fixture
-def traces() -> Iterator[InMemorySpanExporter]:
-    """Spans of this process go to :data:`EXPORTER`: the SDK's through the global provider
-    (set once per process), the gateway's through :func:`tracing.use_provider`."""
+def traces() -> Iterator[Traces]:
+    """The SDK's spans go to :data:`EXPORTER` through the global provider (set once per
+    process), the gateway's to a list through :func:`tracing.use_sink`."""
     if trace.get_tracer_provider() is not _PROVIDER:
         trace.set_tracer_provider(_PROVIDER)
     assert trace.get_tracer_provider() is _PROVIDER, "another test set a tracer provider"
-    EXPORTER.clear()
-    tracing.use_provider(_PROVIDER)
+    seen = Traces()
+    seen.clear()
+    tracing.use_sink(seen.ours.append)
     try:
-        yield EXPORTER
+        yield seen
     finally:
-        tracing.use_provider(None)
-        EXPORTER.clear()
+        tracing.use_sink(None)
+        seen.clear()
 
 
 @dataclass
@@ -88,27 +135,26 @@ async def stack() -> AsyncIterator[Stack]:
             yield Stack(url, alpha_state, beta_state)
 
 
-def _by_id(spans: tuple[ReadableSpan, ...]) -> dict[int, ReadableSpan]:
-    return {span.context.span_id: span for span in spans}
+def _by_id(spans: list[Seen]) -> dict[int, Seen]:
+    return {span.span_id: span for span in spans}
 
 
-def _ancestry(span: ReadableSpan, spans: dict[int, ReadableSpan]) -> list[ReadableSpan]:
+def _ancestry(span: Seen, spans: dict[int, Seen]) -> list[Seen]:
     """``span`` and its ancestors up to the root, nearest first."""
     chain = [span]
-    while chain[-1].parent is not None and chain[-1].parent.span_id in spans:
-        chain.append(spans[chain[-1].parent.span_id])
+    while chain[-1].parent_id is not None and chain[-1].parent_id in spans:
+        chain.append(spans[chain[-1].parent_id])
     return chain
 
 
-def _describe(chain: list[ReadableSpan]) -> list[tuple[str, str, str]]:
+def _describe(chain: list[Seen]) -> list[tuple[str, str, str]]:
     """(instrumentation, kind, name) of each span of a chain, root first."""
-    return [(s.instrumentation_scope.name if s.instrumentation_scope else "", s.kind.name,
-             s.name) for s in reversed(chain)]
+    return [(s.scope, s.kind, s.name) for s in reversed(chain)]
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_one_tools_call_is_one_tree_from_the_client_to_the_backend(
-        traces: InMemorySpanExporter, mode: str) -> None:
+        traces: Traces, mode: str) -> None:
     """The client's span, the gateway's span of the request, its span of the backend call and
     the backend's span, each the child of the one before, in one trace: for a 2026-07-28
     client (auto) and a handshake client (legacy), to a 2026-07-28 backend and a handshake
@@ -120,10 +166,10 @@ async def test_one_tools_call_is_one_tree_from_the_client_to_the_backend(
             with tracer.start_as_current_span(f"the user's work with {tool}") as root:
                 result = await client.call_tool(tool, {"a": 2, "b": 3})
                 assert not result.is_error
-            spans = _by_id(traces.get_finished_spans())
+            spans = _by_id(traces.spans())
             backend_span = next(s for s in spans.values()
-                                if s.name == "tools/call add" and s.kind is SpanKind.SERVER
-                                and s.context.trace_id == root.get_span_context().trace_id)
+                                if s.name == "tools/call add" and s.kind == "SERVER"
+                                and s.trace_id == root.get_span_context().trace_id)
             chain = _ancestry(backend_span, spans)
             assert _describe(chain) == [
                 ("the test client", "INTERNAL", f"the user's work with {tool}"),
@@ -133,11 +179,9 @@ async def test_one_tools_call_is_one_tree_from_the_client_to_the_backend(
                 ("mcp-python-sdk", "SERVER", "tools/call add"),
             ], _describe(chain)
             gateway_request, gateway_call = chain[2], chain[1]
-            assert gateway_request.attributes is not None
             assert gateway_request.attributes["vmcp.backend"] == backend
             assert gateway_request.attributes["mcp.method.name"] == "tools/call"
             assert len(str(gateway_request.attributes["mcp.session.id"])) == 8
-            assert gateway_call.attributes is not None
             assert gateway_call.attributes["vmcp.backend"] == backend
             traces.clear()
         # The 2026-07-28 backend also got the context in its HTTP headers.
@@ -145,7 +189,7 @@ async def test_one_tools_call_is_one_tree_from_the_client_to_the_backend(
 
 
 async def test_a_failed_call_marks_the_gateway_span_and_http_headers_give_the_parent(
-        traces: InMemorySpanExporter) -> None:
+        traces: Traces) -> None:
     """A client that sends its trace context only in HTTP headers (no ``_meta``) still gets
     the gateway's spans under its own; an error answer marks the span failed with its code."""
     trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -155,14 +199,12 @@ async def test_a_failed_call_marks_the_gateway_span_and_http_headers_give_the_pa
                                   name="no_such_tool",
                                   headers={"traceparent": f"00-{trace_id}-{parent_id}-01"})
         assert reply.body["error"]["code"] == -32602
-        spans = traces.get_finished_spans()
-        request_span = next(s for s in spans if s.name == "tools/call no_such_tool")
-        assert f"{request_span.context.trace_id:032x}" == trace_id
-        assert request_span.parent is not None
-        assert f"{request_span.parent.span_id:016x}" == parent_id
-        assert request_span.attributes is not None
+        request_span = next(s for s in traces.spans() if s.name == "tools/call no_such_tool")
+        assert f"{request_span.trace_id:032x}" == trace_id
+        assert request_span.parent_id is not None
+        assert f"{request_span.parent_id:016x}" == parent_id
         assert request_span.attributes["error.type"] == "-32602"
-        assert request_span.status.status_code is trace.StatusCode.ERROR
+        assert request_span.failed
 
 
 async def test_off_by_default_the_gateway_adds_no_trace_context() -> None:
@@ -194,6 +236,8 @@ async def test_off_by_default_the_gateway_adds_no_trace_context() -> None:
     ({"OTEL_TRACES_EXPORTER": "zipkin"}, "OTEL_TRACES_EXPORTER: unknown exporter 'zipkin'"),
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
       "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc'"),
+    ({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_TRACES_SAMPLER": "parentbased_sometimes"},
+     "OTEL_TRACES_SAMPLER: unknown sampler 'parentbased_sometimes'"),
 ])
 def test_an_exporter_vmcp_does_not_ship_is_one_line_and_exit_2(
         environ: dict[str, str], problem: str, tmp_path: Path) -> None:
@@ -243,7 +287,7 @@ def test_the_console_exporter_from_the_standard_variables(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_vmcp_proxy_puts_its_span_between_the_client_and_the_remote(
-        traces: InMemorySpanExporter, mode: str) -> None:
+        traces: Traces, mode: str) -> None:
     """Through ``vmcp proxy`` the client's span, the proxy's span of the forwarded request and
     the remote's span are one chain: the proxy takes the context from the request's ``_meta``
     and gives the remote its own, in ``_meta`` and in the headers."""
@@ -263,10 +307,10 @@ async def test_vmcp_proxy_puts_its_span_between_the_client_and_the_remote(
             with tracer.start_as_current_span("the user's work") as root:
                 assert not (await client.call_tool("add", {"a": 2, "b": 3})).is_error
         stop.set()
-    spans = _by_id(traces.get_finished_spans())
+    spans = _by_id(traces.spans())
     remote_span = next(s for s in spans.values()
-                       if s.name == "tools/call add" and s.kind is SpanKind.SERVER
-                       and s.context.trace_id == root.get_span_context().trace_id)
+                       if s.name == "tools/call add" and s.kind == "SERVER"
+                       and s.trace_id == root.get_span_context().trace_id)
     assert _describe(_ancestry(remote_span, spans)) == [
         ("the test client", "INTERNAL", "the user's work"),
         ("mcp-python-sdk", "CLIENT", "MCP send tools/call add"),
@@ -322,3 +366,135 @@ def test_a_telemetry_ca_bundle_is_given_to_the_exporter_as_a_private_file() -> N
     path = Path(variables["OTEL_EXPORTER_OTLP_CERTIFICATE"])
     assert path.read_text() == pem and path.stat().st_mode & 0o777 == 0o600
     assert variables["OTEL_TRACES_EXPORTER"] == "otlp"
+
+
+# --- sampling, the OTLP encoding and the export queue ------------------------------------------
+
+def _console_spans(out: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def test_the_sampler_of_the_standard_variables(capsys: pytest.CaptureFixture[str]) -> None:
+    """``parentbased_traceidratio`` at 0: a root span is not recorded but its context travels
+    (flags 00); a span whose parent was sampled is recorded in the parent's trace, one whose
+    parent was not is not."""
+    sampled_parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    unsampled_parent = "00-5bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+    assert tracing.configure({"OTEL_TRACES_EXPORTER": "console",
+                              "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+                              "OTEL_TRACES_SAMPLER_ARG": "0"}) == "the console"
+    try:
+        with tracing.request_span("tools/call", "root", None, {}):
+            carried = tracing.inject_meta({})["_meta"]["traceparent"]
+        with tracing.request_span("tools/call", "child", {"traceparent": sampled_parent,
+                                                          "tracestate": "vendor=1"}, {}):
+            pass
+        with tracing.request_span("tools/call", "ignored", {"traceparent": unsampled_parent},
+                                  {}):
+            pass
+    finally:
+        tracing.shutdown()
+    assert carried.startswith("00-") and carried.endswith("-00")
+    spans = _console_spans(capsys.readouterr().out)
+    assert [s["name"] for s in spans] == ["tools/call child"]
+    assert spans[0]["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert spans[0]["parent_id"] == "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize(("environ", "problem"), [
+    ({"OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER: unknown sampler 'sometimes'"),
+    ({"OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"},
+     "OTEL_TRACES_SAMPLER_ARG: '2' is not a ratio"),
+    ({"OTEL_BSP_MAX_QUEUE_SIZE": "many"}, "OTEL_BSP_MAX_QUEUE_SIZE: 'many' is not a whole"),
+    ({"OTEL_EXPORTER_OTLP_HEADERS": "x-key"}, "OTEL_EXPORTER_OTLP_HEADERS: 'x-key' has no"),
+    ({"OTEL_EXPORTER_OTLP_COMPRESSION": "zstd"}, "OTEL_EXPORTER_OTLP_COMPRESSION: 'zstd'"),
+    ({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "is not an http(s) URL"),
+])
+def test_a_setting_that_cannot_be_used_is_named(environ: dict[str, str], problem: str) -> None:
+    with pytest.raises(tracing.TracingUnavailable) as raised:
+        tracing.configure({"OTEL_TRACES_EXPORTER": "otlp", **environ})
+    assert problem in str(raised.value)
+    assert not tracing.enabled()
+
+
+def test_what_vmcp_encodes_is_what_the_official_otlp_messages_read() -> None:
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    finished: list[tracing.Span] = []
+    tracing.use_sink(finished.append)
+    try:
+        with tracing.request_span("tools/call", "échec", {"traceparent": parent,
+                                                          "tracestate": "a=1"},
+                                  {"vmcp.backend": "notes", "retries": -3,
+                                   "cached": True}) as span:
+            span.fail("-32602", "no such tool")
+            with tracing.backend_span("tools/call", "add", "notes"):
+                pass
+    finally:
+        tracing.use_sink(None)
+    body = export_request(finished, {"service.name": "edge"}, ("vmcp-trio", "9.9"))
+    request = ExportTraceServiceRequest()
+    request.ParseFromString(body)
+    resource_spans = request.resource_spans[0]
+    assert resource_spans.resource.attributes[0].value.string_value == "edge"
+    scope_spans = resource_spans.scope_spans[0]
+    assert (scope_spans.scope.name, scope_spans.scope.version) == ("vmcp-trio", "9.9")
+    call, served = scope_spans.spans  # the backend call ends first
+    assert served.name == "tools/call échec" and served.kind == 2 and call.kind == 3
+    assert served.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert served.parent_span_id.hex() == "00f067aa0ba902b7" and served.trace_state == "a=1"
+    assert call.parent_span_id == served.span_id and call.trace_id == served.trace_id
+    assert 0 < served.start_time_unix_nano <= call.start_time_unix_nano
+    assert call.end_time_unix_nano <= served.end_time_unix_nano
+    values = {a.key: a.value for a in served.attributes}
+    assert values["vmcp.backend"].string_value == "notes"
+    assert values["retries"].int_value == -3 and values["cached"].bool_value is True
+    assert values["error.type"].string_value == "-32602"
+    assert served.status.code == 2 and served.status.message == "no such tool"
+    assert not call.HasField("status")
+
+
+def test_the_export_queue_is_bounded_and_drops_what_does_not_fit() -> None:
+    release = threading.Event()
+    exported: list[int] = []
+
+    class Blocked:
+        def export(self, spans: Any) -> None:
+            release.wait(5)
+            exported.append(len(spans))
+
+    export = BatchExport([Blocked()], {"OTEL_BSP_MAX_QUEUE_SIZE": "3",  # type: ignore[list-item]
+                                       "OTEL_BSP_SCHEDULE_DELAY": "60000"})
+    for _ in range(3):
+        export.add(object())  # type: ignore[arg-type]
+    deadline = time.monotonic() + 5
+    while export._queue and time.monotonic() < deadline:  # the thread took the full batch
+        time.sleep(0.01)
+    for _ in range(4):  # three wait while the collector is stuck; the fourth is dropped
+        export.add(object())  # type: ignore[arg-type]
+    assert export.dropped == 1
+    release.set()
+    export.shutdown()
+    assert exported == [3, 3]
+
+
+@pytest.mark.parametrize(("traceparent", "joined"), [
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", True),
+    ("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-later", True),  # a later version
+    ("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", False),  # upper case
+    ("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", False),
+    ("00-00000000000000000000000000000000-00f067aa0ba902b7-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", False),
+    ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7", False),
+])
+def test_a_traceparent_is_joined_only_when_valid(traceparent: str, joined: bool) -> None:
+    finished: list[tracing.Span] = []
+    tracing.use_sink(finished.append)
+    try:
+        with tracing.request_span("ping", None, {"traceparent": traceparent}, {}):
+            pass
+    finally:
+        tracing.use_sink(None)
+    (span,) = finished
+    assert (span.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736") is joined
+    assert bool(span.parent_id) is joined
