@@ -124,6 +124,9 @@ class ParkedCall:
     scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     call: Any = None
     """The session's ``Call`` of this request: its stream follows the latest retry."""
+    in_place: bool = False
+    """Run in the request's own task, never parked (its client cannot be asked anything): a
+    question that needs a capability it lacks ends the call at once."""
     _changed: trio.Event = field(default_factory=trio.Event)
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -146,6 +149,8 @@ class ParkedCall:
 
     def lacks(self, capability: str) -> None:
         self.missing = {capability: {}}
+        if self.in_place:
+            self.scope.cancel()
         self._wake()
 
     def finish(self, reply: Response | ErrorResponse | None) -> None:

@@ -15,6 +15,10 @@ goes to a handshake backend is bridged by :class:`StatelessCalls`, with these ru
   another replica's call is passed there (the peer's ``parked_elsewhere``).
 * The answer is the backend's reply, under the retry's id; a question that needs a capability
   the client did not declare ends the call with -32021 naming it.
+* A client that declared neither ``sampling`` nor ``elicitation`` cannot be asked anything: its
+  call runs in the request's own task and is never parked (no task, no state); a question the
+  backend asks it ends the call with -32021 as a parked call's would, and a backend's request
+  on its own stream finds no call waiting for the client.
 * Parked calls expire with their state's lifetime, at most
   :data:`~.calls.MAX_WAITING_FOR_CLIENT` at once (the oldest dropped past it); a client that
   closes the stream of the request that is waiting cancels the call.
@@ -22,6 +26,7 @@ goes to a handshake backend is bridged by :class:`StatelessCalls`, with these ru
 
 from __future__ import annotations
 
+import math
 import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -38,12 +43,17 @@ from ..protocol.jsonrpc import (
 )
 from ..protocol.stateless_requests import MISSING_CLIENT_CAPABILITY, StatelessContext
 from .calls import MAX_WAITING_FOR_CLIENT, Call, SessionBusy, progress_token
+from .client_relay import CLIENT_CAPABILITY
 from .parked_calls import ParkedCall, RequestStateSigner, check_input_responses, params_digest
 from .routing import Routed
 from .session_peer import SessionPeer
 from .streams import EventStream
 
 __all__ = ["StatelessCalls"]
+
+_ASKABLE = frozenset(c for c in CLIENT_CAPABILITY.values() if c != "roots")
+"""What a client must declare for a backend's call to ask it something (a ``roots/list`` of a
+parked call is refused to the backend, never asked)."""
 
 Reply = Response | ErrorResponse
 Handle = Callable[[Request, Call], Awaitable[Reply | None]]
@@ -52,6 +62,12 @@ Handle = Callable[[Request, Call], Awaitable[Reply | None]]
 
 def _error(request: Request, code: int, message: str, data: Any = None) -> ErrorResponse:
     return ErrorResponse(request.id, ErrorObject(code, message, data))
+
+
+def _missing(request: Request, missing: dict[str, Any]) -> ErrorResponse:
+    return _error(request, MISSING_CLIENT_CAPABILITY, "the request needs a client capability "
+                  f"that was not declared: {', '.join(missing)}",
+                  {"requiredCapabilities": missing})
 
 
 class StatelessCalls:
@@ -96,6 +112,8 @@ class StatelessCalls:
             parked.call.stream = stream
             parked.call.progress_token = progress_token(params)
             await parked.answer(responses)
+        elif _ASKABLE.isdisjoint(context.client_capabilities):
+            return await self._run_here(request, stream, context, routed)
         else:
             self._expire()
             call_id = secrets.token_urlsafe(12)
@@ -114,9 +132,7 @@ class StatelessCalls:
             raise
         if parked.missing is not None:
             self._drop(parked)
-            return _error(request, MISSING_CLIENT_CAPABILITY, "the request needs a client "
-                          f"capability that was not declared: {', '.join(parked.missing)}",
-                          {"requiredCapabilities": parked.missing})
+            return _missing(request, parked.missing)
         if parked.reply is not None:
             self._drop(parked)
             if isinstance(parked.reply, Response):
@@ -124,6 +140,18 @@ class StatelessCalls:
             return ErrorResponse(request.id, parked.reply.error)
         state = self._signer.sign(parked.id, self._identity, request.method, digest)
         return Response(request.id, parked.input_required(state))
+
+    async def _run_here(self, request: Request, stream: EventStream, context: StatelessContext,
+                        routed: Routed | None) -> Reply | None:
+        """The call of a client that cannot be asked anything, in this task (module)."""
+        parked = ParkedCall("", math.inf, in_place=True)
+        parked.call = Call(stream, context, parked, routed=routed)
+        reply = None
+        with parked.scope:
+            reply = await self._handle(request, parked.call)
+        if parked.missing is not None:
+            return _missing(request, parked.missing)
+        return reply
 
     async def _run(self, parked: ParkedCall, request: Request) -> None:
         with parked.scope:
