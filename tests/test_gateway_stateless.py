@@ -154,3 +154,23 @@ async def test_subscriptions_listen(stateless) -> None:  # type: ignore[no-untyp
     subscription = ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"]
     assert changed["method"] == "notifications/resources/list_changed"
     assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == subscription
+
+
+async def test_first_requests_of_an_identity_arriving_together_all_find_its_tools() -> None:
+    """The identity's context is made once, by whichever request comes first; the others
+    wait for it to be up rather than finding it half made (no tools yet)."""
+    async with running_gateway() as (url, _):
+        clients = [StatelessClient(url) for _ in range(12)]
+        replies: list[Reply] = []
+
+        async def first_call(client: StatelessClient) -> None:
+            replies.append(await client.call("clock_echo", {"message": "together"}))
+
+        async with trio.open_nursery() as nursery:
+            for client in clients:
+                nursery.start_soon(first_call, client)
+        for client in clients:
+            await client.http.aclose()
+    assert len(replies) == 12
+    assert all(r.result["content"][0]["text"].endswith("together") for r in replies), [
+        r.body for r in replies]

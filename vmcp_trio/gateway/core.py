@@ -237,6 +237,10 @@ class Gateway:
         whose backend links may relay every question (each request says what its client
         takes)."""
         key = caller.identity.key
+        session = self.stateless_contexts.get(key)
+        if session is not None and not session.closed.is_set():  # the common case: no lock
+            session.caller = caller
+            return session
         async with self._stateless_lock:
             session = self.stateless_contexts.get(key)
             if session is not None and not session.closed.is_set():
@@ -249,8 +253,8 @@ class Gateway:
             if self.parked_relay is not None:
                 session.peer = SessionPeer(parked_elsewhere=partial(
                     self._parked_elsewhere, self.parked_relay, session))
-            self.stateless_contexts[key] = session
             await self._sessions_nursery.start(session.run)
+            self.stateless_contexts[key] = session  # once its links are up (found unlocked)
             return session
 
     async def find_session(self, session_id: str, caller: Caller) -> ClientSession | None:

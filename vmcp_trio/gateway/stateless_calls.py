@@ -91,8 +91,8 @@ class StatelessCalls:
     async def answer(self, request: Request, stream: EventStream, context: StatelessContext,
                      routed: Routed | None) -> Reply | None:
         params = request.params or {}
-        digest = params_digest(params)
         if "requestState" in params:
+            digest = params_digest(params)
             call_id = self._signer.verify(params["requestState"], self._identity,
                                           request.method, digest)
             parked = self._parked.get(call_id or "")
@@ -115,6 +115,7 @@ class StatelessCalls:
         elif _ASKABLE.isdisjoint(context.client_capabilities):
             return await self._run_here(request, stream, context, routed)
         else:
+            digest = params_digest(params)
             self._expire()
             call_id = secrets.token_urlsafe(12)
             parked = ParkedCall(f"{self._id_prefix}.{call_id}" if self._id_prefix else call_id,
