@@ -66,10 +66,17 @@ class Catalog:
     conflicts: tuple[str, ...] = ()
     failures: Mapping[str, str] = field(default_factory=dict)
     """Backends left out because they are unavailable, with why."""
+    _tools_by_name: Mapping[str, dict[str, Any]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_name = {tool.get("name"): tool for tool in reversed(self.tools)}  # the first wins
+        object.__setattr__(self, "_tools_by_name", by_name)
 
     def tool(self, name: object) -> dict[str, Any] | None:
-        """The listed tool of that name (as clients see it), if any."""
-        return next((tool for tool in self.tools if tool.get("name") == name), None)
+        """The listed tool of that name (as clients see it), if any: a lookup, as every
+        ``tools/call`` asks (its annotations for policies, its schema for 2026-07-28's
+        parameter headers)."""
+        return self._tools_by_name.get(name) if isinstance(name, str) else None
 
     def resource_backend(self, uri: str) -> str | None:
         """The backend serving ``uri``: a listed resource, else the first matching template."""
