@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -458,7 +459,7 @@ def test_the_export_queue_is_bounded_and_drops_what_does_not_fit() -> None:
     exported: list[int] = []
 
     class Blocked:
-        def export(self, spans: Any) -> None:
+        def export(self, spans: Any, *, retry: bool) -> None:
             release.wait(5)
             exported.append(len(spans))
 
@@ -498,3 +499,25 @@ def test_a_traceparent_is_joined_only_when_valid(traceparent: str, joined: bool)
     (span,) = finished
     assert (span.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736") is joined
     assert bool(span.parent_id) is joined
+
+
+def test_a_collector_that_never_answers_holds_neither_a_span_nor_the_exit() -> None:
+    """Spans are queued whatever the collector does; at exit the export gets
+    ``OTEL_BSP_EXPORT_TIMEOUT`` at most, not the exporter's own (much longer) timeout."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()  # accepts (the kernel does), never answers
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{silent.getsockname()[1]}",
+               "OTEL_EXPORTER_OTLP_TIMEOUT": "60000", "OTEL_BSP_EXPORT_TIMEOUT": "500"}
+    try:
+        assert tracing.configure(environ) is not None
+        started = time.monotonic()
+        for _ in range(100):
+            with tracing.request_span("tools/call", "x", None, {}):
+                pass
+        assert time.monotonic() - started < 0.5
+        started = time.monotonic()
+        tracing.shutdown()
+        assert time.monotonic() - started < 2.0
+    finally:
+        silent.close()

@@ -7,8 +7,10 @@ Rules it keeps:
 * **Bounded.** At most ``OTEL_BSP_MAX_QUEUE_SIZE`` spans (2048) wait; past it a span is dropped
   and counted (:attr:`BatchExport.dropped`, logged once a minute at most), never waited for.
 * **Batches** of at most ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE`` (512) go when that many wait or every
-  ``OTEL_BSP_SCHEDULE_DELAY`` milliseconds (5000); :meth:`BatchExport.shutdown` sends what waits
-  and stops the thread, within ``OTEL_BSP_EXPORT_TIMEOUT`` (30000 ms).
+  ``OTEL_BSP_SCHEDULE_DELAY`` milliseconds (5000); :meth:`BatchExport.shutdown` sends what waits,
+  each batch tried once, and stops the thread within ``OTEL_BSP_EXPORT_TIMEOUT`` (30000 ms) and
+  never more than :data:`SHUTDOWN_LIMIT`: a collector that is down does not hold an exit (a
+  pod's grace period is short).
 * **OTLP over HTTP** (:class:`OtlpHttp`): ``POST`` of protobuf (:mod:`.otlp_encoding`) to
   ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, else ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``
   (default ``http://localhost:4318/v1/traces``), with the ``..._HEADERS`` (``k=v,...``,
@@ -43,6 +45,8 @@ __all__ = ["BatchExport", "Console", "ExportSettingError", "OtlpHttp", "exporter
 log = logging.getLogger("vmcp.traces")
 
 _RETRIED = frozenset({429, 502, 503, 504})
+SHUTDOWN_LIMIT = 5.0
+"""Seconds an exit waits at most for the spans still queued to go."""
 _COMPLAIN_EVERY = 60.0
 
 
@@ -139,7 +143,7 @@ class OtlpHttp:
                                      f"{exc}") from None
         return context
 
-    def export(self, spans: Sequence[FinishedSpan]) -> None:
+    def export(self, spans: Sequence[FinishedSpan], *, retry: bool = True) -> None:
         body = export_request(spans, self._resource, self._scope)
         if self._gzip:
             body = gzip.compress(body)
@@ -149,7 +153,7 @@ class OtlpHttp:
             status = self._post(body)
             if status is not None and 200 <= status < 300:
                 return
-            if (status is not None and status not in _RETRIED) or \
+            if (status is not None and status not in _RETRIED) or not retry or \
                     time.monotonic() + delay >= deadline:
                 self._complain(f"traces: {len(spans)} span(s) could not be exported to "
                                f"{self.url[:200]} ({f'HTTP {status}' if status else 'no answer'})")
@@ -196,7 +200,7 @@ class Console:
         self._resource = dict(resource)
         self._scope = scope[0]
 
-    def export(self, spans: Sequence[FinishedSpan]) -> None:
+    def export(self, spans: Sequence[FinishedSpan], *, retry: bool = True) -> None:
         lines = []
         for span in spans:
             lines.append(json.dumps({
@@ -257,17 +261,17 @@ class BatchExport:
                      for _ in range(min(self._batch, len(self._queue)))]
             for sink in self._sinks:
                 try:
-                    sink.export(batch)
+                    sink.export(batch, retry=not self._stopping)
                 except Exception as exc:  # an exporter's fault loses its batch, nothing more
                     self._complain(f"traces: exporting failed: {exc!r}"[:300])
             if len(self._queue) < self._batch and not self._stopping:
                 return
 
     def shutdown(self) -> None:
-        """Send what waits and stop (within ``OTEL_BSP_EXPORT_TIMEOUT``)."""
+        """Send what waits and stop (see the module)."""
         self._stopping = True
         self._wake.set()
-        self._thread.join(self._shutdown_within)
+        self._thread.join(min(self._shutdown_within, SHUTDOWN_LIMIT))
 
 
 def exporters(names: Sequence[str], environ: Mapping[str, str], resource: Mapping[str, str],
