@@ -18,7 +18,7 @@ import trio
 
 from vmcp_trio.http.asgi import http_request as request_of
 from vmcp_trio.http.asgi import open_stream, send_json, send_text
-from vmcp_trio.http.serving import hypercorn_config, listen, serve
+from vmcp_trio.http.serving import listen, serve, server_config
 
 LEFT: list[str] = []
 
@@ -70,7 +70,7 @@ async def app(scope: Any, receive: Any, send: Any) -> None:
 @asynccontextmanager
 async def server(*, idle: float = 30.0, max_head: int = 16 * 1024) -> AsyncIterator[
         tuple[int, trio.Event]]:
-    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=max_head, idle_seconds=idle)
+    config = server_config("127.0.0.1", 0, max_header_bytes=max_head, idle_seconds=idle)
     config.graceful_timeout = 3
     sockets = listen(config)
     stop = trio.Event()

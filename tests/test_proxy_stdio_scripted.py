@@ -21,7 +21,7 @@ import trio.testing
 
 from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
-from vmcp_trio.http.serving import hypercorn_config, listen, serve
+from vmcp_trio.http.serving import listen, serve, server_config
 from vmcp_trio.proxy.stdio_bridge import StdioBridge
 
 from .fixtures.asgi_body import read_body
@@ -88,7 +88,7 @@ async def bridged(remote: Remote) -> AsyncIterator[tuple[trio.abc.SendStream,
                                                         trio.abc.ReceiveStream]]:
     """The bridge to ``remote``, its handshake done; yields its stdin and its stdout (after the
     answer to ``initialize``)."""
-    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
+    config = server_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
     client = HttpClient()
     stdin_writer, stdin = trio.testing.memory_stream_one_way_pair()
     stdout, stdout_reader = trio.testing.memory_stream_one_way_pair()

@@ -11,7 +11,7 @@ import trio
 
 from vmcp_trio.app.tunnel import run_relay
 from vmcp_trio.http.client import HttpClient
-from vmcp_trio.http.serving import hypercorn_config, listen, serve
+from vmcp_trio.http.serving import listen, serve, server_config
 from vmcp_trio.tunnel.agent import TunnelAgent, status_app
 from vmcp_trio.tunnel.relay import TunnelRelay
 from vmcp_trio.tunnel.tokens import new_token_line
@@ -39,7 +39,7 @@ async def relay_running(relay: TunnelRelay, port: int = 0) -> AsyncIterator[str]
 @asynccontextmanager
 async def status_running(agent: TunnelAgent) -> AsyncIterator[str]:
     """The agent's ``--metrics-port`` server."""
-    config = hypercorn_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
+    config = server_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, status_app(agent), config, listen(config),
                                             shutdown_trigger=trio.sleep_forever))

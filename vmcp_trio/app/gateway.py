@@ -21,7 +21,7 @@ from ..gateway.core import SHUTTING_DOWN
 from ..gateway.server import MCP_PATH
 from ..gateway.settings import GatewaySettings
 from ..http import hypercorn_guard, hypercorn_tuning
-from ..http.serving import hypercorn_config, listen, serve
+from ..http.serving import listen, serve, server_config
 from ..resources.plan import GatewayPlan
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import Supervisor
@@ -83,10 +83,10 @@ async def serve_gateway(process: GatewayProcess, *,
     hypercorn_tuning.install()
     hypercorn_guard.install(process.metrics.faults.labels("connection").inc)
     settings = process.settings
-    config = hypercorn_config(settings.host, settings.port,
-                              max_header_bytes=settings.max_header_bytes,
-                              idle_seconds=settings.idle_connection_seconds,
-                              tls_cert=tls_cert, tls_key=tls_key)
+    config = server_config(settings.host, settings.port,
+                           max_header_bytes=settings.max_header_bytes,
+                           idle_seconds=settings.idle_connection_seconds,
+                           tls_cert=tls_cert, tls_key=tls_key)
     sockets = listen(config)  # before anything starts: an operator's mistake is one line
     stop = trio.Event()
     async with trio.open_nursery() as nursery:

@@ -30,7 +30,7 @@ from ..auth.outgoing.strategies import build_strategy
 from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
 from ..http.origin import OriginGuard
-from ..http.serving import hypercorn_config, listen, serve
+from ..http.serving import listen, serve, server_config
 from ..proxy.credentials import Exchanged, RemoteCredential, StaticBearer
 from ..proxy.forwarder import Forwarder
 from ..proxy.login_store import LoginStore
@@ -148,9 +148,9 @@ async def serve_proxy(process: ProxyProcess, *,
     hypercorn_tuning.install()
     hypercorn_guard.install()
     settings = process.settings
-    config = hypercorn_config(settings.host, settings.port,
-                              max_header_bytes=settings.max_header_bytes,
-                              idle_seconds=settings.idle_connection_seconds)
+    config = server_config(settings.host, settings.port,
+                           max_header_bytes=settings.max_header_bytes,
+                           idle_seconds=settings.idle_connection_seconds)
     sockets = listen(config)  # before anything starts: an operator's mistake is one line
     stop = trio.Event()
     try:

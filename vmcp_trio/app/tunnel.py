@@ -18,7 +18,7 @@ import trio
 from ..auth.incoming.build import AuthSettings, build_authenticator
 from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.client import HttpClient
-from ..http.serving import hypercorn_config, listen, serve
+from ..http.serving import listen, serve, server_config
 from ..proxy.settings import ProxySettings
 from ..resources.plan import OIDCIncoming
 from ..runtime.logs import say, write_access_log
@@ -56,8 +56,8 @@ async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str |
     IncomingAuthError for an issuer that cannot be set up)."""
     hypercorn_tuning.install()
     hypercorn_guard.install()
-    config = hypercorn_config(host, port, max_header_bytes=64 * 1024, tls_cert=tls_cert,
-                              tls_key=tls_key)
+    config = server_config(host, port, max_header_bytes=64 * 1024, tls_cert=tls_cert,
+                           tls_key=tls_key)
     sockets = listen(config)
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(nursery)
@@ -95,7 +95,7 @@ async def run_agent(settings: ProxySettings, relay_url: str, token: str, *,
         async with trio.open_nursery() as nursery:
             supervisor = Supervisor(nursery)
             if status_listener is not None:
-                config = hypercorn_config(*status_listener, max_header_bytes=16 * 1024)
+                config = server_config(*status_listener, max_header_bytes=16 * 1024)
                 urls: list[str] = await nursery.start(partial(
                     serve, status_app(agent), config, listen(config),
                     shutdown_trigger=trio.sleep_forever))

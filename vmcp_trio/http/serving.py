@@ -14,7 +14,7 @@ same bounds: request heads (``max_header_bytes``), the idle timeout, the TLS han
 deadline; an error of either's own code ends that connection only
 (:func:`~vmcp_trio.http.hypercorn_guard.connection_failed`).
 
-:func:`hypercorn_config` sets what every server of this package needs: bounded request headers
+:func:`server_config` sets what every server of this package needs: bounded request headers
 (for HTTP/1.1 and HTTP/2), an idle timeout long enough for an MCP session's connection (it also
 closes a connection whose request headers never finish) and no cap at hypercorn's 1,000 requests
 per connection, a deep accept backlog, no access log (the app logs what it served) and no
@@ -43,7 +43,7 @@ from .hypercorn_guard import connection_failed
 if TYPE_CHECKING:
     from hypercorn.typing import Framework
 
-__all__ = ["ListenError", "hypercorn_config", "listen", "serve"]
+__all__ = ["ListenError", "listen", "serve", "server_config"]
 
 
 class ListenError(Exception):
@@ -198,9 +198,9 @@ class _Replayed:
         return getattr(self._stream, name)
 
 
-def hypercorn_config(host: str, port: int, *, max_header_bytes: int,
-                     idle_seconds: float = 75.0, tls_cert: str | None = None,
-                     tls_key: str | None = None) -> Config:
+def server_config(host: str, port: int, *, max_header_bytes: int,
+                  idle_seconds: float = 75.0, tls_cert: str | None = None,
+                  tls_key: str | None = None) -> Config:
     config = Config()
     bind_host = f"[{host}]" if ":" in host else host
     config.bind = [f"{bind_host}:{port}"]

@@ -20,7 +20,7 @@ from functools import partial
 import trio
 
 from ..http.asgi import Receive, Scope, Send, http_request, send_text
-from ..http.serving import hypercorn_config, listen, serve
+from ..http.serving import listen, serve, server_config
 
 __all__ = ["CALLBACK_PATH", "CallbackResult", "CallbackServer"]
 
@@ -81,8 +81,8 @@ class CallbackServer:
 
     def __init__(self, port: int, state: str) -> None:
         self.app = _CallbackApp(state)
-        self.config = hypercorn_config("127.0.0.1", port, max_header_bytes=16 * 1024,
-                                       idle_seconds=10)
+        self.config = server_config("127.0.0.1", port, max_header_bytes=16 * 1024,
+                                    idle_seconds=10)
         self.sockets = listen(self.config)
 
     async def wait(self, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
