@@ -9,6 +9,7 @@ import itertools
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -342,14 +343,28 @@ async def fixed_calls(url: str, *, auths: Sequence[bytes], calls: int) -> LoadRe
     return result
 
 
-def load_arguments(description: str | None = None) -> argparse.Namespace:
+def load_arguments(description: str | None = None, *, rounds: int = 1) -> argparse.Namespace:
     """The options of a benchmark that loads a gateway with MCP sessions: ``--sessions``,
-    ``--warmup`` and ``--duration`` (seconds per phase)."""
+    ``--warmup`` and ``--duration`` (seconds per phase), and ``--rounds`` (of every phase,
+    alternated, for :func:`median_run`)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--sessions", type=int, default=32)
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--duration", type=float, default=8.0)
+    parser.add_argument("--rounds", type=int, default=rounds)
     return parser.parse_args()
+
+
+def median_run(runs: list[dict[str, float]]) -> dict[str, Any]:
+    """Rounds of one phase as one: the median of each figure, and each figure's range
+    (``<name>_range``: the lowest and highest round) when there were several."""
+    merged: dict[str, Any] = {}
+    for name in runs[0]:
+        values = sorted(run[name] for run in runs)
+        merged[name] = statistics.median(values)
+        if len(values) > 1:
+            merged[f"{name}_range"] = [values[0], values[-1]]
+    return merged
 
 
 def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace, *,

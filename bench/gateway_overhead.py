@@ -12,7 +12,12 @@ and for 2026-07-28 clients (no session; each call carries its own headers and ``
 the gateway costs per call in units of the cheapest possible Python HTTP exchange (target: <=
 2), and the p99 latency through vmcp over the floor's at the same concurrency (target: <= 2).
 
-Run: ``python bench/gateway_overhead.py [--sessions 32] [--duration 8]``.
+The phases are run in ``--rounds`` alternating rounds (3 by default: direct, gateway,
+2026-07-28, then again), and each figure kept is the median round's, with its range beside it:
+a neighbour that slows the machine for a while slows every phase alike, and one slow round
+does not decide the ratio.
+
+Run: ``python bench/gateway_overhead.py [--sessions 32] [--duration 8] [--rounds 3]``.
 """
 
 from __future__ import annotations
@@ -24,18 +29,25 @@ from common import (  # type: ignore[import-not-found]
     emit,
     gateway_phase,
     load_arguments,
+    median_run,
     server_and_load_cpus,
 )
 
 
 def main() -> None:
-    args = load_arguments()
+    args = load_arguments(rounds=3)
     server_cpu, load_cpu = server_and_load_cpus()
-    direct = direct_phase(args, server_cpu)
-    via = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu)
-    stateless = gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu, stateless=True)
+    rounds: dict[str, list[dict[str, float]]] = {"direct": [], "via": [], "stateless": []}
+    for _ in range(args.rounds):
+        rounds["direct"].append(direct_phase(args, server_cpu))
+        rounds["via"].append(gateway_phase(args, server_cpu=server_cpu, load_cpu=load_cpu))
+        rounds["stateless"].append(gateway_phase(args, server_cpu=server_cpu,
+                                                 load_cpu=load_cpu, stateless=True))
+    direct, via, stateless = (median_run(rounds[phase])
+                              for phase in ("direct", "via", "stateless"))
     floor_cpu = direct["floor_cpu_us_per_call"]
-    metrics = {"sessions": args.sessions, "direct": direct, "via_vmcp": via,
+    metrics = {"sessions": args.sessions, "rounds": args.rounds, "direct": direct,
+               "via_vmcp": via,
                "via_vmcp_2026": stateless, "cpus": {"servers": server_cpu, "load": load_cpu}}
     ratios = {
         "vmcp_cpu_per_call_vs_floor": round(via["vmcp_cpu_us_per_call"] / floor_cpu, 2),
