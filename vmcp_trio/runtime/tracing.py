@@ -113,7 +113,8 @@ class SpanHandle:
 
 
 class _InContext(SpanHandle):
-    """A span not recorded: its context is the current one while it lasts."""
+    """A context that is the current one while it lasts: a span not recorded, or the parent a
+    request's headers name (:func:`incoming`)."""
 
     __slots__ = ("_context", "_token")
 
@@ -400,30 +401,13 @@ def replace_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return kept
 
 
-class _Attached:
-    """The context of a request's headers, current for what the request does."""
-
-    __slots__ = ("_context", "_token")
-
-    def __init__(self, context: TraceContext) -> None:
-        self._context = context
-        self._token: Token[TraceContext | None] | None = None
-
-    def __enter__(self) -> None:
-        self._token = _CURRENT.set(self._context)
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        _CURRENT.reset(self._token)
-
-
 def incoming(headers: Mapping[str, str]) -> AbstractContextManager[object]:
     """Make the trace context of a request's HTTP headers (lower-case names) the current one,
     for what the request does (a ``_meta`` trace context still wins)."""
     if _sink is None:
         return nullcontext()
     parent = _parent(headers)
-    return nullcontext() if parent is None else _Attached(parent)
+    return nullcontext() if parent is None else _InContext(parent)
 
 
 def inject_meta(params: dict[str, Any]) -> dict[str, Any]:
