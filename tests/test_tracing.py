@@ -521,3 +521,24 @@ def test_a_collector_that_never_answers_holds_neither_a_span_nor_the_exit() -> N
         assert time.monotonic() - started < 2.0
     finally:
         silent.close()
+
+
+def test_tracestate_and_baggage_pass_on_bounded() -> None:
+    """A context's tracestate and baggage travel to the backend as they came, within the W3C
+    bounds (512 and 8192 characters); past them they are dropped, the trace still joined."""
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    finished: list[tracing.Span] = []
+    tracing.use_sink(finished.append)
+    try:
+        carried = []
+        for state, baggage in (("a=1", "user=x"), ("a=" + "1" * 600, "k=" + "v" * 9000)):
+            with tracing.request_span("tools/call", "x", {"traceparent": parent,
+                                                          "tracestate": state,
+                                                          "baggage": baggage}, {}):
+                carried.append(tracing.inject_meta({})["_meta"])
+    finally:
+        tracing.use_sink(None)
+    assert carried[0]["tracestate"] == "a=1" and carried[0]["baggage"] == "user=x"
+    assert "tracestate" not in carried[1] and "baggage" not in carried[1]
+    assert all(meta["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
+               for meta in carried)
