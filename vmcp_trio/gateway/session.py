@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from functools import cached_property
 from typing import Any
 
 import trio
@@ -97,8 +98,8 @@ __all__ = ["ClientSession"]
 
 log = logging.getLogger("vmcp.session")
 
-_IN_PLACE_GRACE = 5.0
-"""How long a closing session waits for the cancelled requests at work in their HTTP tasks."""
+_WORK_GRACE = 5.0
+"""How long a closing session waits for its cancelled requests at work to leave."""
 
 _LIST_CHANGED = ("notifications/prompts/list_changed", "notifications/resources/list_changed",
                  "notifications/tools/list_changed")
@@ -154,12 +155,14 @@ class ClientSession:
         """Closing ends the session (its backend sessions too); False: only this copy."""
         self._record_version = 0
         self._supervisor: Supervisor | None = None
-        self._requests: trio.Nursery | None = None
+        self._nursery: trio.Nursery | None = None
+        """The session's machinery's, where its spawned requests run too."""
         self._working = 0
-        self._in_place: set[trio.CancelScope] = set()
-        """Requests at work in their own HTTP request's task (:meth:`admit_in_place`)."""
-        self._in_place_gone: trio.Event | None = None
-        """Request tasks at work (:meth:`spawn`)."""
+        self._at_work: set[trio.CancelScope] = set()
+        """The scopes of the requests at work: in their own HTTP request's task
+        (:meth:`admit_in_place`) or in a task of the session's (:meth:`spawn`)."""
+        self._work_gone: trio.Event | None = None
+        """Set when the last request at work has left, once the session is closing."""
         self.links = SessionLinks(services, owner=session_id, capabilities=client_capabilities,
                                   caller=lambda: self.caller, sink=self.unrelated_sink,
                                   changed=self._changed)
@@ -175,46 +178,53 @@ class ClientSession:
             stateless=revision.stateless, standalone=self.streams.standalone,
             closed=self.closed, capabilities=self._capabilities,
             log_level=lambda: self.log_level, peer=lambda: self.peer)
-        self.subscriptions = Subscriptions(
-            self.links, self.catalog, services.task_ids, owner=session_id,
-            identity=self.identity.key, sink=self.unrelated_sink,
-            not_found_code=revision.resource_not_found_code)
-        self.stateless_calls = StatelessCalls(
-            services.request_states, identity=self.identity.key, id_prefix=prefix,
-            handle=self._handle_call, spawn=self.spawn, peer=lambda: self.peer)
+
+    # 2026-07-28 only: made when first used (a handshake session never does)
+
+    @cached_property
+    def subscriptions(self) -> Subscriptions:
+        return Subscriptions(self.links, self.catalog, self.services.task_ids, owner=self.id,
+                             identity=self.identity.key, sink=self.unrelated_sink,
+                             not_found_code=self.revision.resource_not_found_code)
+
+    @cached_property
+    def stateless_calls(self) -> StatelessCalls:
+        return StatelessCalls(self.services.request_states, identity=self.identity.key,
+                              id_prefix=self.services.stream_key_prefix,
+                              handle=self._handle_call, spawn=self.spawn,
+                              peer=lambda: self.peer)
 
     # --- lifetime ------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect the backends, report started, and hold the session until closed.
 
-        Two nurseries: the session's machinery (its backend links' long-lived tasks, under the
-        session's own supervisor) and, inside it, the client's requests (:meth:`spawn`), so
-        that closing the session stops the requests before the links they use. Whatever goes
-        wrong in the session ends it, and only it (it never raises but to be cancelled)."""
+        One nursery: the session's machinery (its backend links' long-lived tasks, under the
+        session's own supervisor) and the requests it runs in tasks of its own (:meth:`spawn`,
+        each in a scope of its own). Closing the session cancels every request at work, waits
+        for them to leave, then stops the links they used. Whatever goes wrong in the session
+        ends it, and only it (it never raises but to be cancelled)."""
         started = False
         try:
             async with trio.open_nursery() as machinery:
                 self._supervisor = Supervisor(machinery,
                                               on_restart=self.services.metrics.count_restart)
-                async with trio.open_nursery() as requests:
-                    self._requests = requests
-                    for name in await self.links.connect_all(self._supervisor):
-                        # left out of the opening: joins (and the client is told) when it
-                        # answers, within its own timeout
-                        self._in_machinery(f"late join of {name}", self._react_to_health,
-                                           name, True)
-                    task_status.started()
-                    started = True
-                    await self.closed.wait()
-                    self.streams.end_followers()
-                    requests.cancel_scope.cancel()
-                    for work in self._in_place:
-                        work.cancel()
-                if self._in_place:  # their links must outlive them too
-                    self._in_place_gone = trio.Event()
-                    with trio.move_on_after(_IN_PLACE_GRACE):
-                        await self._in_place_gone.wait()
+                self._nursery = machinery
+                for name in await self.links.connect_all(self._supervisor):
+                    # left out of the opening: joins (and the client is told) when it answers,
+                    # within its own timeout
+                    self._in_machinery(f"late join of {name}", self._react_to_health, name,
+                                       True)
+                task_status.started()
+                started = True
+                await self.closed.wait()
+                self.streams.end_followers()
+                for work in self._at_work:
+                    work.cancel()
+                if self._at_work:  # their links must outlive them
+                    self._work_gone = trio.Event()
+                    with trio.move_on_after(_WORK_GRACE):
+                        await self._work_gone.wait()
                 machinery.cancel_scope.cancel()
         except Exception as exc:
             self.fail("its machinery", exc)
@@ -247,43 +257,46 @@ class ClientSession:
         self.last_active = trio.current_time()
 
     def spawn(self, fn: Callable[..., Awaitable[object]], *args: Any) -> None:
-        """Run the work of a client's request in the session's request nursery (it ends with
-        the session). Raises :class:`~.calls.SessionClosed` when the session is ending, and
+        """Run the work of a client's request in a task of the session's (it ends with the
+        session). Raises :class:`~.calls.SessionClosed` when the session is ending, and
         :class:`~.calls.SessionBusy` when it already has ``max_requests`` at work."""
-        self._admit()
-        assert self._requests is not None
-        self._requests.start_soon(self._work, fn, args)
+        work = trio.CancelScope()
+        self.admit_in_place(work)
+        assert self._nursery is not None
+        self._nursery.start_soon(self._work, fn, args, work)
 
     def admit_in_place(self, work: trio.CancelScope) -> None:
         """Count a request whose work runs in its own HTTP request's task (the responder's
-        quick path: no task started for it), as :meth:`spawn` would, with the same refusals.
+        quick path: no task started for it), as :meth:`spawn` does, with the same refusals.
         Closing the session cancels its ``work`` scope and waits for it to
         :meth:`leave_in_place` before the links it uses close."""
         self._admit()
-        self._in_place.add(work)
+        self._at_work.add(work)
 
     def leave_in_place(self, work: trio.CancelScope) -> None:
         self._working -= 1
-        self._in_place.discard(work)
-        if not self._in_place and self._in_place_gone is not None:
-            self._in_place_gone.set()
+        self._at_work.discard(work)
+        if not self._at_work and self._work_gone is not None:
+            self._work_gone.set()
 
     def _admit(self) -> None:
-        if self._requests is None or self.closed.is_set():
+        if self._nursery is None or self.closed.is_set():
             raise SessionClosed
         if self._working >= self.services.max_requests:
             raise SessionBusy(f"the session has {self._working} requests in flight, the most "
                               "one session may have; wait for some to finish")
         self._working += 1
 
-    async def _work(self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...]) -> None:
+    async def _work(self, fn: Callable[..., Awaitable[object]], args: tuple[Any, ...],
+                    work: trio.CancelScope) -> None:
         try:
-            await fn(*args)
+            with work:
+                await fn(*args)
         except Exception as exc:  # the request's own fault stays the request's
             log.error("session %s: a request's work failed", self.id[:8], exc_info=exc)
             self.services.metrics.faults.labels("request").inc()
         finally:
-            self._working -= 1
+            self.leave_in_place(work)
 
     def _in_machinery(self, name: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         """Work of the session's own (a health change, a reload): a task of its machinery, so
