@@ -154,7 +154,9 @@ class H1Connection:
         self._idle_scope = trio.CancelScope()
         self._waiting = False
         """Waiting for a request (what a drain cancels at once)."""
-        self._send_lock = trio.Lock()
+        self._send_lock: trio.Lock | None = None
+        """Serialises the writes of a streamed body (made by the first: most connections
+        answer in one write)."""
         self._writing = False
         """A write is in progress (a write without waiting would interleave with it)."""
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
@@ -190,7 +192,9 @@ class H1Connection:
                     if request.upgrade and self._read_so_far is not None:
                         return b"".join(self._read_so_far)
                     self._read_so_far = None
-                    if not await _Exchange(self, request).serve() or self._closed:
+                    served = await _Exchange(self, request).serve()
+                    del request  # an idle connection holds no request (its head, its scope)
+                    if not served or self._closed:
                         return None
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             return None
@@ -450,8 +454,11 @@ class _Exchange:
             data, self._held = self._held + data, b""
         if data:
             if more:
-                async with self._connection._send_lock:
-                    await self._connection._write(data)
+                connection = self._connection
+                if connection._send_lock is None:
+                    connection._send_lock = trio.Lock()
+                async with connection._send_lock:
+                    await connection._write(data)
             else:
                 await self._connection._write(data)
         if not more and self._unbounded:
@@ -467,7 +474,8 @@ class _Exchange:
         the next :meth:`send`), False when nothing was done."""
         connection = self._connection
         if (self._held or self._head is not None or self._sent_all or connection._writing
-                or connection._send_lock.locked() or connection._closed):
+                or (connection._send_lock is not None and connection._send_lock.locked())
+                or connection._closed):
             return False
         if self._chunked:
             body = b"%x\r\n%b\r\n" % (len(body), body)
