@@ -542,3 +542,24 @@ def test_tracestate_and_baggage_pass_on_bounded() -> None:
     assert "tracestate" not in carried[1] and "baggage" not in carried[1]
     assert all(meta["traceparent"].startswith("00-4bf92f3577b34da6a3ce929d0e0e4736-")
                for meta in carried)
+
+
+def test_a_password_in_the_collector_url_is_never_shown(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """What is logged of the endpoint (where traces go, a batch that could not be sent, a URL
+    that cannot be used) leaves out a user and password written into it."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    silent.close()  # nothing listens: the export fails at once
+    environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://trace-user:s3cr3t-pw@127.0.0.1:{port}",
+               "OTEL_BSP_EXPORT_TIMEOUT": "2000"}
+    where = tracing.configure(environ)
+    assert where == f"OTLP (http/protobuf) to http://127.0.0.1:{port}"
+    with tracing.request_span("tools/call", "x", None, {}):
+        pass
+    tracing.shutdown()
+    assert "could not be exported" in caplog.text and "s3cr3t-pw" not in caplog.text
+    with pytest.raises(tracing.TracingUnavailable) as refused:
+        tracing.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": "ftp://u:s3cr3t-pw@host/"})
+    assert "s3cr3t-pw" not in str(refused.value)

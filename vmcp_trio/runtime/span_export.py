@@ -18,7 +18,7 @@ Rules it keeps:
   ``..._CERTIFICATE`` (a CA file), ``..._CLIENT_CERTIFICATE``/``..._CLIENT_KEY`` (mutual TLS),
   each under its ``OTEL_EXPORTER_OTLP_TRACES_*`` name first. 429, 502, 503 and 504 are retried
   with backoff within the timeout; a batch that cannot be sent is dropped, logged once a minute
-  at most, never with the headers' values.
+  at most, never with the headers' values or a password the URL holds.
 * **Console** (:class:`Console`): one JSON object per span and line on stdout (for trying traces
   out, not for volume).
 * A setting that cannot be read is :class:`ExportSettingError` (one line naming the variable).
@@ -40,7 +40,8 @@ from urllib.parse import unquote, urlsplit
 
 from .otlp_encoding import SPAN_KIND_SERVER, FinishedSpan, export_request
 
-__all__ = ["BatchExport", "Console", "ExportSettingError", "OtlpHttp", "exporters", "pairs"]
+__all__ = ["BatchExport", "Console", "ExportSettingError", "OtlpHttp", "exporters", "pairs",
+           "shown"]
 
 log = logging.getLogger("vmcp.traces")
 
@@ -86,6 +87,18 @@ def pairs(raw: str, name: str) -> dict[str, str]:
     return out
 
 
+def shown(url: str) -> str:
+    """A URL as logs may show it: without a user or password in it."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url[:200]
+    netloc = parts.hostname or ""
+    netloc = f"[{netloc}]" if ":" in netloc else netloc
+    if parts.port is not None:
+        netloc += f":{parts.port}"
+    return parts._replace(netloc=netloc).geturl()[:200]
+
+
 def _complainer() -> Callable[[str], None]:
     """A warning logger that says something once a minute at most."""
     last = [-_COMPLAIN_EVERY]
@@ -109,8 +122,8 @@ class OtlpHttp:
                                         else "http://localhost:4318/v1/traces"))
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ExportSettingError(f"OTEL_EXPORTER_OTLP_ENDPOINT: {self.url[:80]!r} is not "
-                                     "an http(s) URL")
+            raise ExportSettingError(f"OTEL_EXPORTER_OTLP_ENDPOINT: {shown(self.url)[:80]!r} "
+                                     "is not an http(s) URL")
         self._https = parts.scheme == "https"
         self._host = parts.hostname
         self._port = parts.port or (443 if self._https else 80)
@@ -156,7 +169,8 @@ class OtlpHttp:
             if (status is not None and status not in _RETRIED) or not retry or \
                     time.monotonic() + delay >= deadline:
                 self._complain(f"traces: {len(spans)} span(s) could not be exported to "
-                               f"{self.url[:200]} ({f'HTTP {status}' if status else 'no answer'})")
+                               f"{shown(self.url)} "
+                               f"({f'HTTP {status}' if status else 'no answer'})")
                 return
             time.sleep(delay)
             delay *= 2

@@ -47,7 +47,7 @@ import orjson
 
 from .. import __version__
 from .otlp_encoding import SPAN_KIND_CLIENT, SPAN_KIND_SERVER
-from .span_export import BatchExport, ExportSettingError, exporters, pairs
+from .span_export import BatchExport, ExportSettingError, exporters, pairs, shown
 
 __all__ = ["PROPAGATED", "Span", "SpanHandle", "TraceContext", "TracingUnavailable",
            "backend_span", "configure", "enabled", "forward_span", "incoming", "inject_headers",
@@ -281,7 +281,7 @@ def configure(environ: Mapping[str, str] = os.environ) -> str | None:
     shutdown()
     _export = export
     use_sink(export.add, sampler)
-    where = endpoint or "the OTLP default endpoint"
+    where = shown(endpoint) if endpoint else "the OTLP default endpoint"
     return ", ".join(f"OTLP ({protocol}) to {where}" if n == "otlp" else "the console"
                      for n in names)
 
