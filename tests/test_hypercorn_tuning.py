@@ -1,6 +1,6 @@
-"""hypercorn with vmcp's tuning: responses intact, keep-alive connections closed after the idle
-timeout (and not before), a connection the client leaves closed at once, and a graceful
-shutdown that waits for a request in flight."""
+"""hypercorn with vmcp's keep-alive timer: responses intact, keep-alive connections closed after
+the idle timeout (and not before), a connection the client leaves closed at once, and a
+graceful shutdown that waits for a request in flight."""
 
 from __future__ import annotations
 
