@@ -2,11 +2,17 @@
 task: JSON when the reply comes within the JSON window, a stream (priming event first) when it
 does not, the session's bound on calls at work, a session that ends while a call is at work
 (the call is cancelled at the backend, and the links close after it), and a quiet GET stream
-kept alive and ended with its session."""
+kept alive and ended with its session; without the answer watcher, a client that leaves
+within the JSON window is noticed."""
 
 from __future__ import annotations
 
+import pytest
 import trio
+
+from vmcp_trio.gateway.responder import Responder
+from vmcp_trio.gateway.settings import GatewaySettings
+from vmcp_trio.gateway.streams import EventStream
 
 from .gateway_helpers import RawClient, running_gateway, stuck_backend
 
@@ -91,3 +97,36 @@ async def test_a_quiet_get_stream_is_kept_alive_and_ends_when_its_session_ends()
                 await trio.sleep(0.02)
         await other.aclose()
         await client.aclose()
+
+
+class _Client:
+    """The one thing the window's wait asks of an HTTP request: when its client leaves."""
+
+    def __init__(self) -> None:
+        self.left = trio.Event()
+
+    async def wait_disconnect(self) -> None:
+        await self.left.wait()
+
+
+@pytest.mark.parametrize("what", ["event", "window", "leaves"])
+async def test_without_the_watcher_a_client_that_leaves_within_the_window_is_noticed(
+        what: str) -> None:
+    responder = Responder(GatewaySettings(json_window_seconds=0.3))
+    stream, client = EventStream("r1"), _Client()
+    async with trio.open_nursery() as nursery:
+        if what == "event":
+            nursery.start_soon(lambda: trio.sleep(0.05))
+            stream.push(b"{}")
+        elif what == "leaves":
+            nursery.start_soon(lambda: _leave_after(client, 0.05))
+        started = trio.current_time()
+        left = await responder._client_left_within_window(client, stream)  # type: ignore[arg-type]
+        waited = trio.current_time() - started
+    assert left is (what == "leaves")
+    assert waited < 0.2 if what != "window" else waited >= 0.3
+
+
+async def _leave_after(client: _Client, seconds: float) -> None:
+    await trio.sleep(seconds)
+    client.left.set()

@@ -9,7 +9,7 @@ Both fronts of ``/mcp`` (the handshake revisions and 2026-07-28) answer requests
   each one as it comes, with keep-alive comments while the call is quiet. A handshake session's
   response stream starts with a priming event, so the client can resume it at once.
 * Where the work runs: in the HTTP request's own task (no task is started for it: the quick
-  path), counted by the session like the rest (:meth:`ClientSession.admit_in_place`,
+  path), counted by the session like the rest (:meth:`ClientSession.admit_work`,
   cancelled when the session ends); :meth:`Responder.watch_windows` streams its answer from a
   task of its own when the window closes, or an event besides the reply comes, first (looking
   every :data:`WINDOW_TICK`). While the watcher is not running, the work has a task of the
@@ -39,7 +39,14 @@ from functools import partial
 
 import trio
 
-from ..http.asgi import HttpRequest, Send, StreamWriter, open_stream, send_json
+from ..http.asgi import (
+    HttpRequest,
+    Send,
+    StreamWriter,
+    open_stream,
+    send_json,
+    until_client_leaves,
+)
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     ErrorResponse,
@@ -187,7 +194,7 @@ class Responder:
         workload = session.services.workload
         work_scope = trio.CancelScope()
         try:
-            session.admit_in_place(work_scope)
+            session.admit_work(work_scope)
         except (SessionClosed, SessionBusy):
             stream.finish()
             raise
@@ -201,7 +208,7 @@ class Responder:
             with work_scope:
                 await _work(session, request_id, compute, stream, replies)
         finally:
-            session.leave_in_place(work_scope)
+            session.leave_work(work_scope)
         if window.streamed is not None:  # the watcher is streaming it: wait for the end
             await window.streamed.wait()
             return
@@ -284,21 +291,11 @@ class Responder:
 
     async def _client_left_within_window(self, http: HttpRequest, stream: EventStream) -> bool:
         """Wait up to the JSON window for the stream's first event; True if the client left
-        meanwhile."""
-        client_left = False
-        async with trio.open_nursery() as nursery:
-
-            async def watch_disconnect() -> None:
-                nonlocal client_left
-                await http.wait_disconnect()
-                client_left = True
-                nursery.cancel_scope.cancel()
-
-            nursery.start_soon(watch_disconnect)
-            with trio.move_on_after(self.json_window):
+        meanwhile (the wait ended with neither)."""
+        with trio.move_on_after(self.json_window) as window:
+            async with until_client_leaves(http):
                 await stream.wait_event()
-            nursery.cancel_scope.cancel()
-        return client_left
+        return not window.cancelled_caught and stream.last_seq < 0 and not stream.finished
 
     async def pump(self, http: HttpRequest, send: Send, session: ClientSession,
                    stream: EventStream, after: int, headers: list[tuple[str, str]]) -> None:

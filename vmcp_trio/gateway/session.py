@@ -160,7 +160,7 @@ class ClientSession:
         self._working = 0
         self._at_work: set[trio.CancelScope] = set()
         """The scopes of the requests at work: in their own HTTP request's task
-        (:meth:`admit_in_place`) or in a task of the session's (:meth:`spawn`)."""
+        (:meth:`admit_work`) or in a task of the session's (:meth:`spawn`)."""
         self._work_gone: trio.Event | None = None
         """Set when the last request at work has left, once the session is closing."""
         self.links = SessionLinks(services, owner=session_id, capabilities=client_capabilities,
@@ -261,19 +261,19 @@ class ClientSession:
         session). Raises :class:`~.calls.SessionClosed` when the session is ending, and
         :class:`~.calls.SessionBusy` when it already has ``max_requests`` at work."""
         work = trio.CancelScope()
-        self.admit_in_place(work)
+        self.admit_work(work)
         assert self._nursery is not None
         self._nursery.start_soon(self._work, fn, args, work)
 
-    def admit_in_place(self, work: trio.CancelScope) -> None:
+    def admit_work(self, work: trio.CancelScope) -> None:
         """Count a request whose work runs in its own HTTP request's task (the responder's
         quick path: no task started for it), as :meth:`spawn` does, with the same refusals.
         Closing the session cancels its ``work`` scope and waits for it to
-        :meth:`leave_in_place` before the links it uses close."""
+        :meth:`leave_work` before the links it uses close."""
         self._admit()
         self._at_work.add(work)
 
-    def leave_in_place(self, work: trio.CancelScope) -> None:
+    def leave_work(self, work: trio.CancelScope) -> None:
         self._working -= 1
         self._at_work.discard(work)
         if not self._at_work and self._work_gone is not None:
@@ -296,7 +296,7 @@ class ClientSession:
             log.error("session %s: a request's work failed", self.id[:8], exc_info=exc)
             self.services.metrics.faults.labels("request").inc()
         finally:
-            self.leave_in_place(work)
+            self.leave_work(work)
 
     def _in_machinery(self, name: str, fn: Callable[..., Awaitable[None]], *args: Any) -> None:
         """Work of the session's own (a health change, a reload): a task of its machinery, so

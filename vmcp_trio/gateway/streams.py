@@ -162,11 +162,15 @@ class EventStream:
             del self._events[0]
         direct = self._direct
         if direct is not None and self._sent == seq - 1 and direct.write_now(
-                encode_event(payload, id=f"{self.key}.{seq}", retry=retry)):
+                self._encoded(seq, payload, retry)):
             self._sent = self.delivered = seq
             if not direct.holding:
                 return  # the follower's task sleeps on: nothing for it to do
         self._wake()
+
+    def _encoded(self, seq: int, payload: bytes, retry: int | None) -> bytes:
+        """One event as its follower's connection gets it (its id names this stream)."""
+        return encode_event(payload, id=f"{self.key}.{seq}", retry=retry)
 
     def ask_keepalive(self) -> None:
         """The follower's connection was idle too long: it writes a keep-alive comment."""
@@ -234,7 +238,7 @@ class EventStream:
                         if me != self._follower:
                             return
                         self._sent = seq
-                        yield encode_event(payload, id=f"{self.key}.{seq}", retry=retry)
+                        yield self._encoded(seq, payload, retry)
                         self.delivered = max(self.delivered, seq)
                 if self.finished and self._sent >= self.last_seq:
                     return

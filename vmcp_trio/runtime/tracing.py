@@ -138,8 +138,7 @@ class Span(_InContext):
 
     def __init__(self, name: str, kind: int, context: TraceContext, parent_id: bytes,
                  attributes: dict[str, Any]) -> None:
-        self._context = context
-        self._token = None
+        super().__init__(context)
         self.name = name
         self.kind = kind
         self.parent_id = parent_id
@@ -169,13 +168,11 @@ class Span(_InContext):
 
     def __enter__(self) -> SpanHandle:
         self.start = time_ns()
-        self._token = _CURRENT.set(self._context)
-        return self
+        return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
         self.end = time_ns()
-        assert self._token is not None
-        _CURRENT.reset(self._token)
+        super().__exit__()
         if _sink is not None:
             _sink(self)
 
@@ -369,8 +366,8 @@ def forward_span(method: str, path: str, headers: Mapping[str, str], body: bytes
                   {"http.request.method": method, "url.path": path, "vmcp.remote": remote})
 
 
-def _body_meta(body: bytes) -> object:
-    """The ``params._meta`` of a JSON-RPC request body, if it is one."""
+def _body_params(body: bytes) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """A JSON-RPC request body's message and its ``params``, if it is one with params."""
     if not body.startswith(b"{"):
         return None
     try:
@@ -378,16 +375,23 @@ def _body_meta(body: bytes) -> object:
     except orjson.JSONDecodeError:
         return None
     params = message.get("params") if isinstance(message, dict) else None
-    return params.get("_meta") if isinstance(params, dict) else None
+    return (message, params) if isinstance(params, dict) else None
+
+
+def _body_meta(body: bytes) -> object:
+    """The ``params._meta`` of a JSON-RPC request body, if it is one."""
+    parsed = _body_params(body)
+    return parsed[1].get("_meta") if parsed is not None else None
 
 
 def replace_body(body: bytes) -> bytes:
     """A JSON-RPC request body with the current trace context in its ``_meta`` when it carried
     one (the same bytes otherwise, and always when traces are off)."""
-    if _sink is None or not isinstance(_body_meta(body), dict):
+    parsed = _body_params(body) if _sink is not None else None
+    if parsed is None or not isinstance(parsed[1].get("_meta"), dict):
         return body
-    message = orjson.loads(body)
-    message["params"] = inject_meta(message["params"])
+    message, params = parsed
+    message["params"] = inject_meta(params)
     return orjson.dumps(message)
 
 
