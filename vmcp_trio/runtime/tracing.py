@@ -132,13 +132,15 @@ class _InContext(SpanHandle):
 
 
 class Span(_InContext):
-    """A recorded span; queued for export when it ends."""
+    """A recorded span; queued for export when it ends. (It sets and resets the context itself
+    rather than through its base class: two spans a call, and the calls cost ~1 µs a call.)"""
 
     __slots__ = ("attributes", "end", "error", "kind", "name", "parent_id", "start")
 
     def __init__(self, name: str, kind: int, context: TraceContext, parent_id: bytes,
                  attributes: dict[str, Any]) -> None:
-        super().__init__(context)
+        self._context = context
+        self._token = None
         self.name = name
         self.kind = kind
         self.parent_id = parent_id
@@ -168,11 +170,13 @@ class Span(_InContext):
 
     def __enter__(self) -> SpanHandle:
         self.start = time_ns()
-        return super().__enter__()
+        self._token = _CURRENT.set(self._context)
+        return self
 
     def __exit__(self, *exc: object) -> None:
         self.end = time_ns()
-        super().__exit__()
+        assert self._token is not None
+        _CURRENT.reset(self._token)
         if _sink is not None:
             _sink(self)
 
