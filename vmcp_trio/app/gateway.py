@@ -103,6 +103,12 @@ async def serve_gateway(process: GatewayProcess, *,
         nursery.cancel_scope.cancel()
 
 
+_SETTLE = 0.1
+"""Seconds between the last answer of a drain and the end of the sessions: a client that got
+its last answer closes its streams itself, instead of seeing them cut and reconnecting to a
+gateway that no longer listens."""
+
+
 async def drain(process: GatewayProcess) -> None:
     """The graceful part of a shutdown: readiness says no at once (a load balancer stops
     sending new clients); new sessions are still served for ``drain_delay`` (while it
@@ -129,6 +135,7 @@ async def drain(process: GatewayProcess) -> None:
     with trio.move_on_after(2):  # the last answers reach the clients connected for them
         while gateway.undelivered():
             await trio.sleep(0.02)
+    await trio.sleep(_SETTLE)  # and a client that just got its last answer may leave first
     gateway.close_all()
     with trio.move_on_after(settings.keepalive_seconds):
         while gateway.sessions:

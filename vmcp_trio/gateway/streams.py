@@ -302,9 +302,11 @@ class StreamRegistry:
         return self._streams.get(key)
 
     def undelivered(self) -> int:
-        """Finished streams with a client connected that has not had every event yet."""
+        """Finished streams whose client is still connected for them: it has not had every
+        event yet, or its response has not ended (an event handed straight to the connection
+        is delivered before the follower's task ends the response)."""
         return sum(1 for stream in self._streams.values()
-                   if stream.finished and stream.followed and not stream.drained)
+                   if stream.finished and stream.followed)
 
     def __len__(self) -> int:
         return len(self._streams)
