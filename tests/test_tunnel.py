@@ -94,7 +94,7 @@ async def test_a_refused_token_is_retried_with_a_doubling_backoff(
                             strict=True):
         assert nominal * 0.8 <= gap <= nominal * 1.2 + 0.2, refused
     lines = [r.getMessage() for r in caplog.records if r.name == "vmcp.tunnel"]
-    assert lines[:3] == ["tunnel demo: the relay refused the token"] * 3
+    assert lines[:3] == ["tunnel demo: the relay refused the token (HTTP 403)"] * 3
 
 
 async def test_a_second_agent_with_the_token_replaces_the_first() -> None:

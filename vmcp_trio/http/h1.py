@@ -31,9 +31,10 @@ The rules it keeps:
   after that the connection is closed; either way the server goes on.
 * **Upgrades are handed over.** An ``Upgrade`` request (WebSocket, h2c) that is the
   connection's first, or HTTP/2's preface (prior knowledge), is not served here:
-  :meth:`H1Connection.run` returns the bytes read so far for the server to replay to hypercorn,
-  which speaks those protocols. A later request's ``Upgrade`` header is ignored (the request is
-  served as HTTP/1.1).
+  :meth:`H1Connection.run` returns the bytes read so far (and :attr:`H1Connection.upgrade` the
+  protocol asked for) for the server to serve a WebSocket itself
+  (:func:`~vmcp_trio.http.websocket.serve_asgi`) or replay the bytes to hypercorn (h2c, HTTP/2).
+  A later request's ``Upgrade`` header is ignored (the request is served as HTTP/1.1).
 """
 
 from __future__ import annotations
@@ -110,7 +111,8 @@ class _Request:
         self.complete = False
         self.keep_alive = True
         self.continue_wanted = False
-        self.upgrade = False
+        self.upgrade = b""
+        """The protocol an ``Upgrade`` header names, lower-cased (empty: none)."""
 
 
 class _BadRequest(Exception):
@@ -161,6 +163,9 @@ class H1Connection:
         """A write is in progress (a write without waiting would interleave with it)."""
         self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
         """The socket, for writes without waiting (-1: the stream is not a plain socket)."""
+        self.upgrade: tuple[bytes, dict[str, Any]] | None = None
+        """The protocol the first request asked to upgrade to, and its scope (set when
+        :meth:`run` returns the bytes read for an upgrade)."""
 
     # --- the server's side ---------------------------------------------------------------------
 
@@ -190,6 +195,8 @@ class H1Connection:
                     if request is None:
                         return b"".join(self._read_so_far or ()) if self._h2_preface else None
                     if request.upgrade and self._read_so_far is not None:
+                        assert request.scope is not None  # its head is complete
+                        self.upgrade = (request.upgrade, request.scope)
                         return b"".join(self._read_so_far)
                     self._read_so_far = None
                     served = await _Exchange(self, request).serve()
@@ -327,7 +334,7 @@ class H1Connection:
             if name == b"expect" and value.lower() == b"100-continue":
                 request.continue_wanted = True
             elif name == b"upgrade":
-                request.upgrade = True
+                request.upgrade = value.lower()
         self._head_bytes = 0
         self._queue.append(request)
 

@@ -1,5 +1,6 @@
-"""Serving an ASGI app: HTTP/1.1 on the lean server (:mod:`vmcp_trio.http.h1`), HTTP/2 and
-WebSocket on hypercorn's trio connection, configured for long-lived MCP streams.
+"""Serving an ASGI app: HTTP/1.1 on the lean server (:mod:`vmcp_trio.http.h1`) and its
+WebSocket upgrades (:mod:`vmcp_trio.http.websocket`), HTTP/2 on hypercorn's trio connection,
+configured for long-lived MCP streams.
 
 :func:`listen` opens the listening sockets and loads the TLS certificate before anything else
 starts, so that an operator's mistake (a port in use or not allowed, a certificate or key that
@@ -7,8 +8,10 @@ does not load) is one :class:`ListenError` naming the address or the file, not a
 inside the server; :func:`serve` then serves on those sockets.
 
 Which server speaks on a connection: TLS with ALPN ``h2``, HTTP/2's preface (prior knowledge) and
-a first request that asks to ``Upgrade`` (WebSocket, h2c) go to hypercorn's connection, given the
-bytes already read; everything else is HTTP/1.1 on :class:`~vmcp_trio.http.h1.H1Connection`,
+a first request that asks to ``Upgrade`` to h2c go to hypercorn's connection, given the bytes
+already read; a first request that asks for a WebSocket is served by
+:func:`~vmcp_trio.http.websocket.serve_asgi` (a WebSocket through hypercorn cost several task
+wake-ups a message); everything else is HTTP/1.1 on :class:`~vmcp_trio.http.h1.H1Connection`,
 which costs a fraction of hypercorn's HTTP/1.1 per request (docs/benchmarks.md). Both hold the
 same bounds: request heads (``max_header_bytes``), the idle timeout, the TLS handshake's
 deadline; an error of either's own code ends that connection only
@@ -39,6 +42,7 @@ from hypercorn.utils import parse_socket_addr, repr_socket_addr, wrap_app
 from .asgi import ASGIApp
 from .h1 import H1Connection, Limits
 from .hypercorn_guard import connection_failed
+from .websocket import MAX_MESSAGE_BYTES, serve_asgi
 
 if TYPE_CHECKING:
     from hypercorn.typing import Framework
@@ -91,8 +95,9 @@ async def serve(app: ASGIApp, config: Config, sockets: Sockets, *,
 
 
 class _Server:
-    """The accept loop: HTTP/1.1 on :class:`~vmcp_trio.http.h1.H1Connection`, HTTP/2 and
-    WebSocket handed to hypercorn's connection (:class:`hypercorn.trio.tcp_server.TCPServer`)."""
+    """The accept loop: HTTP/1.1 on :class:`~vmcp_trio.http.h1.H1Connection` and its WebSocket
+    upgrades on :func:`~vmcp_trio.http.websocket.serve_asgi`, HTTP/2 and h2c handed to
+    hypercorn's connection (:class:`hypercorn.trio.tcp_server.TCPServer`)."""
 
     def __init__(self, app: ASGIApp, config: Config) -> None:
         self.app = app
@@ -170,7 +175,12 @@ class _Server:
             replay = await connection.run()
         finally:
             self.connections.discard(connection)
-        if replay is not None:
+        if replay is None:
+            return
+        if connection.upgrade is not None and connection.upgrade[0] == b"websocket":
+            await serve_asgi(self.app, transport, replay, connection.upgrade[1],
+                             max_message_bytes=self.config.websocket_max_message_size)
+        else:
             await self.hand_over(_Replayed(transport, replay))
 
     async def hand_over(self, stream: Any) -> None:
@@ -215,6 +225,7 @@ def server_config(host: str, port: int, *, max_header_bytes: int,
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False
+    config.websocket_max_message_size = MAX_MESSAGE_BYTES  # a tunnel frame is at most 128 KiB
     if tls_cert and tls_key:
         config.certfile = tls_cert
         config.keyfile = tls_key

@@ -1,12 +1,13 @@
 """``vmcp proxy tunnel``: the agent next to an internal MCP server, connected out to a relay.
 
-* It connects a WebSocket (trio-websocket) to ``{relay-url}/tunnel/{name}`` with its token
-  (``Authorization: Bearer``), so the internal side needs no inbound port, and serves each
-  stream the relay opens: the request (its head, then its body, to the end) goes to the target
-  (``--target-uri``'s origin, the stream's path and query) with the outgoing credentials and
-  injected headers of ``vmcp proxy``; the response head and body go back as they arrive, as
-  fast as the relay's window allows. A stream the relay resets (its client left) cancels the
-  request to the target. Many streams at once, each in its own task.
+* It connects a WebSocket (:func:`~vmcp_trio.http.websocket.open_websocket`) to
+  ``{relay-url}/tunnel/{name}`` with its token (``Authorization: Bearer``), so the internal
+  side needs no inbound port, and serves each stream the relay opens: the request (its head,
+  then its body, to the end) goes to the target (``--target-uri``'s origin, the stream's path
+  and query) with the outgoing credentials and injected headers of ``vmcp proxy``; the
+  response head and body go back as they arrive, as fast as the relay's window allows. A
+  stream the relay resets (its client left) cancels the request to the target. Many streams
+  at once, each in its own task.
 * It answers the relay's pings, takes a connection that stays silent for ``silence_limit``
   seconds (three of the relay's ping intervals) for dead, and reconnects after that, a relay
   restart or a network break: each connection is one run of a supervised task, restarted with
@@ -27,17 +28,11 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import orjson
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    ConnectionRejected,
-    HandshakeError,
-    WebSocketConnection,
-    open_websocket_url,
-)
 
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import Receive, Scope, Send, http_request, send_bytes, send_json
 from ..http.client import HttpClient, HttpError, Origin
+from ..http.websocket import WebSocket, WebSocketError, WebSocketRejected, open_websocket
 from ..protocol.targets import forwarded_url
 from ..protocol.tunnel import (
     DataReceived,
@@ -96,11 +91,12 @@ class TunnelAgent:
         outcome = Retry("the connection ended", reset=True, level=logging.DEBUG)
         try:
             await self._connection()
-        except* ConnectionRejected:
+        except* WebSocketRejected as refusals:
             self.metrics.connections.labels("refused").inc()
-            log.warning("tunnel %s: the relay refused the token", self.name)
+            log.warning("tunnel %s: the relay refused the token (HTTP %d)", self.name,
+                        getattr(refusals.exceptions[0], "status", 0))
             outcome = Retry("the relay refused the token", level=logging.DEBUG)
-        except* (OSError, HandshakeError, ConnectionClosed, ProtocolError) as failures:
+        except* (OSError, WebSocketError, ProtocolError) as failures:
             self.metrics.connections.labels("failed").inc()
             log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
                         repr(failures.exceptions[0])[:300])
@@ -111,46 +107,53 @@ class TunnelAgent:
 
     async def _connection(self) -> None:
         headers = [(b"authorization", f"Bearer {self._token}".encode())]
-        async with open_websocket_url(self.url, extra_headers=headers,
-                                      message_queue_size=16) as socket:
+        async with open_websocket(self.url, headers) as socket:
             self.metrics.connections.labels("connected").inc()
             log.info("tunnel %s: connected to %s", self.name, self.url)
             self.connected.set()
-            link = TunnelLink(TunnelProtocol("agent", max_streams=self.max_streams),
-                              socket.send_message)
+
+            async def send(frame: bytes) -> None:
+                try:
+                    await socket.send(frame)
+                except WebSocketError as exc:
+                    raise TunnelClosed(str(exc)) from None
+
+            link = TunnelLink(TunnelProtocol("agent", max_streams=self.max_streams), send)
             try:
                 async with trio.open_nursery() as streams:
                     try:
                         await self._read(socket, link, streams)
-                    except ConnectionClosed as exc:
-                        log.info("tunnel %s: the relay closed the connection (%s)", self.name,
-                                 exc.reason)
                     except ProtocolError as exc:
                         log.warning("tunnel %s: the relay broke the protocol: %s", self.name,
                                     exc)
-                        await socket.aclose(1002)
+                        await socket.close(1002)
                     streams.cancel_scope.cancel()
             finally:
                 link.close()
 
-    async def _read(self, socket: WebSocketConnection, link: TunnelLink,
-                    streams: trio.Nursery) -> None:
-        while True:
-            with trio.move_on_after(self.silence_limit) as waited:
-                message = await socket.get_message()
-            if waited.cancelled_caught:  # the relay pings: this long without a word, it is gone
-                log.warning("tunnel %s: nothing from the relay for %gs: reconnecting",
-                            self.name, self.silence_limit)
-                return
-            if isinstance(message, str):
-                raise ProtocolError("a text message on the tunnel")
-            opened = await link.take(message)
-            if isinstance(opened, StreamRefused):  # that request alone: the others go on
-                log.warning("tunnel %s: stream %d refused: %s", self.name, opened.stream_id,
-                            opened.reason)
-                await link.send(link.protocol.send_reset(opened.stream_id, opened.reason))
-            elif opened is not None:
-                streams.start_soon(self._serve, link, opened, link.track(opened.stream_id))
+    async def _read(self, socket: WebSocket, link: TunnelLink, streams: trio.Nursery) -> None:
+        """Take the relay's messages until the connection ends (one cancel scope whose deadline
+        moves on with each message bounds the silence: one per message cost more)."""
+        with trio.CancelScope() as silence:
+            while True:
+                silence.deadline = trio.current_time() + self.silence_limit
+                message = await socket.receive()
+                if message is None:
+                    log.info("tunnel %s: the relay closed the connection (%s %s)", self.name,
+                             socket.close_code, socket.close_reason[:200])
+                    return
+                if isinstance(message, str):
+                    raise ProtocolError("a text message on the tunnel")
+                opened = await link.take(message)
+                if isinstance(opened, StreamRefused):  # that request alone: the others go on
+                    log.warning("tunnel %s: stream %d refused: %s", self.name,
+                                opened.stream_id, opened.reason)
+                    await link.send(link.protocol.send_reset(opened.stream_id, opened.reason))
+                elif opened is not None:
+                    streams.start_soon(self._serve, link, opened, link.track(opened.stream_id))
+        # the relay pings: this long without a word, it is gone
+        log.warning("tunnel %s: nothing from the relay for %gs: reconnecting", self.name,
+                    self.silence_limit)
 
     async def _serve(self, link: TunnelLink, opened: StreamOpened,
                      events: trio.MemoryReceiveChannel[StreamEvent]) -> None:
