@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -47,7 +46,7 @@ from ..proxy.credentials import RemoteCredential, credential_headers
 from ..proxy.headers import request_headers, response_headers
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor
-from .link import StreamEvent, TunnelClosed, TunnelLink
+from .link import StreamInbox, TunnelClosed, TunnelLink
 
 __all__ = ["TunnelAgent", "status_app"]
 
@@ -134,6 +133,8 @@ class TunnelAgent:
     async def _read(self, socket: WebSocket, link: TunnelLink, streams: trio.Nursery) -> None:
         """Take the relay's messages until the connection ends (one cancel scope whose deadline
         moves on with each message bounds the silence: one per message cost more)."""
+        bodies: dict[int, tuple[StreamOpened, bytearray]] = {}
+        """The requests whose bodies are still coming."""
         with trio.CancelScope() as silence:
             while True:
                 silence.deadline = trio.current_time() + self.silence_limit
@@ -144,45 +145,61 @@ class TunnelAgent:
                     return
                 if isinstance(message, str):
                     raise ProtocolError("a text message on the tunnel")
-                opened = await link.take(message)
-                if isinstance(opened, StreamRefused):  # that request alone: the others go on
+                event = await link.take(message)
+                if isinstance(event, StreamOpened):
+                    if event.end_stream:
+                        self._start(streams, link, event, b"")
+                    else:
+                        bodies[event.stream_id] = (event, bytearray())
+                elif isinstance(event, StreamRefused):  # that request alone: the others go on
                     log.warning("tunnel %s: stream %d refused: %s", self.name,
-                                opened.stream_id, opened.reason)
-                    await link.send(link.protocol.send_reset(opened.stream_id, opened.reason))
-                elif opened is not None:
-                    streams.start_soon(self._serve, link, opened, link.track(opened.stream_id))
+                                event.stream_id, event.reason)
+                    await link.send(link.protocol.send_reset(event.stream_id, event.reason))
+                elif isinstance(event, DataReceived | StreamEnded | StreamReset):
+                    await self._gather(link, streams, bodies, event)
         # the relay pings: this long without a word, it is gone
         log.warning("tunnel %s: nothing from the relay for %gs: reconnecting", self.name,
                     self.silence_limit)
 
-    async def _serve(self, link: TunnelLink, opened: StreamOpened,
-                     events: trio.MemoryReceiveChannel[StreamEvent]) -> None:
-        """One exchange: the request body to its end, the target's answer back."""
-        stream_id = opened.stream_id
-        try:
-            body = (b"" if opened.end_stream
-                    else await self._request_body(link, stream_id, events))
-            if body is None:
+    async def _gather(self, link: TunnelLink, streams: trio.Nursery,
+                      bodies: dict[int, tuple[StreamOpened, bytearray]],
+                      event: DataReceived | StreamEnded | StreamReset) -> None:
+        """A part of a request's body: the request is served once its body is whole (gathered
+        here, by the reader, so that the stream's own task wakes once); a body past
+        ``max_body_bytes`` resets its stream. Events of a stream not gathering are late ones
+        (its task ended): ignored."""
+        pending = bodies.get(event.stream_id)
+        if pending is None:
+            return
+        opened, body = pending
+        if isinstance(event, DataReceived):
+            body += event.data
+            if len(body) > self.max_body_bytes:
+                del bodies[event.stream_id]
+                await link.reset(event.stream_id, "the request body is too large")
                 return
-            self.metrics.bytes.labels("to_target").inc(len(body))
+            await link.consumed(event.stream_id, len(event.data))
+            if not event.end_stream:
+                return
+        del bodies[event.stream_id]
+        if not isinstance(event, StreamReset):
+            self._start(streams, link, opened, bytes(body))
+
+    def _start(self, streams: trio.Nursery, link: TunnelLink, opened: StreamOpened,
+               body: bytes) -> None:
+        streams.start_soon(self._serve, link, opened, body, link.track(opened.stream_id))
+
+    async def _serve(self, link: TunnelLink, opened: StreamOpened, body: bytes,
+                     inbox: StreamInbox) -> None:
+        """One exchange: the request to the target, its answer back; cancelled when the relay
+        resets the stream (its client left) or the tunnel goes: nobody to answer then."""
+        stream_id = opened.stream_id
+        self.metrics.bytes.labels("to_target").inc(len(body))
+        self.metrics.streams.inc()
+        try:
             with trio.CancelScope() as scope:
-
-                async def watch_reset() -> None:
-                    async for event in events:
-                        if isinstance(event, StreamReset):
-                            break
-                    scope.cancel()  # reset by the relay (its client left), or the tunnel went
-
-                self.metrics.streams.inc()
-                try:
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(watch_reset)
-                        # Reset by the relay, or the tunnel went: nobody to answer.
-                        with contextlib.suppress(TunnelClosed):
-                            await self._forward(link, opened, body)
-                        nursery.cancel_scope.cancel()
-                finally:
-                    self.metrics.streams.dec()
+                inbox.serve_in(scope)
+                await self._forward(link, opened, body)
         except TunnelClosed:
             pass
         except Exception as exc:  # this stream's fault: it ends here, the tunnel goes on
@@ -190,25 +207,8 @@ class TunnelAgent:
             with trio.CancelScope(shield=True), trio.move_on_after(1):
                 await link.reset(stream_id, "the agent failed")
         finally:
+            self.metrics.streams.dec()
             link.forget(stream_id)
-
-    async def _request_body(self, link: TunnelLink, stream_id: int,
-                            events: trio.MemoryReceiveChannel[StreamEvent]) -> bytes | None:
-        """The request body to its end (None: the stream was reset, or the body was too
-        large and the stream is reset here)."""
-        body = bytearray()
-        async for event in events:
-            if isinstance(event, DataReceived):
-                body += event.data
-                if len(body) > self.max_body_bytes:
-                    await link.reset(stream_id, "the request body is too large")
-                    return None
-                await link.consumed(stream_id, len(event.data))
-            elif isinstance(event, StreamEnded):
-                return bytes(body)
-            else:  # reset
-                return None
-        return None  # the tunnel went
 
     async def _forward(self, link: TunnelLink, opened: StreamOpened, body: bytes) -> None:
         stream_id = opened.stream_id

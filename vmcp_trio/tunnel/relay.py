@@ -12,7 +12,9 @@
   sends it (SSE events as they are produced), read only as fast as the client takes it (the
   window). A tunnel with no agent connected is 503 with ``Retry-After``; an exchange in flight
   when the agent goes is 502 (or, once the response started, the response ends there); a client
-  that leaves resets its stream, so the agent stops the request at the target.
+  that leaves resets its stream, so the agent stops the request at the target (noticed at once
+  from :data:`WATCH_AFTER` seconds into the exchange; an answer quicker than that is written
+  whole).
 * The relay pings each agent every ``ping_interval`` seconds and closes a connection that has not
   answered within two intervals: a dead agent is noticed in bounded time.
 * With an authenticator (the ``--oidc-*`` flags of ``vmcp proxy``), every client request must
@@ -63,8 +65,6 @@ from ..protocol.tunnel import (
     HeadReceived,
     HeadRefused,
     ProtocolError,
-    StreamEnded,
-    StreamReset,
     TunnelProtocol,
     check_request_head,
 )
@@ -72,7 +72,7 @@ from ..proxy.headers import request_headers
 from ..proxy.served import serve_contained
 from ..runtime.logs import note
 from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
-from .link import TunnelClosed, TunnelLink
+from .link import StreamEvent, StreamInbox, TunnelClosed, TunnelLink
 from .tokens import TunnelTokens
 
 __all__ = ["TunnelRelay"]
@@ -83,6 +83,8 @@ CONNECT_PREFIX = "/tunnel/"
 PUBLIC_PREFIX = "/t/"
 _PING = b"vmcp-rly"
 _OWN_PATHS = ("/health", "/metrics")
+WATCH_AFTER = 0.5
+"""Seconds into an exchange after which the relay watches its client for leaving."""
 
 
 @dataclass
@@ -307,37 +309,72 @@ class TunnelRelay:
             await send_json(send, 503, {"error": "tunnel_busy", "error_description": str(exc)},
                             [("retry-after", "1")])
             return
-        events = link.track(stream_id)
-        started = False
-        async with until_client_leaves(request):
-            try:
-                await link.send(opening)
-                if body:
-                    await link.send_body(stream_id, body, end=True)
-                async for event in events:
-                    if isinstance(event, HeadReceived):
-                        await send({"type": "http.response.start", "status": event.status,
-                                    "headers": [(k.encode("latin-1"), v.encode("latin-1"))
-                                                for k, v in event.headers]})
-                        started = True
-                    elif isinstance(event, DataReceived):
-                        await send({"type": "http.response.body", "body": event.data,
-                                    "more_body": True})
-                        self.metrics.bytes.labels("to_client").inc(len(event.data))
-                        await link.consumed(stream_id, len(event.data))
-                    elif isinstance(event, StreamEnded | StreamReset):
-                        break
-            except TunnelClosed:
-                pass
+        inbox = link.track(stream_id)
+        answer = _Answer(send, link, stream_id, self.metrics)
+        try:
+            await link.send(opening)
+            if body:
+                await link.send_body(stream_id, body, end=True)
+            await self._answer(request, inbox, answer)
+        except TunnelClosed:
+            pass
         link.forget(stream_id)
         with trio.CancelScope(shield=True):
             if stream_id in link.protocol.streams and not link.closed:
                 with trio.move_on_after(1):  # the client left: the agent stops the request
                     await link.reset(stream_id, "the client left")
-            if started:
+            if answer.started:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             else:
                 await send_json(send, 502, {
                     "error": "bad_gateway", "error_description":
                         f"tunnel {name!r}: the agent did not answer (it went away or the "
                         "target failed)"})
+
+    @staticmethod
+    async def _answer(request: HttpRequest, inbox: StreamInbox, answer: _Answer) -> None:
+        """Write the agent's answer to the client as it comes. The client is watched for
+        leaving (which resets the stream) once the answer has taken :data:`WATCH_AFTER`
+        seconds: most answers are whole before that, and a watch from the start cost a task
+        and three wake-ups an exchange."""
+        deadline = trio.current_time() + WATCH_AFTER
+        while trio.current_time() < deadline:
+            events = await inbox.take(deadline)
+            if not events:
+                break
+            if await answer.write(events):
+                return
+        async with until_client_leaves(request):
+            while not await answer.write(await inbox.take()):
+                pass
+
+
+class _Answer:
+    """The agent's answer to one exchange, written to its client."""
+
+    __slots__ = ("link", "metrics", "send", "started", "stream_id")
+
+    def __init__(self, send: Send, link: TunnelLink, stream_id: int,
+                 metrics: TunnelMetrics) -> None:
+        self.send = send
+        self.link = link
+        self.stream_id = stream_id
+        self.metrics = metrics
+        self.started = False
+
+    async def write(self, events: list[StreamEvent]) -> bool:
+        """Write these events; whether the stream ended (or was reset)."""
+        for event in events:
+            if isinstance(event, HeadReceived):
+                await self.send({"type": "http.response.start", "status": event.status,
+                                 "headers": [(k.encode("latin-1"), v.encode("latin-1"))
+                                             for k, v in event.headers]})
+                self.started = True
+            elif isinstance(event, DataReceived):
+                await self.send({"type": "http.response.body", "body": event.data,
+                                 "more_body": True})
+                self.metrics.bytes.labels("to_client").inc(len(event.data))
+                await self.link.consumed(self.stream_id, len(event.data))
+            else:
+                return True
+        return False
