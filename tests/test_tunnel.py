@@ -1,11 +1,13 @@
-"""The tunnel: ``vmcp tunnel relay`` (an ASGI app under hypercorn) and the agent of ``vmcp proxy
-tunnel`` (trio-websocket), in this process, in front of an MCP Python SDK 2.x server; the
-official SDK client reaches that server through the relay's public URL."""
+"""The tunnel: ``vmcp tunnel relay`` (an ASGI app on the lean server) and the agent of ``vmcp
+proxy tunnel``, in this process, in front of an MCP Python SDK 2.x server; the official SDK
+client reaches that server through the relay's public URL."""
 
 from __future__ import annotations
 
 import itertools
 import logging
+from functools import partial
+from pathlib import Path
 
 import httpx2
 import orjson
@@ -14,6 +16,7 @@ import trio
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from vmcp_trio.app.tunnel import run_relay
 from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
 from vmcp_trio.http.client import HttpClient, HttpError
 from vmcp_trio.resources.plan import OIDCIncoming
@@ -23,7 +26,8 @@ from vmcp_trio.tunnel.tokens import TunnelTokens, new_token_line
 from .fixtures.idp import running_idp
 from .fixtures.sdk_servers import make_server, serving
 from .gateway_helpers import Reply, StatelessClient
-from .helpers import free_port
+from .helpers import free_port, private_ca
+from .proxy_helpers import recording_remote
 from .tunnel_helpers import (
     LINE,
     agent_running,
@@ -346,3 +350,39 @@ async def test_an_exchange_in_flight_when_the_agent_goes_ends_at_once() -> None:
         status, _, _ = await client.request("POST", public, body=b"{}")
         await client.aclose()
         assert status == 503
+
+
+async def test_the_agent_reaches_a_relay_over_tls_and_large_bodies_cross_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``wss://``: the agent verifies the relay's certificate against the system's CAs
+    (``SSL_CERT_FILE`` here); a body larger than the tunnel's window crosses it whole."""
+    ca, cert, key = private_ca(tmp_path, "relay")
+    monkeypatch.setenv("SSL_CERT_FILE", str(ca))
+    relay = TunnelRelay(TunnelTokens.parse(LINE))
+    urls: list[str] = []
+    ready = trio.Event()
+
+    def on_ready(bound: list[str]) -> None:
+        urls.extend(bound)
+        ready.set()
+
+    body = orjson.dumps({"blob": "x" * 600_000})
+    async with recording_remote() as (target, remote), trio.open_nursery() as nursery:
+        nursery.start_soon(partial(run_relay, relay, "127.0.0.1", 0, tls_cert=str(cert),
+                                   tls_key=str(key), on_ready=on_ready))
+        await ready.wait()
+        relay_url = urls[0]
+        assert relay_url.startswith("https://")
+        async with agent_running(relay_url.replace("https://", "wss://"), target) as agent:
+            with trio.fail_after(10):
+                await agent.connected.wait()
+            client = HttpClient.trusting(ca.read_text())
+            try:
+                status, _, answer = await client.request(
+                    "POST", f"{relay_url}/t/demo/big", body=body,
+                    headers=[("content-type", "application/json")])
+            finally:
+                await client.aclose()
+            assert (status, orjson.loads(answer)) == (200, {"ok": True})
+            assert remote.seen[-1]["body"] == body
+        nursery.cancel_scope.cancel()

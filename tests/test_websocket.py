@@ -165,7 +165,7 @@ async def test_handshake_and_connection_failures_are_clear_errors() -> None:
     await listener.bind(("127.0.0.1", 0))
     listener.listen(1)  # accepts, never answers
     port = listener.getsockname()[1]
-    with pytest.raises(WebSocketError, match="within 0.5 s"):
+    with pytest.raises(WebSocketError, match=r"within 0\.5 s"):
         async with open_websocket(f"ws://127.0.0.1:{port}/x", timeout=0.5):
             pass
     listener.close()

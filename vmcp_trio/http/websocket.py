@@ -45,13 +45,16 @@ from wsproto.events import (
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-__all__ = ["MAX_MESSAGE_BYTES", "WebSocket", "WebSocketError", "WebSocketRejected",
-           "open_websocket", "serve_asgi"]
+__all__ = ["MAX_MESSAGE_BYTES", "WEBSOCKET_EXTENSION", "WebSocket", "WebSocketError",
+           "WebSocketRejected", "open_websocket", "serve_asgi"]
 
 MAX_MESSAGE_BYTES = 1024 * 1024
 MAX_READ = 64 * 1024
 WRITE_LIMIT = 10.0
 """Seconds a started write may take before the connection is taken for dead."""
+WEBSOCKET_EXTENSION = "vmcp.websocket"
+"""The scope extension of :func:`serve_asgi`'s sessions: an object whose ``socket`` is the
+:class:`WebSocket` once accepted, for an app that would rather use it than ASGI's messages."""
 _ABNORMAL = 1006
 _TOO_BIG = 1009
 
@@ -156,6 +159,14 @@ class WebSocket:
         event = (TextMessage(data=message) if isinstance(message, str)
                  else BytesMessage(data=message))
         await self._write(self._protocol.send(event))
+
+    async def send_many(self, messages: Sequence[bytes]) -> None:
+        """Send binary messages in one write (raises WebSocketError once the connection has
+        ended)."""
+        if self.close_code is not None or self._protocol.state is not ConnectionState.OPEN:
+            raise WebSocketError(f"the WebSocket is closed ({self.close_code or 'closing'})")
+        send = self._protocol.send
+        await self._write(b"".join([send(BytesMessage(data=message)) for message in messages]))
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Send a Close (once; nothing when the connection already ended)."""
@@ -283,7 +294,8 @@ async def serve_asgi(app: ASGIApp, stream: trio.abc.Stream, request_bytes: bytes
     """Serve one upgrade request (``request_bytes``: everything read so far, its head first;
     ``scope``: its HTTP scope) as an ASGI WebSocket session: ``websocket.connect``, then the
     app accepts (or closes: 403), sends and receives; a handshake wsproto refuses is answered
-    400. The connection is closed (1000) when the app returns without closing it."""
+    400. The connection is closed (1000) when the app returns without closing it. The scope's
+    :data:`WEBSOCKET_EXTENSION` gives the app the :class:`WebSocket` itself once accepted."""
     handshake = WSConnection(ConnectionType.SERVER)
     try:
         handshake.receive_data(request_bytes)
@@ -296,7 +308,9 @@ async def serve_asgi(app: ASGIApp, stream: trio.abc.Stream, request_bytes: bytes
     session = _AsgiSession(handshake, stream, max_message_bytes)
     websocket_scope = {**scope, "type": "websocket",
                        "scheme": "wss" if scope.get("scheme") == "https" else "ws",
-                       "subprotocols": list(request.subprotocols)}
+                       "subprotocols": list(request.subprotocols),
+                       "extensions": {**scope.get("extensions", {}),
+                                      WEBSOCKET_EXTENSION: session}}
     await app(websocket_scope, session.receive, session.send)
     await session.finish()
 

@@ -145,6 +145,8 @@ class TunnelMetrics:
                              registry=self.registry)
         self.bytes = Counter("vmcp_tunnel_bytes", "Body bytes through tunnels, by direction "
                              "(to_target, to_client)", ["direction"], registry=self.registry)
+        self.to_target = self.bytes.labels("to_target")
+        self.to_client = self.bytes.labels("to_client")
         self.connections = Counter("vmcp_tunnel_connections", "Agent connections, by outcome "
                                    "(relay: accepted, refused, replaced; agent: connected, "
                                    "refused, failed)", ["outcome"], registry=self.registry)

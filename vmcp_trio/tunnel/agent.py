@@ -110,14 +110,8 @@ class TunnelAgent:
             self.metrics.connections.labels("connected").inc()
             log.info("tunnel %s: connected to %s", self.name, self.url)
             self.connected.set()
-
-            async def send(frame: bytes) -> None:
-                try:
-                    await socket.send(frame)
-                except WebSocketError as exc:
-                    raise TunnelClosed(str(exc)) from None
-
-            link = TunnelLink(TunnelProtocol("agent", max_streams=self.max_streams), send)
+            link = TunnelLink.over(TunnelProtocol("agent", max_streams=self.max_streams),
+                                   socket)
             try:
                 async with trio.open_nursery() as streams:
                     try:
@@ -194,7 +188,7 @@ class TunnelAgent:
         """One exchange: the request to the target, its answer back; cancelled when the relay
         resets the stream (its client left) or the tunnel goes: nobody to answer then."""
         stream_id = opened.stream_id
-        self.metrics.bytes.labels("to_target").inc(len(body))
+        self.metrics.to_target.inc(len(body))
         self.metrics.streams.inc()
         try:
             with trio.CancelScope() as scope:
@@ -236,6 +230,11 @@ class TunnelAgent:
                     await link.send(link.protocol.send_head(stream_id, response.status, kept,
                                                             end=True))
                     return
+                whole = response.arrived_whole()
+                if whole is not None:
+                    self.metrics.to_client.inc(len(whole))
+                    await self._send_whole(link, stream_id, response.status, kept, whole)
+                    return
                 await link.send(link.protocol.send_head(stream_id, response.status, kept))
                 sent = 0
                 ended = False
@@ -244,7 +243,7 @@ class TunnelAgent:
                         sent += len(chunk)  # connection then goes back to the pool
                         ended = length is not None and sent >= length
                         await link.send_body(stream_id, chunk, end=ended)
-                        self.metrics.bytes.labels("to_client").inc(len(chunk))
+                        self.metrics.to_client.inc(len(chunk))
                 except HttpError as exc:
                     log.info("tunnel %s: the target's response broke off: %s", self.name, exc)
         except HttpError as exc:
@@ -253,13 +252,23 @@ class TunnelAgent:
         if not ended:  # the declared length ended the stream with the last DATA
             await link.send(link.protocol.send_end(stream_id))
 
-    @staticmethod
-    async def _answer(link: TunnelLink, stream_id: int, status: int, reason: str) -> None:
+    async def _answer(self, link: TunnelLink, stream_id: int, status: int, reason: str) -> None:
         body = orjson.dumps({"error": "invalid_request" if status == 400 else "bad_gateway",
                              "error_description": reason[:500]})
-        await link.send(link.protocol.send_head(stream_id, status,
-                                                [("content-type", "application/json")]))
-        await link.send_body(stream_id, body, end=True)
+        await self._send_whole(link, stream_id, status, [("content-type", "application/json")],
+                               body)
+
+    @staticmethod
+    async def _send_whole(link: TunnelLink, stream_id: int, status: int,
+                          headers: list[tuple[str, str]], body: bytes) -> None:
+        """A whole answer: its head and body in one write when the window takes the body."""
+        head = link.protocol.send_head(stream_id, status, headers, end=not body)
+        if body and len(body) <= link.protocol.sendable(stream_id):
+            await link.send_frames([head, link.protocol.send_data(stream_id, body, end=True)])
+            return
+        await link.send(head)
+        if body:
+            await link.send_body(stream_id, body, end=True)
 
 
 def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from ..http.websocket import WebSocket, WebSocketError
 from ..protocol.tunnel import (
     DataReceived,
     Event,
@@ -122,9 +123,11 @@ class StreamInbox:
 
 
 class TunnelLink:
-    def __init__(self, protocol: TunnelProtocol, send: Callable[[bytes], Awaitable[None]]) -> None:
+    def __init__(self, protocol: TunnelProtocol, send: Callable[[bytes], Awaitable[None]],
+                 send_many: Callable[[list[bytes]], Awaitable[None]] | None = None) -> None:
         self.protocol = protocol
         self._send = send
+        self._send_many = send_many
         self._inboxes: dict[int, StreamInbox] = {}
         self.closed = False
         self.last_pong = trio.current_time()
@@ -134,6 +137,34 @@ class TunnelLink:
         if self.closed:
             raise TunnelClosed("the tunnel is closed")
         await self._send(frame)
+
+    @classmethod
+    def over(cls, protocol: TunnelProtocol, socket: WebSocket) -> TunnelLink:
+        """A link whose frames are ``socket``'s messages (its failures are TunnelClosed)."""
+
+        async def send(frame: bytes) -> None:
+            try:
+                await socket.send(frame)
+            except WebSocketError as exc:
+                raise TunnelClosed(str(exc)) from None
+
+        async def send_many(frames: list[bytes]) -> None:
+            try:
+                await socket.send_many(frames)
+            except WebSocketError as exc:
+                raise TunnelClosed(str(exc)) from None
+
+        return cls(protocol, send, send_many)
+
+    async def send_frames(self, frames: list[bytes]) -> None:
+        """Send frames in one write when the carrier can (in order either way)."""
+        if self.closed:
+            raise TunnelClosed("the tunnel is closed")
+        if self._send_many is not None:
+            await self._send_many(frames)
+        else:
+            for frame in frames:
+                await self._send(frame)
 
     def track(self, stream_id: int) -> StreamInbox:
         """The inbox of a stream's events from now on."""

@@ -60,6 +60,7 @@ from ..http.asgi import (
 )
 from ..http.body_budget import BodyBudget
 from ..http.origin import host_of
+from ..http.websocket import WEBSOCKET_EXTENSION, WebSocket
 from ..protocol.tunnel import (
     DataReceived,
     HeadReceived,
@@ -148,11 +149,26 @@ class TunnelRelay:
         self.metrics.connections.labels("accepted").inc()
         await send({"type": "websocket.accept"})
 
-        async def send_frame(frame: bytes) -> None:
-            await send({"type": "websocket.send", "bytes": frame})
+        protocol = TunnelProtocol("relay", max_streams=self.max_streams)
+        session = scope.get("extensions", {}).get(WEBSOCKET_EXTENSION)
+        socket: WebSocket | None = getattr(session, "socket", None)
+        if socket is not None:  # the lean server's WebSocket: its messages without ASGI's
+            link = TunnelLink.over(protocol, socket)
+            receive_frame = socket.receive
+        else:  # hypercorn's (HTTP/2)
 
-        agent = _Agent(name, TunnelLink(TunnelProtocol("relay", max_streams=self.max_streams),
-                                        send_frame), trio.Semaphore(self.max_streams))
+            async def send_frame(frame: bytes) -> None:
+                await send({"type": "websocket.send", "bytes": frame})
+
+            async def receive_frame() -> bytes | str | None:
+                message = await receive()
+                if message["type"] == "websocket.disconnect":
+                    return None
+                frame: bytes | str | None = message.get("bytes")
+                return frame if frame is not None else message.get("text", "")
+
+            link = TunnelLink(protocol, send_frame)
+        agent = _Agent(name, link, trio.Semaphore(self.max_streams))
         previous = self.agents.get(name)
         self.agents[name] = agent
         if previous is not None:
@@ -170,14 +186,10 @@ class TunnelRelay:
                     nursery.cancel_scope.cancel()
 
                 nursery.start_soon(stop_when_replaced)
-                while True:
-                    message = await receive()
-                    if message["type"] == "websocket.disconnect":
-                        break
-                    frame = message.get("bytes")
-                    if frame is None:
+                while (frame := await receive_frame()) is not None:
+                    if isinstance(frame, str):
                         raise ProtocolError("a text message on the tunnel")
-                    await agent.link.take(frame)
+                    await link.take(frame)
                 nursery.cancel_scope.cancel()
         except ProtocolError as exc:
             log.warning("tunnel %s: the agent broke the protocol: %s", name, exc)
@@ -280,20 +292,29 @@ class TunnelRelay:
                                     server="relay") as body:
             if body is None:
                 return
-            with trio.move_on_after(self.slot_wait) as waited:
-                await agent.slots.acquire()
-            if waited.cancelled_caught:
+            if not await self._slot(agent):
                 await send_json(send, 503, {"error": "tunnel_busy", "error_description":
                                             f"tunnel {name!r} has {self.max_streams} exchanges "
                                             f"in flight"}, [("retry-after", "1")])
                 return
             try:
                 self.metrics.streams.inc()
-                self.metrics.bytes.labels("to_target").inc(len(body))
+                self.metrics.to_target.inc(len(body))
                 await self._exchange(request, send, name, rest, agent.link, headers, body)
             finally:
                 self.metrics.streams.dec()
                 agent.slots.release()
+
+    async def _slot(self, agent: _Agent) -> bool:
+        """One of the agent's stream slots, waiting up to ``slot_wait`` seconds for one."""
+        try:
+            agent.slots.acquire_nowait()
+        except trio.WouldBlock:
+            with trio.move_on_after(self.slot_wait):
+                await agent.slots.acquire()
+                return True
+            return False
+        return True
 
     async def _exchange(self, request: HttpRequest, send: Send, name: str, rest: str,
                         link: TunnelLink, headers: list[tuple[str, str]], body: bytes) -> None:
@@ -319,6 +340,8 @@ class TunnelRelay:
         except TunnelClosed:
             pass
         link.forget(stream_id)
+        if answer.ended:
+            return
         with trio.CancelScope(shield=True):
             if stream_id in link.protocol.streams and not link.closed:
                 with trio.move_on_after(1):  # the client left: the agent stops the request
@@ -352,7 +375,7 @@ class TunnelRelay:
 class _Answer:
     """The agent's answer to one exchange, written to its client."""
 
-    __slots__ = ("link", "metrics", "send", "started", "stream_id")
+    __slots__ = ("ended", "link", "metrics", "send", "started", "stream_id")
 
     def __init__(self, send: Send, link: TunnelLink, stream_id: int,
                  metrics: TunnelMetrics) -> None:
@@ -361,19 +384,31 @@ class _Answer:
         self.stream_id = stream_id
         self.metrics = metrics
         self.started = False
+        self.ended = False
+        """The response was written to its end (its last body part said so)."""
 
     async def write(self, events: list[StreamEvent]) -> bool:
-        """Write these events; whether the stream ended (or was reset)."""
+        """Write these events; whether the stream ended (or was reset). The last body part
+        of a stream that ends here ends the response too (with the head still held, the
+        lean server then writes the whole response at once)."""
         for event in events:
             if isinstance(event, HeadReceived):
                 await self.send({"type": "http.response.start", "status": event.status,
                                  "headers": [(k.encode("latin-1"), v.encode("latin-1"))
                                              for k, v in event.headers]})
                 self.started = True
+                if event.end_stream:
+                    await self.send({"type": "http.response.body", "body": b"",
+                                     "more_body": False})
+                    self.ended = True
+                    return True
             elif isinstance(event, DataReceived):
                 await self.send({"type": "http.response.body", "body": event.data,
-                                 "more_body": True})
-                self.metrics.bytes.labels("to_client").inc(len(event.data))
+                                 "more_body": not event.end_stream})
+                self.metrics.to_client.inc(len(event.data))
+                if event.end_stream:
+                    self.ended = True
+                    return True
                 await self.link.consumed(self.stream_id, len(event.data))
             else:
                 return True
