@@ -64,7 +64,9 @@ def progress_token(params: dict[str, Any]) -> str | int | None:
 class InFlight:
     def __init__(self) -> None:
         self._by_id: dict[RequestId, trio.CancelScope] = {}
-        self._scopes: set[trio.CancelScope] = set()
+        self._scopes: dict[trio.CancelScope, None] = {}
+        """The scopes of the requests in flight (a dict: an empty set costs 216 bytes, on
+        every session)."""
         self.stopped_because: str | None = None
         """Set when the gateway stops the calls in flight (its shutdown deadline)."""
 
@@ -102,11 +104,11 @@ class _Answering:
     def __enter__(self) -> trio.CancelScope:
         in_flight, scope = self._in_flight, self._scope
         in_flight._by_id[self._request_id] = scope
-        in_flight._scopes.add(scope)
+        in_flight._scopes[scope] = None
         return scope
 
     def __exit__(self, *exc_info: object) -> None:
         in_flight, scope = self._in_flight, self._scope
-        in_flight._scopes.discard(scope)
+        del in_flight._scopes[scope]
         if in_flight._by_id.get(self._request_id) is scope:
             del in_flight._by_id[self._request_id]

@@ -2,8 +2,9 @@
 
 :class:`Gateway` holds the sessions: a handshake client's (created by ``initialize``, named by
 ``Mcp-Session-Id``), and one hidden context per identity for the stateless 2026-07-28 clients
-(their backend links and catalog). Each session runs in the sessions nursery (see
-:meth:`Gateway.run`) and is found only by the identity that created it. A reaper ends sessions
+(their backend links and catalog). Every session's tasks run in the one sessions nursery (see
+:meth:`Gateway.run`), each in a scope of its session's; a session is found only by the identity
+that created it. A reaper ends sessions
 idle for longer than the TTL; a client holding a stream open is not idle.
 
 Two things reach sessions from outside: a backend's change of health (each session rebuilds its
@@ -184,7 +185,7 @@ class Gateway:
                                 client_capabilities, client_info, caller)
         self.sessions[session.id] = session
         self._by_client.setdefault(caller.client_key, {})[session.id] = session
-        await self._sessions_nursery.start(session.run)
+        await session.open(self._sessions_nursery)
         if self.sharing is not None:
             await self.sharing.created(session)
         return session
@@ -221,7 +222,7 @@ class Gateway:
         self._end_for_room(victim)
 
     def _end_for_room(self, session: ClientSession) -> None:
-        """End ``session`` now and take it out of the table at once (its task finishes
+        """End ``session`` now and take it out of the table at once (its teardown finishes
         later)."""
         if self.sessions.get(session.id) is session:
             del self.sessions[session.id]
@@ -253,7 +254,7 @@ class Gateway:
             if self.parked_relay is not None:
                 session.peer = SessionPeer(parked_elsewhere=partial(
                     self._parked_elsewhere, self.parked_relay, session))
-            await self._sessions_nursery.start(session.run)
+            await session.open(self._sessions_nursery)
             self.stateless_contexts[key] = session  # once its links are up (found unlocked)
             return session
 
@@ -291,7 +292,7 @@ class Gateway:
             self.sessions[session.id] = session
             self._by_client.setdefault(session.client_key, {})[session.id] = session
             assert self._sessions_nursery is not None
-            await self._sessions_nursery.start(session.run)
+            await session.open(self._sessions_nursery)
             sharing.joined(session)
             self.metrics.shared_sessions.labels("adopted").inc()
             log.info("session %s taken over from replica %s", session.id[:8], record.owner)

@@ -1,9 +1,10 @@
 """One client session of the virtual server: its lifetime, and the dispatch of its requests.
 
 A :class:`ClientSession` is created by ``initialize`` (or, for a 2026-07-28 identity, is that
-identity's context) and lives in its own nursery (see :meth:`ClientSession.run`): the backend
-links' GET streams, the requests it is working on and their relays all run there, so ending the
-session (DELETE, idle expiry, shutdown) cancels everything it opened, and nothing outlives it.
+identity's context) and has no task of its own (see :meth:`ClientSession.open`): the backend
+links' GET streams, the requests it is working on and their relays each run in a scope of the
+session's, so ending the session (DELETE, idle expiry, shutdown) cancels everything it opened,
+and nothing outlives it.
 
 What the client sees is one server. The session is a small owner of collaborators, each handed
 what it uses:
@@ -156,11 +157,15 @@ class ClientSession:
         self._record_version = 0
         self._supervisor: Supervisor | None = None
         self._nursery: trio.Nursery | None = None
-        """The session's machinery's, where its spawned requests run too."""
+        """Where the session's machinery, its spawned requests and its end run (the
+        gateway's, shared by every session)."""
+        self._opening = True
+        self._ended = False
         self._working = 0
-        self._at_work: set[trio.CancelScope] = set()
+        self._at_work: dict[trio.CancelScope, None] = {}
         """The scopes of the requests at work: in their own HTTP request's task
-        (:meth:`admit_work`) or in a task of the session's (:meth:`spawn`)."""
+        (:meth:`admit_work`) or in a task of the session's (:meth:`spawn`). (A dict: an empty
+        set costs 216 bytes.)"""
         self._work_gone: trio.Event | None = None
         """Set when the last request at work has left, once the session is closing."""
         self.links = SessionLinks(services, owner=session_id, capabilities=client_capabilities,
@@ -196,44 +201,60 @@ class ClientSession:
 
     # --- lifetime ------------------------------------------------------------------------------
 
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Connect the backends, report started, and hold the session until closed.
+    async def open(self, nursery: trio.Nursery) -> None:
+        """Connect the backends; the session's work runs in ``nursery`` (the gateway's, shared
+        by every session: a task and a nursery of each session's own cost ~4 KB a session).
 
-        One nursery: the session's machinery (its backend links' long-lived tasks, under the
-        session's own supervisor) and the requests it runs in tasks of its own (:meth:`spawn`,
-        each in a scope of its own). Closing the session cancels every request at work, waits
-        for them to leave, then stops the links they used. Whatever goes wrong in the session
-        ends it, and only it (it never raises but to be cancelled)."""
-        started = False
+        In that nursery: the session's machinery (its backend links' long-lived tasks, under
+        the session's own supervisor, each in a scope of its own) and the requests it runs in
+        tasks (:meth:`spawn`, each in a scope of its own). Closing the session starts its
+        teardown there (:meth:`_teardown`). Whatever goes wrong in the session ends it, and only
+        it: this never raises but to be cancelled (and a session whose opening was cancelled
+        is closed)."""
+        self._nursery = nursery
+        self._supervisor = Supervisor(nursery, on_restart=self.services.metrics.count_restart)
+        opened = False
         try:
-            async with trio.open_nursery() as machinery:
-                self._supervisor = Supervisor(machinery,
-                                              on_restart=self.services.metrics.count_restart)
-                self._nursery = machinery
-                for name in await self.links.connect_all(self._supervisor):
-                    # left out of the opening: joins (and the client is told) when it answers,
-                    # within its own timeout
-                    self._in_machinery(f"late join of {name}", self._react_to_health, name,
-                                       True)
-                task_status.started()
-                started = True
-                await self.closed.wait()
-                self.streams.end_followers()
-                for work in self._at_work:
-                    work.cancel()
-                if self._at_work:  # their links must outlive them
-                    self._work_gone = trio.Event()
-                    with trio.move_on_after(_WORK_GRACE):
-                        await self._work_gone.wait()
-                machinery.cancel_scope.cancel()
+            for name in await self.links.connect_all(self._supervisor):
+                # left out of the opening: joins (and the client is told) when it answers,
+                # within its own timeout
+                self._in_machinery(f"late join of {name}", self._react_to_health, name, True)
+            opened = True
         except Exception as exc:
             self.fail("its machinery", exc)
         finally:
-            self.closed.set()
+            self._opening = False
+            if not opened:
+                self.closed.set()
+            if self.closed.is_set():
+                self._end()
+
+    def _end(self) -> None:
+        """Start the teardown once (after the opening: the links it closes are connected)."""
+        if not self._opening and not self._ended and self._nursery is not None:
+            self._ended = True
+            self._nursery.start_soon(self._teardown, name=f"end of session {self.id[:8]}")
+
+    async def _teardown(self) -> None:
+        """The session's end: its streams' followers and its requests at work are cancelled
+        (the requests waited for, up to :data:`_WORK_GRACE`: their links must outlive them),
+        its long-lived tasks stopped, its links closed, and the gateway forgets it."""
+        try:
+            self.streams.end_followers()
+            for work in self._at_work:
+                work.cancel()
+            if self._at_work:
+                self._work_gone = trio.Event()
+                with trio.move_on_after(_WORK_GRACE):
+                    await self._work_gone.wait()
+            if self._supervisor is not None:
+                await self._supervisor.stop_all()
             await self.links.aclose(ending=self._ending)
+        except Exception as exc:  # the end of this session only
+            log.error("session %s: its end failed", self.id[:8], exc_info=exc)
+            self.services.metrics.faults.labels("session").inc()
+        finally:
             self.services.forget(self)
-            if not started:
-                task_status.started()  # whoever waits for it finds it closed
 
     def fail(self, what: str, error: BaseException) -> None:
         """A fault in the session's own machinery: log it, count it, end this session (its
@@ -246,12 +267,14 @@ class ClientSession:
     def close(self) -> None:
         """End the session: its requests, its links, its backend sessions."""
         self.closed.set()
+        self._end()
 
     def release(self) -> None:
         """End this copy only (another replica may serve the session): the backend sessions
         its links joined go on."""
         self._ending = False
         self.closed.set()
+        self._end()
 
     def touch(self) -> None:
         self.last_active = trio.current_time()
@@ -271,11 +294,11 @@ class ClientSession:
         Closing the session cancels its ``work`` scope and waits for it to
         :meth:`leave_work` before the links it uses close."""
         self._admit()
-        self._at_work.add(work)
+        self._at_work[work] = None
 
     def leave_work(self, work: trio.CancelScope) -> None:
         self._working -= 1
-        self._at_work.discard(work)
+        self._at_work.pop(work, None)
         if not self._at_work and self._work_gone is not None:
             self._work_gone.set()
 

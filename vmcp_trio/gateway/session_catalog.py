@@ -63,7 +63,8 @@ class SessionCatalog:
         self._retry_at = 0.0
         """When a catalog with failures is next rebuilt (trio clock)."""
         self._generation = 0
-        self._lock = trio.Lock()
+        self._lock: trio.Lock | None = None
+        """Held while building (made when first needed: most sessions share a catalog)."""
 
     def invalidate(self) -> None:
         self._generation += 1
@@ -79,7 +80,7 @@ class SessionCatalog:
                     supervisor.start_soon("catalog retry", self._retry_failed,
                                           policy=NEVER_RESTART)
             return catalog
-        async with self._lock:
+        async with self._building():
             if self._catalog is not None:
                 return self._catalog
             return await self._build()
@@ -115,8 +116,13 @@ class SessionCatalog:
             self._retry_at = trio.current_time() + RETRY_FAILED_AFTER
         return catalog
 
+    def _building(self) -> trio.Lock:
+        if self._lock is None:
+            self._lock = trio.Lock()
+        return self._lock
+
     async def _retry_failed(self) -> None:
-        async with self._lock:
+        async with self._building():
             before = self._catalog
             supervisor = self._supervisor()
             if before is None or not before.failures or supervisor is None:

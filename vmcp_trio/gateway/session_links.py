@@ -56,7 +56,7 @@ class SessionLinks:
         self._links: dict[str, BackendLink] = {}
         self.failed: dict[str, str] = {}
         """Backends this session could not connect to, with why."""
-        self.left_out: set[str] = set()
+        self.left_out: frozenset[str] = frozenset()
         """Of those, the ones not known to be up (their last health check did not pass, or
         none ran yet) or that did not answer within the opening's deadline: left out, not
         failed (``partialFailureMode: fail`` fails a request only for a backend that was up
@@ -124,7 +124,7 @@ class SessionLinks:
             await self.connect(name, supervisor)
             return
         self.failed[name] = f"did not answer within {deadline:g}s"
-        self.left_out.add(name)
+        self.left_out |= {name}
         late.append(name)
         log.warning("session %s: backend %s did not answer within %gs; the session opens "
                     "without it, and it joins when it answers", self.owner[:8], name, deadline)
@@ -137,11 +137,11 @@ class SessionLinks:
             link = await self._open(name, supervisor)
             (self._links if into is None else into)[name] = link
             self.failed.pop(name, None)
-            self.left_out.discard(name)
+            self.left_out -= {name}
         except BackendError as exc:
             self.failed[name] = exc.detail
             if not self.services.health.known_up(name):
-                self.left_out.add(name)
+                self.left_out |= {name}
             log.warning("session %s: %s", self.owner[:8], exc)
 
     async def _open(self, name: str, supervisor: Supervisor) -> BackendLink:

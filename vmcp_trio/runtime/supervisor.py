@@ -26,7 +26,9 @@ Rules it keeps:
 * A supervisor runs its tasks in one nursery and lists the live ones (not yet done or failed)
   in :attr:`Supervisor.tasks` with their :class:`TaskHealth`: the process has one for its own
   tasks, each client session one for the tasks of its backend links, all counting in the same
-  metric.
+  metric. A session's supervisor shares the gateway's nursery with every other session's:
+  :meth:`Supervisor.stop_all` ends its own tasks (each runs in a scope of its own) and waits
+  for them.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ RECONNECT = RestartPolicy(initial=1.0, cap=30.0, reset_after=math.inf)
 its relay): 1 s doubling to 30 s; only a connection made (``Retry(reset=True)``) starts over."""
 
 
-@dataclass
+@dataclass(eq=False)  # each is one task's: compared (and kept in sets) by identity
 class TaskHealth:
     name: str
     state: State = "starting"
@@ -138,10 +140,24 @@ class Supervisor:
         self.on_restart = on_restart
         """Told the name of every task restarted (the metric)."""
         self.tasks: dict[str, TaskHealth] = {}
+        self._live: dict[TaskHealth, None] = {}
+        """Every task started and not yet over (two may share a name; a dict: an empty set
+        costs 216 bytes, and every client session has a supervisor)."""
+        self._none_live: trio.Event | None = None
 
     def _health(self, name: str) -> TaskHealth:
         health = self.tasks[name] = TaskHealth(name)
+        self._live[health] = None
         return health
+
+    async def stop_all(self) -> None:
+        """End every task now and wait until each is over (a client session's end, whose
+        tasks run in a nursery that outlives it)."""
+        for health in self._live:
+            health.stop()
+        if self._live:
+            self._none_live = trio.Event()
+            await self._none_live.wait()
 
     async def start(self, name: str, fn: Task, *args: Any,
                     policy: RestartPolicy = DEFAULT_POLICY) -> TaskHealth:
@@ -164,11 +180,16 @@ class Supervisor:
                          args: tuple[Any, ...], policy: RestartPolicy, wants_status: bool, *,
                          task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         status = _Status(health, task_status)
-        with health.scope:
-            await self._keep_running(health, fn, args, policy, wants_status, status)
-        status.report()
-        if health.scope.cancelled_caught:
-            self._finished(health, "stopped")
+        try:
+            with health.scope:
+                await self._keep_running(health, fn, args, policy, wants_status, status)
+            status.report()
+            if health.scope.cancelled_caught:
+                self._finished(health, "stopped")
+        finally:
+            self._live.pop(health, None)
+            if not self._live and self._none_live is not None:
+                self._none_live.set()
 
     async def _keep_running(self, health: TaskHealth, fn: Task, args: tuple[Any, ...],
                             policy: RestartPolicy, wants_status: bool, status: _Status) -> None:
