@@ -230,3 +230,22 @@ def test_cached_decisions_follow_the_claims_not_the_object() -> None:
         assert team_a.allowed({"sub": f"u{i % 3}", "team": team}, check) is (team == "a")
     same = {"sub": "u", "team": "a"}
     assert team_a.allowed(same, check) and team_a.allowed(same, check)
+
+
+def test_a_tools_check_follows_its_annotations_and_each_calls_arguments() -> None:
+    """A tool's check is made once per annotations object and reused: a catalog rebuilt with
+    other hints (a new object, maybe at a freed one's address) gets a check of its own, and
+    each call's arguments are its own."""
+    engine = policies('permit(principal, action == Action::"call_tool", resource);',
+                      'forbid(principal, action == Action::"call_tool", resource) when '
+                      '{ resource has destructiveHint && resource.destructiveHint };',
+                      'forbid(principal, action == Action::"call_tool", resource) when '
+                      '{ resource has arg_text && resource.arg_text == "no" };')
+    safe = {"destructiveHint": False}
+    assert engine.allowed(ALICE, call("wipe", {"text": "yes"}, safe))
+    assert not engine.allowed(ALICE, call("wipe", {"text": "no"}, safe))
+    assert engine.allowed(ALICE, call("wipe", {"text": "yes"}, safe))
+    for _ in range(3):  # new objects, whatever their ids
+        assert not engine.allowed(ALICE, call("wipe", {"text": "yes"},
+                                              {"destructiveHint": True}))
+        assert engine.allowed(ALICE, call("wipe", {"text": "yes"}, {"destructiveHint": False}))

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import cached_property
 from typing import Any
 
@@ -40,6 +40,7 @@ import trio
 
 from ..auth.caller import Caller
 from ..auth.identity import Identity
+from ..auth.policy.mcp_checks import NO_ANNOTATIONS
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -422,10 +423,10 @@ class ClientSession:
         if request.method == "tools/call" and gate.policies is not None:
             catalog = await self.catalog.get()
 
-        def annotations(name: str) -> dict[str, Any]:
+        def annotations(name: str) -> Mapping[str, Any]:
             tool = catalog.tool(name) if catalog is not None else None
             hints = tool.get("annotations") if tool is not None else None
-            return hints if isinstance(hints, dict) else {}
+            return hints if isinstance(hints, dict) else NO_ANNOTATIONS
 
         refusal = await gate.refuse(self.identity, request, annotations)
         if refusal is not None:

@@ -140,6 +140,15 @@ class CedarCheck:
     resource_id: str
     attributes: Mapping[str, Any] = field(default_factory=dict)
     arguments: Mapping[str, Any] | None = None
+    key: tuple[Any, ...] = field(default=(), repr=False, compare=False)
+    """What the decision cache knows the check by, but for its arguments (computed when not
+    given: a check made from another with new arguments passes the other's)."""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", (
+                self.action, self.resource_type, self.resource_id,
+                tuple(sorted(self.attributes.items())) if self.attributes else ()))
 
 
 @dataclass
@@ -191,9 +200,7 @@ class CedarPolicies:
             if check.arguments and self._reads_arguments else b""
         key: tuple[Any, ...] | None = None
         if len(arguments) <= CACHEABLE_ARGUMENTS:
-            key = (self._fingerprint(claims), check.action, check.resource_type,
-                   check.resource_id, arguments,
-                   tuple(sorted(check.attributes.items())) if check.attributes else ())
+            key = (self._fingerprint(claims), check.key, arguments)
             cached = self._cache.get(key)
             if cached is not None:
                 self._cache.move_to_end(key)

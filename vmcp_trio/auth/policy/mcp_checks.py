@@ -26,11 +26,13 @@ a denial tells a caller nothing about what exists.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Any
 
 from .cedar import CedarCheck, resource_id_for_uri
 
-__all__ = ["DENIED", "DENY_ALWAYS", "checks_for", "denial_message", "item_check"]
+__all__ = ["DENIED", "DENY_ALWAYS", "NO_ANNOTATIONS", "checks_for", "denial_message",
+           "item_check"]
 
 DENIED = 403
 """The JSON-RPC code of a denial (ToolHive's ``JSONRPCCodeDenied``; the HTTP status too)."""
@@ -39,7 +41,12 @@ DENY_ALWAYS = CedarCheck("vmcp:unplaceable", "vmcp:Nothing", "")
 """A check no policy can sensibly allow: the request could not be placed."""
 
 Annotations = Callable[[str], Mapping[str, Any]]
-"""A tool's annotation hints by the name the client sees (empty for an unknown tool)."""
+"""A tool's annotation hints by the name the client sees (:data:`NO_ANNOTATIONS` for an
+unknown tool or one without)."""
+NO_ANNOTATIONS: Mapping[str, Any] = MappingProxyType({})
+MAX_TOOL_CHECKS = 4096
+_tool_checks: dict[tuple[str, int], tuple[Mapping[str, Any], CedarCheck]] = {}
+"""Tool checks by name and annotations object (kept here, so that its id stays its own)."""
 
 _MESSAGES = {"call_tool": "call denied by authorization policy",
              "get_prompt": "prompt denied by authorization policy",
@@ -52,10 +59,22 @@ def _hints(annotations: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def tool_check(name: str, arguments: Any, annotations: Mapping[str, Any]) -> CedarCheck:
-    return CedarCheck("call_tool", "Tool", name,
-                      {**_hints(annotations), "name": name, "operation": "call",
-                       "feature": "tool"},
-                      arguments if isinstance(arguments, dict) else None)
+    """The check of a call of tool ``name`` (made once per tool and annotations object, then
+    reused with each call's arguments: building it cost more than the cached decision)."""
+    known = _tool_checks.get((name, id(annotations)))
+    if known is not None and known[0] is annotations:
+        bare = known[1]
+    else:
+        bare = CedarCheck("call_tool", "Tool", name,
+                          {**_hints(annotations), "name": name, "operation": "call",
+                           "feature": "tool"})
+        if len(_tool_checks) >= MAX_TOOL_CHECKS:
+            _tool_checks.clear()
+        _tool_checks[(name, id(annotations))] = (annotations, bare)
+    if not isinstance(arguments, dict):
+        return bare
+    return CedarCheck(bare.action, bare.resource_type, bare.resource_id, bare.attributes,
+                      arguments, bare.key)
 
 
 def prompt_check(name: str, arguments: Any = None) -> CedarCheck:
