@@ -175,15 +175,13 @@ class ClientSession:
         self.links.joined = joined
         self.catalog = SessionCatalog(services, self.links, owner=session_id,
                                       sink=self.unrelated_sink,
-                                      lists_changed=self._tell_lists_changed,
-                                      supervisor=lambda: self._supervisor)
+                                      lists_changed=self._tell_lists_changed)
         self.in_flight = InFlight()
         prefix = services.stream_key_prefix
         self.relay = ClientRelay(
             owner=session_id, relay_prefix=f"vmcp-{prefix}-" if prefix else "vmcp-",
             stateless=revision.stateless, standalone=self.streams.standalone,
-            closed=self.closed, capabilities=self._capabilities,
-            log_level=lambda: self.log_level, peer=lambda: self.peer)
+            closed=self.closed, host=self)
 
     # 2026-07-28 only: made when first used (a handshake session never does)
 
@@ -214,6 +212,7 @@ class ClientSession:
         is closed)."""
         self._nursery = nursery
         self._supervisor = Supervisor(nursery, on_restart=self.services.metrics.count_restart)
+        self.catalog.supervisor = self._supervisor
         opened = False
         try:
             for name in await self.links.connect_all(self._supervisor):
@@ -627,7 +626,7 @@ class ClientSession:
             answer = backend_error(called.request_id, exc.backend, exc.detail)
         stream.push(encode(answer))
 
-    def _capabilities(self, call: Call) -> dict[str, Any]:
+    def capabilities_for(self, call: Call) -> dict[str, Any]:
         """What the client of a call declared: in the request (2026-07-28), else at
         ``initialize``."""
         return (call.stateless.client_capabilities if call.stateless is not None
@@ -639,7 +638,7 @@ class ClientSession:
         :mod:`~.task_ids`): to the backend whose task it is, under the backend's own id."""
         meta = params.get("_meta")
         per_request = meta.get(CLIENT_CAPABILITIES) if isinstance(meta, dict) else None
-        if not declares_tasks(per_request) and not declares_tasks(self._capabilities(call)):
+        if not declares_tasks(per_request) and not declares_tasks(self.capabilities_for(call)):
             return ErrorResponse(request.id, ErrorObject(
                 MISSING_CLIENT_CAPABILITY, f"{request.method} needs the {TASKS_EXTENSION} "
                 "extension, which the client did not declare", required_capability_data()))

@@ -51,14 +51,14 @@ _LISTINGS = (
 
 class SessionCatalog:
     def __init__(self, services: SessionServices, links: SessionLinks, *, owner: str,
-                 sink: Callable[[str], Sink], lists_changed: Callable[[], None],
-                 supervisor: Callable[[], Supervisor | None]) -> None:
+                 sink: Callable[[str], Sink], lists_changed: Callable[[], None]) -> None:
         self.services = services
         self.links = links
         self.owner = owner
         self._sink = sink
         self._lists_changed = lists_changed
-        self._supervisor = supervisor
+        self.supervisor: Supervisor | None = None
+        """The session's, once it is open (where a failed backend's retry runs)."""
         self._catalog: Catalog | None = None
         self._retry_at = 0.0
         """When a catalog with failures is next rebuilt (trio clock)."""
@@ -75,7 +75,7 @@ class SessionCatalog:
         if catalog is not None:  # the common case: no lock, no checkpoint
             if catalog.failures and trio.current_time() >= self._retry_at:
                 self._retry_at = trio.current_time() + RETRY_FAILED_AFTER
-                supervisor = self._supervisor()
+                supervisor = self.supervisor
                 if supervisor is not None:
                     supervisor.start_soon("catalog retry", self._retry_failed,
                                           policy=NEVER_RESTART)
@@ -124,7 +124,7 @@ class SessionCatalog:
     async def _retry_failed(self) -> None:
         async with self._building():
             before = self._catalog
-            supervisor = self._supervisor()
+            supervisor = self.supervisor
             if before is None or not before.failures or supervisor is None:
                 return
             await self.links.reconnect_failed(supervisor)
