@@ -134,7 +134,10 @@ class H1Connection:
         self._scheme = scheme
         self._client = client
         self._server = server
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = None
+        """Made when bytes come and dropped while the connection waits between requests: an
+        idle one holds ~900 bytes, on every open session's connections (a new one costs
+        ~0.2 us)."""
         self._parsing: _Request | None = None
         self._queue: list[_Request] = []
         """Requests parsed, in order (a list: at most :data:`MAX_QUEUED`, and an empty one
@@ -221,6 +224,8 @@ class H1Connection:
         return self._queue.pop(0)
 
     async def _read(self) -> None:
+        if self._parsing is None:  # between requests: nothing for the parser to keep
+            self._parser = None
         try:
             data = bytes(await self._stream.receive_some(MAX_RECV))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -234,8 +239,11 @@ class H1Connection:
 
     def _feed(self, data: bytes) -> None:
         in_head = self._parsing is None or self._parsing.scope is None
+        parser = self._parser
+        if parser is None:
+            parser = self._parser = httptools.HttpRequestParser(self)
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             pass  # the request is marked; what follows its head is the upgraded protocol's
         except httptools.HttpParserCallbackError as exc:  # one of ours, raised in a callback
@@ -317,6 +325,7 @@ class H1Connection:
         request = self._parsing
         assert request is not None
         parser = self._parser
+        assert parser is not None  # it is calling
         target, _, query = request.url.partition(b"?")
         try:
             path = unquote(target.decode("ascii"))
