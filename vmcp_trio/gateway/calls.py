@@ -52,6 +52,9 @@ class Call:
     routed: Routed | None = None
     """Where the request goes, when already known (a 2026-07-28 call is routed once, to
     choose how it is answered)."""
+    scope: trio.CancelScope | None = None
+    """The scope the request is being answered in (:meth:`InFlight.answering`), once it is:
+    what ends a call run in place whose question the client cannot answer."""
 
 
 def progress_token(params: dict[str, Any]) -> str | int | None:

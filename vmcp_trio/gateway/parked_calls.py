@@ -121,18 +121,21 @@ class ParkedCall:
     reply: Response | ErrorResponse | None = None
     missing: dict[str, Any] | None = None
     """Client capabilities a question needed and the client did not declare."""
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
+    scope: trio.CancelScope | None = None
+    """What a parked call runs in (a call in place runs in its request's scope)."""
     call: Any = None
     """The session's ``Call`` of this request: its stream follows the latest retry."""
     in_place: bool = False
     """Run in the request's own task, never parked (its client cannot be asked anything): a
     question that needs a capability it lacks ends the call at once."""
-    _changed: trio.Event = field(default_factory=trio.Event)
+    _changed: trio.Event | None = None
+    """What :meth:`wait` waits on (made when something waits: most calls run in place)."""
     _keys: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = trio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def ask(self, link: Answerable, backend_id: RequestId, method: str,
             params: dict[str, Any] | None) -> None:
@@ -149,8 +152,10 @@ class ParkedCall:
 
     def lacks(self, capability: str) -> None:
         self.missing = {capability: {}}
-        if self.in_place:
-            self.scope.cancel()
+        if self.in_place:  # the call ends at once: the request's own scope (no scope of its
+            scope = getattr(self.call, "scope", None)  # own: entering one cost ~5 us a call)
+            if scope is not None:
+                scope.cancel()
         self._wake()
 
     def finish(self, reply: Response | ErrorResponse | None) -> None:
@@ -164,8 +169,9 @@ class ParkedCall:
 
     async def wait(self) -> None:
         while not self.settled:
-            changed = self._changed
-            await changed.wait()
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
 
     async def answer(self, responses: dict[str, dict[str, Any]]) -> None:
         """Send the client's answers (checked by :func:`check_input_responses`) to the

@@ -490,6 +490,7 @@ class ClientSession:
         reply: Reply | None = None
         try:
             with self.in_flight.answering(request.id) as scope:
+                call.scope = scope
                 with scope:
                     reply = await self._dispatch(request, call)
                 stopped = self.in_flight.stopped_because

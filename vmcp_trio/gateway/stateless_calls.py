@@ -119,7 +119,8 @@ class StatelessCalls:
             self._expire()
             call_id = secrets.token_urlsafe(12)
             parked = ParkedCall(f"{self._id_prefix}.{call_id}" if self._id_prefix else call_id,
-                                trio.current_time() + self._signer.ttl)
+                                trio.current_time() + self._signer.ttl,
+                                scope=trio.CancelScope())
             parked.call = Call(stream, context, parked, routed=routed)
             try:
                 self._spawn(self._run, parked, request)
@@ -147,19 +148,19 @@ class StatelessCalls:
         """The call of a client that cannot be asked anything, in this task (module)."""
         parked = ParkedCall("", math.inf, in_place=True)
         parked.call = Call(stream, context, parked, routed=routed)
-        reply = None
-        with parked.scope:
-            reply = await self._handle(request, parked.call)
+        reply = await self._handle(request, parked.call)
         if parked.missing is not None:
             return _missing(request, parked.missing)
         return reply
 
     async def _run(self, parked: ParkedCall, request: Request) -> None:
+        assert parked.scope is not None  # a parked call has its own
         with parked.scope:
             parked.finish(await self._handle(request, parked.call))
 
     def _drop(self, parked: ParkedCall) -> None:
-        parked.scope.cancel()
+        if parked.scope is not None:
+            parked.scope.cancel()
         self._parked.pop(parked.id, None)
 
     def _expire(self) -> None:
