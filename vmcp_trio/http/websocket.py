@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import ssl
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,6 +44,8 @@ from wsproto.events import (
     TextMessage,
 )
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
+
+from .asgi import ASGIApp, Scope
 
 __all__ = ["MAX_MESSAGE_BYTES", "WEBSOCKET_EXTENSION", "WebSocket", "WebSocketError",
            "WebSocketRejected", "open_websocket", "serve_asgi"]
@@ -154,8 +156,7 @@ class WebSocket:
 
     async def send(self, message: Message) -> None:
         """Send one whole message (raises WebSocketError once the connection has ended)."""
-        if self.close_code is not None or self._protocol.state is not ConnectionState.OPEN:
-            raise WebSocketError(f"the WebSocket is closed ({self.close_code or 'closing'})")
+        self._check_open()
         event = (TextMessage(data=message) if isinstance(message, str)
                  else BytesMessage(data=message))
         await self._write(self._protocol.send(event))
@@ -163,10 +164,13 @@ class WebSocket:
     async def send_many(self, messages: Sequence[bytes]) -> None:
         """Send binary messages in one write (raises WebSocketError once the connection has
         ended)."""
-        if self.close_code is not None or self._protocol.state is not ConnectionState.OPEN:
-            raise WebSocketError(f"the WebSocket is closed ({self.close_code or 'closing'})")
+        self._check_open()
         send = self._protocol.send
         await self._write(b"".join([send(BytesMessage(data=message)) for message in messages]))
+
+    def _check_open(self) -> None:
+        if self.close_code is not None or self._protocol.state is not ConnectionState.OPEN:
+            raise WebSocketError(f"the WebSocket is closed ({self.close_code or 'closing'})")
 
     async def close(self, code: int = 1000, reason: str = "") -> None:
         """Send a Close (once; nothing when the connection already ended)."""
@@ -281,15 +285,13 @@ async def _client_handshake(stream: trio.abc.Stream, host: str, target: str,
 
 # --- the server side (ASGI) ------------------------------------------------------------------
 
-ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[dict[str, Any]]],
-                    Callable[[dict[str, Any]], Awaitable[None]]], Awaitable[None]]
 _BAD_HANDSHAKE = (b"HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\n"
                   b"connection: close\r\ncontent-length: 31\r\n\r\n"
                   b"the WebSocket handshake is bad\n")
 
 
 async def serve_asgi(app: ASGIApp, stream: trio.abc.Stream, request_bytes: bytes,
-                     scope: dict[str, Any], *,
+                     scope: Scope, *,
                      max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
     """Serve one upgrade request (``request_bytes``: everything read so far, its head first;
     ``scope``: its HTTP scope) as an ASGI WebSocket session: ``websocket.connect``, then the

@@ -134,37 +134,31 @@ class TunnelLink:
         self._capacity = math.ceil(protocol.window / protocol.max_payload) + 4
 
     async def send(self, frame: bytes) -> None:
+        """Send one frame (raises TunnelClosed, also for the carrier's failure)."""
         if self.closed:
             raise TunnelClosed("the tunnel is closed")
-        await self._send(frame)
+        try:
+            await self._send(frame)
+        except WebSocketError as exc:
+            raise TunnelClosed(str(exc)) from None
 
     @classmethod
     def over(cls, protocol: TunnelProtocol, socket: WebSocket) -> TunnelLink:
-        """A link whose frames are ``socket``'s messages (its failures are TunnelClosed)."""
-
-        async def send(frame: bytes) -> None:
-            try:
-                await socket.send(frame)
-            except WebSocketError as exc:
-                raise TunnelClosed(str(exc)) from None
-
-        async def send_many(frames: list[bytes]) -> None:
-            try:
-                await socket.send_many(frames)
-            except WebSocketError as exc:
-                raise TunnelClosed(str(exc)) from None
-
-        return cls(protocol, send, send_many)
+        """A link whose frames are ``socket``'s messages."""
+        return cls(protocol, socket.send, socket.send_many)
 
     async def send_frames(self, frames: list[bytes]) -> None:
         """Send frames in one write when the carrier can (in order either way)."""
+        if self._send_many is None:
+            for frame in frames:
+                await self.send(frame)
+            return
         if self.closed:
             raise TunnelClosed("the tunnel is closed")
-        if self._send_many is not None:
+        try:
             await self._send_many(frames)
-        else:
-            for frame in frames:
-                await self._send(frame)
+        except WebSocketError as exc:
+            raise TunnelClosed(str(exc)) from None
 
     def track(self, stream_id: int) -> StreamInbox:
         """The inbox of a stream's events from now on."""

@@ -336,7 +336,7 @@ class TunnelRelay:
             await link.send(opening)
             if body:
                 await link.send_body(stream_id, body, end=True)
-            await self._answer(request, inbox, answer)
+            await answer.relay(request, inbox)
         except TunnelClosed:
             pass
         link.forget(stream_id)
@@ -354,23 +354,6 @@ class TunnelRelay:
                         f"tunnel {name!r}: the agent did not answer (it went away or the "
                         "target failed)"})
 
-    @staticmethod
-    async def _answer(request: HttpRequest, inbox: StreamInbox, answer: _Answer) -> None:
-        """Write the agent's answer to the client as it comes. The client is watched for
-        leaving (which resets the stream) once the answer has taken :data:`WATCH_AFTER`
-        seconds: most answers are whole before that, and a watch from the start cost a task
-        and three wake-ups an exchange."""
-        deadline = trio.current_time() + WATCH_AFTER
-        while trio.current_time() < deadline:
-            events = await inbox.take(deadline)
-            if not events:
-                break
-            if await answer.write(events):
-                return
-        async with until_client_leaves(request):
-            while not await answer.write(await inbox.take()):
-                pass
-
 
 class _Answer:
     """The agent's answer to one exchange, written to its client."""
@@ -386,6 +369,22 @@ class _Answer:
         self.started = False
         self.ended = False
         """The response was written to its end (its last body part said so)."""
+
+    async def relay(self, request: HttpRequest, inbox: StreamInbox) -> None:
+        """Write the agent's answer to the client as it comes. The client is watched for
+        leaving (which resets the stream) once the answer has taken :data:`WATCH_AFTER`
+        seconds: most answers are whole before that, and a watch from the start cost a task
+        and three wake-ups an exchange."""
+        deadline = trio.current_time() + WATCH_AFTER
+        while trio.current_time() < deadline:
+            events = await inbox.take(deadline)
+            if not events:
+                break
+            if await self.write(events):
+                return
+        async with until_client_leaves(request):
+            while not await self.write(await inbox.take()):
+                pass
 
     async def write(self, events: list[StreamEvent]) -> bool:
         """Write these events; whether the stream ended (or was reset). The last body part
