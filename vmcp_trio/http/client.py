@@ -40,6 +40,8 @@ from urllib.parse import urlsplit
 import httptools
 import trio
 
+from .socket_stream import LeanSocketStream, adopt
+
 __all__ = ["ConnectGuard", "HttpClient", "HttpError", "HttpResponse", "Origin"]
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
@@ -273,7 +275,8 @@ class HttpClient:
     async def _connect(self, origin: Origin, guard: ConnectGuard | None = None) -> _Connection:
         try:
             if guard is None:
-                stream: trio.abc.Stream = await trio.open_tcp_stream(origin.host, origin.port)
+                stream: trio.abc.Stream = adopt(
+                    await trio.open_tcp_stream(origin.host, origin.port))
             else:
                 stream = await _open_first(await guard.addresses(origin.host, origin.port),
                                            origin.port)
@@ -398,12 +401,12 @@ def _request_bytes(method: str, target: str, origin: Origin,
     return head.encode("latin-1") + body
 
 
-async def _open_first(addresses: Sequence[str], port: int) -> trio.SocketStream:
+async def _open_first(addresses: Sequence[str], port: int) -> LeanSocketStream:
     """A TCP connection to the first of ``addresses`` (IP literals: no lookup) that takes it."""
     failure: OSError | None = None
     for address in addresses:
         try:
-            return await trio.open_tcp_stream(address, port)
+            return adopt(await trio.open_tcp_stream(address, port))
         except OSError as exc:
             failure = exc
     raise failure or OSError("no address to connect to")

@@ -53,6 +53,7 @@ import orjson
 import trio
 
 from .asgi import NOWAIT_EXTENSION, ASGIApp, is_event_stream
+from .socket_stream import LeanSocketStream
 
 __all__ = ["MAX_QUEUED", "H1Connection", "Limits"]
 
@@ -164,7 +165,7 @@ class H1Connection:
         answer in one write)."""
         self._writing = False
         """A write is in progress (a write without waiting would interleave with it)."""
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        self._fd = stream.socket.fileno() if isinstance(stream, LeanSocketStream) else -1
         """The socket, for writes without waiting (-1: the stream is not a plain socket)."""
         self.upgrade: tuple[bytes, dict[str, Any]] | None = None
         """The protocol the first request asked to upgrade to, and its scope (set when

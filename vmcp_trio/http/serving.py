@@ -42,6 +42,7 @@ from hypercorn.utils import parse_socket_addr, repr_socket_addr, wrap_app
 from .asgi import ASGIApp
 from .h1 import H1Connection, Limits
 from .hypercorn_guard import connection_failed
+from .socket_stream import LeanSocketStream, adopt
 from .websocket import MAX_MESSAGE_BYTES, serve_asgi
 
 if TYPE_CHECKING:
@@ -133,7 +134,8 @@ class _Server:
             await self.handed_over.terminated.set()
             connections.cancel_scope.deadline = trio.current_time() + self.config.graceful_timeout
 
-    async def connection(self, stream: trio.SocketStream, *, secure: bool) -> None:
+    async def connection(self, accepted: trio.SocketStream, *, secure: bool) -> None:
+        stream = adopt(accepted)
         try:
             client = parse_socket_addr(stream.socket.family, stream.socket.getpeername())
             server = parse_socket_addr(stream.socket.family, stream.socket.getsockname())
@@ -147,7 +149,7 @@ class _Server:
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def serve_connection(self, stream: trio.SocketStream, secure: bool,
+    async def serve_connection(self, stream: LeanSocketStream, secure: bool,
                                client: Any, server: Any) -> None:
         transport: trio.abc.Stream = stream
         if secure:

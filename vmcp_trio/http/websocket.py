@@ -46,6 +46,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from .asgi import ASGIApp, Scope
+from .socket_stream import LeanSocketStream, adopt
 
 __all__ = ["MAX_MESSAGE_BYTES", "WEBSOCKET_EXTENSION", "WebSocket", "WebSocketError",
            "WebSocketRejected", "open_websocket", "serve_asgi"]
@@ -82,7 +83,7 @@ class WebSocket:
                  max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self._protocol = protocol
         self._stream = stream
-        self._fd = stream.socket.fileno() if isinstance(stream, trio.SocketStream) else -1
+        self._fd = stream.socket.fileno() if isinstance(stream, LeanSocketStream) else -1
         """The socket, for writes without waiting (-1: the stream is not a plain socket)."""
         self._lock = trio.Lock()
         self._messages: deque[Message] = deque()
@@ -236,7 +237,7 @@ async def open_websocket(url: str, headers: Sequence[tuple[bytes, bytes]] = (), 
     host_header = parts.netloc.rpartition("@")[2]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     with trio.move_on_after(timeout) as waited:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(parts.hostname, port)
+        stream: trio.abc.Stream = adopt(await trio.open_tcp_stream(parts.hostname, port))
         try:
             if secure:
                 stream = trio.SSLStream(stream, ssl.create_default_context(),
