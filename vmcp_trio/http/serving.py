@@ -40,7 +40,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import parse_socket_addr, repr_socket_addr, wrap_app
 
 from .asgi import ASGIApp
-from .h1 import H1Connection, Limits
+from .h1 import H1Connection, Limits, idle_tick
 from .hypercorn_guard import connection_failed
 from .socket_stream import LeanSocketStream, adopt
 from .websocket import MAX_MESSAGE_BYTES, serve_asgi
@@ -124,6 +124,7 @@ class _Server:
                     accepting.start_soon(partial(
                         trio.serve_listeners, partial(self.connection, secure=secure),
                         [listener], handler_nursery=connections))
+                accepting.start_soon(self._end_idle_connections)
                 task_status.started(urls)
                 await shutdown_trigger()
                 accepting.cancel_scope.cancel()
@@ -133,6 +134,16 @@ class _Server:
                 connection.drain()
             await self.handed_over.terminated.set()
             connections.cancel_scope.deadline = trio.current_time() + self.config.graceful_timeout
+
+    async def _end_idle_connections(self) -> None:
+        """Close the connections that waited too long for a request (until the server stops
+        accepting; a drain then closes the idle ones itself)."""
+        tick = idle_tick(self.limits.idle_seconds)
+        while True:
+            await trio.sleep(tick)
+            now = trio.current_time()
+            for connection in list(self.connections):
+                connection.end_if_idle(now)
 
     async def connection(self, accepted: trio.SocketStream, *, secure: bool) -> None:
         stream = adopt(accepted)
