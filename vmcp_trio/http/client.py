@@ -32,7 +32,6 @@ import functools
 import re
 import ssl
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -249,6 +248,28 @@ class HttpResponse:
         return self._connection.done and not self._connection.body
 
 
+class _Streaming:
+    """:meth:`HttpClient.stream`'s block (a class: a generator-based one cost ~1.5 us a
+    request)."""
+
+    __slots__ = ("_args", "_client", "_response")
+
+    def __init__(self, client: HttpClient, method: str, url: str,
+                 headers: Iterable[tuple[str, str]], body: bytes,
+                 guard: ConnectGuard | None) -> None:
+        self._client = client
+        self._args = (method, url, headers, body, guard)
+        self._response: HttpResponse | None = None
+
+    async def __aenter__(self) -> HttpResponse:
+        self._response = await self._client._send(*self._args)
+        return self._response
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        assert self._response is not None
+        await self._client._finish(self._response, exc_type is not None)
+
+
 class HttpClient:
     def __init__(self, *, max_idle_per_origin: int = 64, max_idle: int = 512,
                  max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
@@ -316,15 +337,18 @@ class HttpClient:
         await connection.stream.send_all(wire)
         await connection.head()
 
-    @asynccontextmanager
-    async def stream(self, method: str, url: str, *,
-                     headers: Iterable[tuple[str, str]] = (), body: bytes = b"",
-                     guard: ConnectGuard | None = None) -> AsyncIterator[HttpResponse]:
-        """Send a request; yield the response with its body still to be read.
+    def stream(self, method: str, url: str, *, headers: Iterable[tuple[str, str]] = (),
+               body: bytes = b"", guard: ConnectGuard | None = None) -> _Streaming:
+        """``async with client.stream(...) as response``: send a request, get the response
+        with its body still to be read.
 
         Leaving the block before the body ended closes the connection; a finished exchange
         returns it to the pool.
         """
+        return _Streaming(self, method, url, headers, body, guard)
+
+    async def _send(self, method: str, url: str, headers: Iterable[tuple[str, str]],
+                    body: bytes, guard: ConnectGuard | None) -> HttpResponse:
         origin, target = Origin.of(url)
         wire = _request_bytes(method, target, origin, headers, body)
         connection = self._checkout(origin, guard is not None) or await self._connect(
@@ -346,16 +370,13 @@ class HttpClient:
         if method == "HEAD":  # no body follows, whatever the head says: not reusable
             connection.done = True
             connection.keep_alive = False
-        response = HttpResponse(connection)
-        try:
-            yield response
-        except BaseException:
-            await connection.aclose()
-            raise
-        if response.complete:
-            await self._release(connection)
+        return HttpResponse(connection)
+
+    async def _finish(self, response: HttpResponse, failed: bool) -> None:
+        if response.complete and not failed:
+            await self._release(response._connection)
         else:
-            await connection.aclose()
+            await response._connection.aclose()
 
     async def request(self, method: str, url: str, *, headers: Iterable[tuple[str, str]] = (),
                       body: bytes = b"", limit: int = 16 * 1024 * 1024,
