@@ -15,7 +15,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ("auth_hot_path", "gateway_overhead", "proxy_overhead", "tunnel_overhead", "tracing",
-              "streams", "token_exchange", "startup", "capacity", "sick_backends")
+              "streams", "http2_streams", "token_exchange", "startup", "capacity",
+              "sick_backends")
 
 
 def main() -> int:
