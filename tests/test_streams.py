@@ -85,6 +85,26 @@ def test_priming_event_and_registry() -> None:
     assert parse_event_id("nonsense") is None and parse_event_id("a.b") is None
 
 
+async def _drain(stream: EventStream) -> None:
+    stream.finish()
+    async for _ in stream.follow():
+        pass
+
+
+async def test_delivered_streams_are_forgotten_and_the_registry_stays_bounded() -> None:
+    registry = StreamRegistry(max_streams=64)
+    live = [registry.open() for _ in range(10)]  # still being answered: kept
+    for _ in range(500):
+        stream = registry.open()
+        stream.push(b"reply")
+        await _drain(stream)
+        assert len(registry) <= 2 * (len(live) + 1) + 17
+    assert all(registry.get(stream.key) is stream for stream in live)
+    for _ in range(100):  # full of undelivered streams: the oldest goes
+        registry.open()
+    assert len(registry) <= 64 and registry.get(live[0].key) is None
+
+
 async def test_priming_event_carries_retry() -> None:
     stream = StreamRegistry(retry_ms=1500).open()
     stream.prime()

@@ -271,6 +271,8 @@ class StreamRegistry:
         """Before each response stream's key: the replica's id when sessions are shared."""
         self._streams: dict[str, EventStream] = {}
         self._counter = 0
+        self._next_sweep = 16
+        """How many streams make :meth:`_make_room` forget the delivered ones."""
         self.standalone = self._add(STANDALONE)
 
     def _add(self, key: str, first_seq: int = 0) -> EventStream:
@@ -280,9 +282,14 @@ class StreamRegistry:
         return stream
 
     def _make_room(self) -> None:
-        """The oldest delivered streams make room; if every stream is still undelivered the
-        oldest one is dropped (its client can no longer resume it)."""
-        self._forget_drained()
+        """Delivered streams are forgotten once the registry has doubled since it last
+        looked (and 16 more), or is full: a look per new stream was a scan of every stream,
+        quadratic in a 2026-07-28 context that many clients of one identity share. If every
+        stream is still undelivered when full, the oldest one is dropped (its client can no
+        longer resume it)."""
+        if len(self._streams) >= min(self._next_sweep, self.max_streams):
+            self._forget_drained()
+            self._next_sweep = 2 * len(self._streams) + 16
         if len(self._streams) >= self.max_streams:
             oldest = next(k for k in self._streams if k != STANDALONE)
             del self._streams[oldest]

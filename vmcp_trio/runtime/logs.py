@@ -20,6 +20,7 @@ Rules kept here:
 from __future__ import annotations
 
 import contextvars
+import itertools
 import json
 import logging
 import secrets
@@ -58,11 +59,19 @@ ACCESS: contextvars.ContextVar[AccessRecord | None] = contextvars.ContextVar("ac
                                                                             default=None)
 
 
+_ID_PREFIX = secrets.token_hex(4)
+_ID_NUMBERS = itertools.count(secrets.randbelow(1 << 32))
+
+
 def adopt_request_id(given: str | None) -> None:
     """Set this request's id: the caller's ``X-Request-Id`` when it is a sane token (a load
-    balancer's), else a new one. Every log line of the request carries it."""
+    balancer's), else a new one. Every log line of the request carries it.
+
+    A new id is this process's random prefix and a counter (16 hex digits): distinct from the
+    other replicas' with near certainty, and not a secret (a client is told its id), so no
+    random bytes are drawn for it (the ``getrandom`` call cost 1-3 us a request under load)."""
     if not (given and len(given) <= 64 and all(c.isalnum() or c in "-_.:" for c in given)):
-        given = secrets.token_hex(8)
+        given = f"{_ID_PREFIX}{next(_ID_NUMBERS) & 0xFFFFFFFF:08x}"
     REQUEST_ID.set(given)
 
 
