@@ -26,7 +26,7 @@ from collections.abc import Callable
 from ..http.asgi import HttpRequest, Send, send_empty, send_json
 from ..runtime.logs import note
 from .caller import Caller
-from .headers import HeaderError, bearer_token
+from .headers import HeaderError, bearer_credential, check_token68
 from .incoming.authenticator import Authenticator, AuthFailure
 from .metadata import METADATA_PATH, bearer_challenge, resource_metadata, resource_url
 
@@ -96,10 +96,13 @@ class IncomingBoundary:
                 raise AuthFailure(400, "invalid_request", "tokens in the query string are "
                                   "refused: send it in the Authorization header")
             try:
-                token = bearer_token(request.header("authorization"))
+                token = bearer_credential(request.header("authorization"))
+                known = auth.cached(token) if token is not None else None
+                if known is None and token is not None:
+                    check_token68(token)  # a token found verified was well formed
             except HeaderError as exc:
                 raise AuthFailure(400, "invalid_request", exc.reason) from None
-            identity = await auth.authenticate(token)
+            identity = known if known is not None else await auth.authenticate(token)
             note(subject=identity.subject)
             return Caller(identity, token, request.client)
         except AuthFailure as failure:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_HEADER_LENGTH", "HeaderError", "bearer_token", "challenge", "parse_challenges"]
+__all__ = ["MAX_HEADER_LENGTH", "HeaderError", "bearer_credential", "bearer_token", "challenge",
+           "check_token68", "parse_challenges"]
 
 MAX_HEADER_LENGTH = 16 * 1024
 
@@ -50,6 +51,16 @@ def bearer_token(authorization: str | None) -> str | None:
     one space-separated token68 per RFC 6750 2.1: [A-Za-z0-9-._~+/]+=*). None when the header
     is absent. Raises HeaderError for another scheme, an empty or malformed token, or a header
     longer than 16 KiB."""
+    credential = bearer_credential(authorization)
+    if credential is not None:
+        check_token68(credential)
+    return credential
+
+
+def bearer_credential(authorization: str | None) -> str | None:
+    """:func:`bearer_token` but for the token's own syntax, which :func:`check_token68` checks:
+    a caller that finds the credential among tokens already verified (which were well formed)
+    need not check it again (~1-2 us for a JWT)."""
     if authorization is None:
         return None
     if len(authorization) > MAX_HEADER_LENGTH:
@@ -62,9 +73,15 @@ def bearer_token(authorization: str | None) -> str | None:
     token = rest.lstrip(" ")
     if not token:
         raise HeaderError("the Authorization header has an empty Bearer token")
-    if rest[0] != " " or not _TOKEN68.fullmatch(token):
+    if rest[0] != " ":
         raise HeaderError("the Authorization header's Bearer token is malformed")
     return token
+
+
+def check_token68(token: str) -> None:
+    """HeaderError unless ``token`` is one token68 (RFC 6750 2.1)."""
+    if not _TOKEN68.fullmatch(token):
+        raise HeaderError("the Authorization header's Bearer token is malformed")
 
 
 def challenge(scheme: str, params: list[tuple[str, str]]) -> str:

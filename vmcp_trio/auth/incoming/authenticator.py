@@ -69,6 +69,12 @@ class Authenticator:
     async def authenticate(self, token: str | None) -> Identity:
         raise NotImplementedError
 
+    def cached(self, token: str) -> Identity | None:
+        """The identity of a token this mode verified already and still trusts (None: not
+        known, :meth:`authenticate` it); raises AuthFailure when it was revoked since. The
+        token's syntax need not have been checked: one found here was well formed."""
+        return None
+
     def health(self) -> dict[str, Any]:
         """What ``/readyz`` and ``/api`` report about this mode's caches."""
         return {}
@@ -149,15 +155,19 @@ class JwtAuthenticator(Authenticator):
         """A key left the issuer's JWKS: tokens it verified are no longer trusted."""
         self.cache.drop_key(thumbprint)
 
+    def cached(self, token: str) -> Identity | None:
+        hit = self.cache.get(token, time.time())
+        if hit is not None and self.still_valid is not None and not self.still_valid(hit):
+            raise AuthFailure(401, "invalid_token", "the token was revoked")
+        return hit
+
     async def authenticate(self, token: str | None) -> Identity:
         if token is None:
             raise AuthFailure(401, None, "a bearer token is required")
-        now = time.time()
-        hit = self.cache.get(token, now)
+        hit = self.cached(token)
         if hit is not None:
-            if self.still_valid is not None and not self.still_valid(hit):
-                raise AuthFailure(401, "invalid_token", "the token was revoked")
             return hit
+        now = time.time()
         try:
             if token.count(".") == 2:
                 claims, expires, key_id = await self._verify_jwt(token, now)
