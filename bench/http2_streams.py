@@ -22,18 +22,16 @@ Run: ``python bench/http2_streams.py [--streams 50000]``.
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import time
-from pathlib import Path
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.settings
 import trio
-from common import ROOT, cpus, emit, free_port, pin_self, started  # type: ignore[import-not-found]
-from streams import CONFIG, MARKER, gauges, rss_kb, trigger  # type: ignore[import-not-found]
+from common import emit  # type: ignore[import-not-found]
+from streams import MARKER, gauges, notes_gateway, rss_kb, trigger  # type: ignore[import-not-found]
 
 STREAMS_PER_CONNECTION = 100
 INITIALIZE = (b'{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":'
@@ -211,22 +209,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--streams", type=int, default=50_000)
     args = parser.parse_args()
-    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    available = cpus()
-    pin_self(available[-1])
-    config = Path(ROOT / "bench" / "results" / "http2-streams-config.yaml")
-    config.parent.mkdir(exist_ok=True)
-    config.write_text(CONFIG % (sys.executable, ROOT / "examples/servers/notes_server.py"))
-    port = free_port()
-    sessions = str(args.streams + 100)  # one client address: lift the per-client bound too
-    with started([sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
-                  "--config", str(config), "--port", str(port), "--max-sessions", sessions,
-                  "--max-sessions-per-client", sessions],
-                 cpu=available[0], ready_line="MCP endpoint") as (gateway, _):
-        metrics, ratios = trio.run(run, f"http://127.0.0.1:{port}/mcp", gateway.pid,
-                                   args.streams)
-    config.unlink()
+    with notes_gateway(args.streams, "http2-streams") as (url, pid):
+        metrics, ratios = trio.run(run, url, pid, args.streams)
     print(metrics, file=sys.stderr)
     emit("http2_streams", metrics, ratios)
 

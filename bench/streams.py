@@ -22,6 +22,8 @@ import argparse
 import resource
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -246,29 +248,38 @@ async def run(url: str, pid: int, n: int) -> tuple[dict[str, object], dict[str, 
     return metrics, ratios
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--streams", type=int, default=10_000)
-    args = parser.parse_args()
+@contextmanager
+def notes_gateway(streams: int, name: str) -> Iterator[tuple[str, int]]:
+    """``(url, pid)`` of a gateway over one stdio notes backend, pinned to the first CPU (this
+    process to the last), allowed ``streams`` sessions (and a hundred more) from one address;
+    the file limit raised to its hard bound."""
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     available = cpus()
     pin_self(available[-1])
-    config = Path(ROOT / "bench" / "results" / "streams-config.yaml")
+    config = Path(ROOT / "bench" / "results" / f"{name}-config.yaml")
     config.parent.mkdir(exist_ok=True)
     config.write_text(CONFIG % (sys.executable, ROOT / "examples/servers/notes_server.py"))
     port = free_port()
     # Every session of the bench comes from one address (one anonymous client, as far as the
     # per-client bound can tell): lift that bound with the global one.
-    sessions = str(args.streams + 100)
-    with started([sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
-                  "--config", str(config),
-                  "--port", str(port), "--max-sessions", sessions,
-                  "--max-sessions-per-client", sessions],
-                 cpu=available[0], ready_line="MCP endpoint") as (gateway, _):
-        url = f"http://127.0.0.1:{port}/mcp"
-        metrics, ratios = trio.run(run, url, gateway.pid, args.streams)
-    config.unlink()
+    sessions = str(streams + 100)
+    try:
+        with started([sys.executable, "-m", "vmcp_trio", "serve", "--drain-delay", "0s",
+                      "--config", str(config), "--port", str(port), "--max-sessions", sessions,
+                      "--max-sessions-per-client", sessions],
+                     cpu=available[0], ready_line="MCP endpoint") as (gateway, _):
+            yield f"http://127.0.0.1:{port}/mcp", gateway.pid
+    finally:
+        config.unlink()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--streams", type=int, default=10_000)
+    args = parser.parse_args()
+    with notes_gateway(args.streams, "streams") as (url, pid):
+        metrics, ratios = trio.run(run, url, pid, args.streams)
     print(metrics, file=sys.stderr)
     emit("streams", metrics, ratios)
 

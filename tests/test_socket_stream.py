@@ -4,6 +4,7 @@ before any byte moves, reads that let other tasks run, trio's errors, TCP_NODELA
 from __future__ import annotations
 
 import socket
+from collections.abc import Awaitable, Callable
 
 import pytest
 import trio
@@ -46,9 +47,8 @@ async def test_a_cancelled_task_moves_no_byte() -> None:
     assert scope.cancelled_caught
 
 
-async def test_a_peer_that_keeps_the_socket_full_does_not_hold_the_loop() -> None:
-    writer, reader = _pair()
-    writer.socket.sendall(b"x" * 2000)  # everything the reader will ask for is already there
+async def _ticks_meanwhile(operations: int, operation: Callable[[], Awaitable[object]]) -> int:
+    """How often another task ran while ``operation`` ran ``operations`` times."""
     ticks = 0
 
     async def ticker() -> None:
@@ -61,30 +61,23 @@ async def test_a_peer_that_keeps_the_socket_full_does_not_hold_the_loop() -> Non
         nursery.start_soon(ticker)
         await trio.sleep(0)
         before = ticks
-        for _ in range(1000):
-            assert await reader.receive_some(2) == b"xx"
-        assert ticks - before >= 900  # the other task ran between the reads
+        for _ in range(operations):
+            await operation()
         nursery.cancel_scope.cancel()
+    return ticks - before
+
+
+async def test_a_peer_that_keeps_the_socket_full_does_not_hold_the_loop() -> None:
+    writer, reader = _pair()
+    writer.socket.sendall(b"x" * 2000)  # everything the reader will ask for is already there
+    assert await _ticks_meanwhile(1000, lambda: reader.receive_some(2)) >= 900
+    with pytest.raises(BlockingIOError):  # the 1,000 reads took the 2,000 bytes, no more
+        reader.socket.recv(10)
 
 
 async def test_writes_yield_too() -> None:
     writer, reader = _pair()
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.sleep(0)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        await trio.sleep(0)
-        before = ticks
-        for _ in range(100):
-            await writer.send_all(b"y")
-        assert ticks - before >= 90
-        nursery.cancel_scope.cancel()
+    assert await _ticks_meanwhile(100, lambda: writer.send_all(b"y")) >= 90
     assert reader.socket.recv(1000) == b"y" * 100
 
 
