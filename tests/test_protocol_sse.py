@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from vmcp_trio.protocol.sse import Event, SSEError, SSEParser, encode_comment, encode_event
+from vmcp_trio.protocol.streamable import MAX_RETRY_SECONDS, Resumption
 
 
 def parse_all(data: bytes, cuts: list[int] | None = None) -> list[Event]:
@@ -49,6 +50,28 @@ def test_limits() -> None:
         parser.feed(b"data: 123456\ndata: 123456\n")
     with pytest.raises(SSEError, match="longer than 10 bytes"):
         SSEParser(max_event_bytes=10).feed(b"data: " + b"x" * 20)
+
+
+def test_an_empty_chunk_between_a_cr_and_its_lf_does_not_end_the_event() -> None:
+    """A transport may hand over an empty chunk: it must not make the LF of a CRLF split across
+    chunks a blank line of its own (which dispatched the event's first line as an event)."""
+    parser = SSEParser()
+    events = parser.feed(b"data: x\r") + parser.feed(b"") + parser.feed(b"\ndata: y\r\n\r\n")
+    assert events == [Event("x\ny")]
+
+
+@pytest.mark.parametrize(("digits", "expected"), [
+    ("3000", 3000), ("0" * 5000 + "3000", 3000), ("9" * 18, 10**18 - 1), ("1" + "0" * 18, 10**18),
+    ("9" * 400, 10**18), ("9" * 5000, 10**18)])
+def test_a_retry_of_any_length_is_read_and_a_reconnection_can_wait_it(digits: str,
+                                                                      expected: int) -> None:
+    """A ``retry:`` of thousands of digits raised ValueError (Python's int conversion limit),
+    and one of hundreds OverflowError when a reconnection computed its delay: either broke
+    the stream's reader with something other than SSEError. Past 10**18 ms it is read as that."""
+    parser = SSEParser()
+    assert parser.feed(f"retry: {digits}\ndata: x\n\n".encode()) == [
+        Event("x", retry=expected)]
+    assert Resumption(parser).retry_delay == min(expected / 1000, MAX_RETRY_SECONDS)
 
 
 def test_comment_encoding() -> None:

@@ -17,6 +17,9 @@ from dataclasses import dataclass
 __all__ = ["Event", "SSEError", "SSEParser", "encode_comment", "encode_event"]
 
 DEFAULT_MAX_EVENT_BYTES = 4 * 1024 * 1024
+MAX_RETRY = 10**18
+"""The largest ``retry`` kept (milliseconds): more digits than that are read as it (Python
+converts no more than 4,300 digits, nor divides an integer past 1e308 into a float)."""
 
 
 class SSEError(Exception):
@@ -75,6 +78,8 @@ class SSEParser:
 
     def feed(self, chunk: bytes) -> list[Event]:
         """Consume bytes; return the events completed by them."""
+        if not chunk:  # nothing: and a CR ending the last chunk may still be a CRLF's
+            return []
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF split across chunks
         self._pending_cr = False
@@ -131,7 +136,8 @@ class SSEParser:
             if "\0" not in value:
                 self.last_event_id = value
         elif name == "retry" and value.isascii() and value.isdigit():
-            self.retry = int(value)
+            digits = value.lstrip("0")
+            self.retry = int(digits or "0") if len(digits) <= 18 else MAX_RETRY
         return None
 
     def _dispatch(self) -> Event | None:
