@@ -47,14 +47,16 @@ bench: $(STAMP) packages
 	$(BIN)/python bench/run.py
 
 ## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60), instrumented, on its
-## corpus in fuzz/corpus/ (the inputs it adds go to fuzz/work/)
+## corpus in fuzz/corpus/ with its dictionary fuzz/<name>.dict (the inputs it adds go to
+## fuzz/work/); fuzz/README.md has each harness's long runs
 fuzz: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
 	@for harness in fuzz/fuzz_*.py; do \
 		name=$$(basename $$harness .py); \
 		mkdir -p fuzz/work/$$name; \
 		echo "== $$name ($(FUZZ_SECONDS)s)"; \
-		$(BIN)/python $$harness fuzz/work/$$name fuzz/corpus/$$name \
+		dict=$$( [ -f fuzz/$$name.dict ] && echo -dict=fuzz/$$name.dict ); \
+		$(BIN)/python $$harness fuzz/work/$$name fuzz/corpus/$$name $$dict \
 			-max_total_time=$(FUZZ_SECONDS) -rss_limit_mb=2048 -print_final_stats=1 || exit 1; \
 	done
 

@@ -3,10 +3,16 @@ token's signature and claims checks raise nothing but TokenError. A token whose 
 verifies must have an algorithm that fits the key.
 
 The keys are fixed (public halves only; the seed corpus has tokens signed by their private
-halves, so mutations start from tokens that verify)."""
+halves, so mutations start from tokens that verify).
+
+An input whose first byte is 0x01 is taken apart instead: the rest, split at NUL bytes, is the
+header's JSON, the payload's JSON and the signature's bytes, which the harness encodes itself
+(base64url, joined by dots). Byte mutations of base64 text rarely decode to JSON; this way the
+header and claims checks see every shape of JSON the fuzzer makes."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
@@ -48,8 +54,16 @@ KEYS = [key_from_public(load_pem_public_key(pem), kid=kid) for kid, pem in _PEMS
 _KEY_TYPES = {"RS": "RSA", "PS": "RSA", "ES": "EC", "Ed": "OKP"}
 
 
+def _assembled(parts: bytes) -> str:
+    header, _, rest = parts.partition(b"\0")
+    payload, _, signature = rest.partition(b"\0")
+    return ".".join(base64.urlsafe_b64encode(part).rstrip(b"=").decode("ascii")
+                    for part in (header, payload, signature))
+
+
 def TestOneInput(data: bytes) -> None:
-    text = data.decode("utf-8", errors="replace")
+    assembled = data[:1] == b"\x01"
+    text = _assembled(data[1:]) if assembled else data.decode("utf-8", errors="replace")
     try:
         token = parse_jws(text)
     except TokenError:

@@ -56,11 +56,15 @@ def test_corpus_replays_under_atheris(harness: Path, tmp_path: Path) -> None:
     """The harness script as `make fuzz` runs it (without its coverage instrumentation, which
     takes about a minute per harness), executing every input of its corpus once."""
     corpus = FUZZ / "corpus" / harness.stem
+    dictionary = FUZZ / f"{harness.stem}.dict"
+    extra = [f"-dict={dictionary}"] if dictionary.exists() else []  # a broken one fails here
     result = subprocess.run(
-        [sys.executable, str(harness), "-runs=0", str(tmp_path), str(corpus)],
+        [sys.executable, str(harness), "-runs=0", *extra, str(tmp_path), str(corpus)],
         cwd=FUZZ, capture_output=True, text=True, timeout=120, check=False,
         env={**os.environ, "VMCP_FUZZ_INSTRUMENT": "0"})
     assert result.returncode == 0, result.stderr[-3000:]
     seeds = sum(1 for case in corpus.iterdir() if case.stat().st_size > 0)
     assert f"seed corpus: files: {seeds} " in result.stderr, result.stderr[-3000:]
     assert "INITED" in result.stderr and "Done" in result.stderr, result.stderr[-3000:]
+    if extra:
+        assert "Dictionary: " in result.stderr, result.stderr[-3000:]
