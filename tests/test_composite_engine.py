@@ -558,6 +558,19 @@ def test_builder_reports_every_problem_with_its_field_path() -> None:
     assert "function 'nope' not defined" in problems["spec.steps[4].condition"]
 
 
+def test_builder_reports_template_mistakes_found_by_fuzzing() -> None:
+    """A variable that is not declared (a typo of a field) and blocks nested past what can be
+    compiled are problems of the manifest, reported at load: the first used to load and then
+    hand the tool an argument that is no JSON value, the second to fail the load with a
+    SyntaxError instead of a report."""
+    problems = problems_of({"name": "wf", "description": "d", "steps": [
+        {"id": "a", "tool": "t", "arguments": {"repo": "{{$repo}}"}},
+        {"id": "b", "tool": "t", "condition": "{{range 1}}" * 25 + "{{end}}" * 25},
+    ]})  # fmt: skip
+    assert 'undefined variable "$repo"' in problems["spec.steps[0].arguments.repo"]
+    assert "nested too deeply" in problems["spec.steps[1].condition"]
+
+
 def test_builder_detects_cycles_and_missing_defaults() -> None:
     cycle = problems_of({"name": "wf", "description": "d", "steps": [
         {"id": "a", "tool": "t", "dependsOn": ["c"]},

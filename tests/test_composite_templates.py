@@ -98,6 +98,16 @@ def test_go_printing() -> None:
         ("{{ .x }", 1, 7, "unexpected '}'"),
         ('{{"unterminated}}', 1, 3, "unterminated quoted string"),
         ("{{len}}", 1, 3, "wrong number of args for len"),
+        # Go's parser refuses a variable used where it is not declared (its scope ends at the
+        # {{end}} of its block, and a branch's at the next {{else}}): found by fuzz_templates,
+        # these compiled and evaluated to a value that is no JSON (Jinja's Undefined)
+        ("{{$x}}", 1, 3, 'undefined variable "$x"'),
+        ("{{range $i, $v := .a}}{{end}}{{$v}}", 1, 32, 'undefined variable "$v"'),
+        ("{{if .x}}{{$y := 1}}{{else}}{{$y}}{{end}}", 1, 31, 'undefined variable "$y"'),
+        # also found by fuzz_templates: a \U escape past a C int was an OverflowError, and a
+        # surrogate half (which Go refuses) made text that cannot be sent as JSON
+        ('{{"\\Ucccccccc"}}', 1, 3, "invalid Unicode code point"),
+        ('{{"\\ud83d\\ude00"}}', 1, 3, "invalid Unicode code point"),
     ],
 )
 def test_unsupported_constructs_name_their_position(
@@ -157,6 +167,26 @@ def test_bounds() -> None:
         compile_template("{{.params.s}}{{.params.s}}").render(big)
     with pytest.raises(TemplateSyntaxError, match="NUL"):
         compile_template("a\x00b")
+
+
+def test_bounds_found_by_fuzzing() -> None:
+    """What fuzz_templates found: blocks nested past Python's own limits were a SyntaxError or
+    RecursionError out of compile_template (a manifest that failed to load with a traceback,
+    not a problem report); a ``printf`` width taken from the data made a string of that many
+    characters before the output bound was checked (2 GB for ``%1999999999d``)."""
+    for keyword, depth in (("range 1", 25), ("if 1", 150), ("with .a", 1000)):
+        with pytest.raises(TemplateSyntaxError, match="nested too deeply"):
+            compile_template(f"{{{{{keyword}}}}}" * depth + "{{end}}" * depth)
+    assert compile_template("{{range 1}}" * 20 + "x" + "{{end}}" * 20).render({}) == "x"
+    printf = compile_template("{{printf .params.format .params.count}}")
+    with pytest.raises(TemplateRuntimeError, match="width or precision larger than 1000000"):
+        printf.render({"params": {"format": "%1999999999d", "count": 1}})
+    with pytest.raises(TemplateRuntimeError, match="width or precision larger than 1000000"):
+        printf.render({"params": {"format": "%.99999999f", "count": 1.5}})
+    with pytest.raises(TemplateRuntimeError, match="printf: output too large"):
+        compile_template("{{printf .params.format" + " 1" * 11 + "}}").render(
+            {"params": {"format": "%1000000d" * 11}})
+    assert len(printf.render({"params": {"format": "%1000000d", "count": 1}})) == 1_000_000
 
 
 def test_trees_of_templates() -> None:

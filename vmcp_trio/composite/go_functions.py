@@ -15,7 +15,9 @@ Rules they keep:
   ``map[a:1 b:2]``, ``[a b]``, ``<no value>`` for null; ``printf`` covers the common verbs.
 * **Comparisons** follow Go's rules for basic kinds (``eq`` with several operands is "equal to
   any"; ordering needs two values of one kind).
-* **Bounded**: ``range`` over at most :data:`MAX_RANGE_ITEMS` items. Failures are
+* **Bounded**: ``range`` over at most :data:`MAX_RANGE_ITEMS` items; ``printf`` widths and
+  precisions of at most a million (Go's own bound) and text of at most :data:`MAX_OUTPUT_CHARS`,
+  checked as it is made (a format may come from the data). Failures are
   :class:`TemplateRuntimeError` and quote no data.
 """
 
@@ -31,10 +33,12 @@ from typing import Any
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["ENVIRONMENT", "MAX_RANGE_ITEMS", "MISSING", "TemplateError",
+__all__ = ["ENVIRONMENT", "MAX_OUTPUT_CHARS", "MAX_RANGE_ITEMS", "MISSING", "TemplateError",
            "TemplateRuntimeError", "TemplateSyntaxError", "go_str"]
 
 MAX_RANGE_ITEMS = 10_000
+MAX_OUTPUT_CHARS = 10 * 1024 * 1024
+_MAX_WIDTH = 1_000_000  # Go's fmt takes no larger width or precision
 
 
 class TemplateError(ValueError):
@@ -307,13 +311,16 @@ def _printf(fmt: Any, *args: Any) -> str:
     if not isinstance(fmt, str):
         raise TemplateRuntimeError("printf: the format must be a string")
     queue = list(args)
-    used = 0
+    used = size = 0
 
     def verb(match: re.Match[str]) -> str:
-        nonlocal used
+        nonlocal used, size
         flags, width, precision, letter = match.groups()
         if letter == "%":
             return "%"
+        if any(len(n) > 7 or int(n or 0) > _MAX_WIDTH
+               for n in ((width or "").lstrip("0"), (precision or "").lstrip("0"))):
+            raise TemplateRuntimeError(f"printf: width or precision larger than {_MAX_WIDTH}")
         if used >= len(queue):
             return f"%!{letter}(MISSING)"
         value = queue[used]
@@ -325,6 +332,10 @@ def _printf(fmt: Any, *args: Any) -> str:
                 if "-" in flags
                 else text.rjust(int(width), "0" if "0" in flags and letter in "dfegxX" else " ")
             )
+        size += len(text)
+        if size > MAX_OUTPUT_CHARS:
+            raise TemplateRuntimeError(f"printf: output too large (more than {MAX_OUTPUT_CHARS} "
+                                       "characters)")
         return text
 
     out = _VERB.sub(verb, fmt)

@@ -21,7 +21,8 @@ Rules it keeps:
   println html urlquery`` and ToolHive's ``json quote fromJson``. Anything else (``define``,
   ``template``, ``block``, ``break``, ``continue``, ``=`` assignment, ``call``, ``js``, unknown
   functions) is a :class:`TemplateSyntaxError` naming the construct and its line and column, at
-  compile time, as Go's parser does for unknown functions.
+  compile time, as Go's parser does for unknown functions, and so is a ``$var`` used outside its
+  scope (Go's: up to the ``{{end}}`` of its block; here a branch's also ends at ``{{else}}``).
 * **Data are JSON values.** A field is a key lookup on a mapping (never an attribute lookup, so
   ``.items`` is the key ``items``, not ``dict.items``); dunder names (``.__class__``) are refused at
   compile time; the sandbox stays as a second wall. A missing key gives :data:`MISSING`, printed as
@@ -34,7 +35,8 @@ Rules it keeps:
   gives the integer, ``"{{.steps.a.output}}"`` the mapping) and :data:`MISSING` when it names a
   missing key. Any other template evaluates to its rendered text.
 * **Bounded**: sources of at most :data:`MAX_TEMPLATE_CHARS`, parentheses nested at most
-  :data:`MAX_NESTING` deep, rendered text of at most :data:`MAX_OUTPUT_CHARS` (ToolHive's 10 MB),
+  :data:`MAX_NESTING` deep, blocks nested as deep as Python compiles them (about 20 ``range``),
+  rendered text of at most :data:`MAX_OUTPUT_CHARS` (ToolHive's 10 MB),
   ``range`` over at most :data:`MAX_RANGE_ITEMS` items. Runtime failures are
   :class:`TemplateRuntimeError`; they quote no data.
 """
@@ -51,6 +53,7 @@ from jinja2 import TemplateError as _JinjaError
 
 from .go_functions import (
     ENVIRONMENT,
+    MAX_OUTPUT_CHARS,
     MAX_RANGE_ITEMS,
     MISSING,
     TemplateError,
@@ -79,7 +82,6 @@ __all__ = [
 
 MAX_TEMPLATE_CHARS = 100_000
 MAX_NESTING = 32
-MAX_OUTPUT_CHARS = 10 * 1024 * 1024
 _MAX_VALUE_DEPTH = 100  # nesting of an arguments tree (ToolHive's maxTemplateDepth)
 
 # The translator's vocabulary: Go's built-ins (by the Jinja global each becomes, and how many
@@ -120,6 +122,8 @@ class _Translator:
         self.out: list[str] = []
         self.dots = [_ROOT_DOT]
         self.blocks: list[tuple[str, int]] = []  # (keyword, pos) of open if/with/range
+        self.variables: list[str] = []  # the $variables in scope, as Go's parser tracks them
+        self.scopes: list[int] = []  # len(variables) when each open block started
         self.counter = 0
         self.actions = 0
         self.has_text = False
@@ -278,6 +282,7 @@ class _Translator:
                     "assignment with '=' is not supported; declare with ':='", tokens[1].pos
                 )
             expr = self.pipeline(tokens[2:], tokens[1].pos)
+            self.variables.append(self.var(head))
             self.out.append(f"\x00{{% set {self.var(head)} = {expr} %}}\x00")
         else:
             expr = self.pipeline(tokens, head.pos)
@@ -286,6 +291,7 @@ class _Translator:
 
     def open_block(self, keyword: str, tokens: list[_Token], pos: int) -> None:
         self.blocks.append((keyword, pos))
+        self.scopes.append(len(self.variables))
         if keyword == "if":
             self.out.append(f"\x00{{% if {self.pipeline(tokens, pos)} %}}\x00")
             return
@@ -296,6 +302,7 @@ class _Translator:
         else:
             names, tokens = self.range_vars(tokens, pos)
             expr = self.pipeline(tokens, pos)
+            self.variables.extend(names)
             key = names[0] if len(names) == 2 else "range_key"
             self.out.append(f"\x00{{% for {key}, {dot} in go_range({expr}) %}}\x00")
             if names:
@@ -316,6 +323,7 @@ class _Translator:
         if not self.blocks:
             raise self.fail("unexpected {{else}}", pos)
         keyword, _ = self.blocks[-1]
+        del self.variables[self.scopes[-1] :]  # a branch's variables end with it
         if tokens and tokens[0].text == "if" and keyword == "if":
             self.out.append(f"\x00{{% elif {self.pipeline(tokens[1:], pos)} %}}\x00")
             return
@@ -330,6 +338,7 @@ class _Translator:
         if not self.blocks:
             raise self.fail("unexpected {{end}}", pos)
         keyword, _ = self.blocks.pop()
+        del self.variables[self.scopes.pop() :]  # Go: a variable's scope ends at {{end}}
         if keyword == "if":
             self.out.append("\x00{% endif %}\x00")
             return
@@ -424,6 +433,9 @@ class _Translator:
             return self.dots[-1], index + 1, () if root else None
         if kind == "var":
             name = self.var(token)
+            declared = index + 1 < len(tokens) and tokens[index + 1].kind == "declare"
+            if name != _ROOT_DOT and name not in self.variables and not declared:
+                raise self.fail(f'undefined variable "{token.text}"', token.pos)
             return name, index + 1, () if name == _ROOT_DOT else None
         if kind == "string":
             return _literal(_unquote(token.text, token.pos, self)), index + 1, None
@@ -494,8 +506,10 @@ def _unquote(token: str, pos: int, translator: _Translator) -> str:
             return _SIMPLE[simple]
         code = int(hex2 or hex4 or hex8 or "0", 16) if not octal else int(octal, 8)
         try:
+            if 0xD800 <= code <= 0xDFFF:  # surrogate halves: no code points (nor in Go)
+                raise ValueError(code)
             return chr(code)
-        except ValueError:
+        except (ValueError, OverflowError):  # \U escapes reach 0xFFFFFFFF, past a C int
             raise translator.fail("escape sequence is an invalid Unicode code point", pos) from None
 
     return _GO_UNESCAPE.sub(one, token[1:-1])
@@ -591,6 +605,9 @@ def compile_template(source: str) -> Template:
                       if single else None)
     except _JinjaError as exc:  # a construct the translation let through by mistake
         raise TemplateSyntaxError(f"cannot compile template: {exc}", 1, 1) from exc
+    except (SyntaxError, RecursionError) as exc:  # Python's limits on the code Jinja generates
+        raise TemplateSyntaxError("cannot compile template: if/with/range blocks nested too "
+                                  "deeply", 1, 1) from exc
     return Template(source, frozenset(translator.references), compiled.generate, expression)
 
 
