@@ -43,6 +43,7 @@ from vmcp_trio.authserver.cimd import (
     ClientDocumentError,
     ClientDocuments,
     cache_lifetime,
+    is_client_id_url,
 )
 from vmcp_trio.authserver.refresher import UpstreamRefresher
 from vmcp_trio.authserver.server import AuthorizationServer
@@ -517,6 +518,11 @@ def test_client_id_url_rules(url: str, problem: str) -> None:
 
 def test_client_id_url_rules_accept() -> None:
     check_client_id_url("https://app.example/client.json")
+    # The scheme is case-insensitive, and a client_id the rules accept is taken as a URL.
+    check_client_id_url("HTTPS://app.example/client.json")
+    assert is_client_id_url("HTTPS://app.example/client.json", allow_http=False)
+    assert is_client_id_url("Http://127.0.0.1:8/c.json", allow_http=True)
+    assert not is_client_id_url("Http://127.0.0.1:8/c.json", allow_http=False)
     check_client_id_url("https://app.example:8443/c?v=1")  # a query: SHOULD NOT, not MUST NOT
     check_client_id_url("http://127.0.0.1:8/c.json", allow_http=True)
 

@@ -69,8 +69,10 @@ class ClientDocumentError(Exception):
 
 def is_client_id_url(client_id: str, *, allow_http: bool) -> bool:
     """Whether ``client_id`` is meant as a Client Identifier URL. The ids this server issues at
-    registration are random base64url text, so they never start with a scheme."""
-    return client_id.startswith("https://") or (allow_http and client_id.startswith("http://"))
+    registration are random base64url text, so they never start with a scheme. The scheme is
+    case-insensitive (RFC 3986 3.1), as :func:`~.validation.check_client_id_url` reads it."""
+    scheme = client_id[:8].lower()
+    return scheme == "https://" or (allow_http and scheme.startswith("http://"))
 
 
 def cache_lifetime(cache_control: str | None) -> float:
