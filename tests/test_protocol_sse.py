@@ -3,6 +3,8 @@ bytes are split."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -97,3 +99,22 @@ def test_any_split_gives_the_same_events(items: list[tuple[str, str | None]],
     assert parse_all(raw, [c for c in cuts if c <= len(raw)]) == whole
     expected = [d.replace("\r\n", "\n").replace("\r", "\n") for d, _ in items]
     assert [e.data for e in whole] == expected
+
+
+def test_a_line_dripped_a_byte_at_a_time_costs_its_length_not_its_square() -> None:
+    """A hostile backend sends an event one byte per packet: the parser keeps the bytes without
+    copying or scanning what it holds again (it did both: about ten minutes of CPU for an
+    event at the 4 MiB bound, one gateway core held by one backend). The bound below is an
+    attack's, with a wide margin (about a second here), not a speed measurement."""
+    parser = SSEParser()
+    started = time.process_time()
+    parser.feed(b"data: ")
+    for _ in range(1024 * 1024):
+        assert parser.feed(b"x") == []
+    events = parser.feed(b"\n\n")
+    assert time.process_time() - started < 20
+    assert [len(event.data) for event in events] == [1024 * 1024]
+    with pytest.raises(SSEError, match="longer than"):
+        limited = SSEParser(max_event_bytes=1000)
+        for _ in range(1001):
+            limited.feed(b"y")

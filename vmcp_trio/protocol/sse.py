@@ -69,7 +69,8 @@ class SSEParser:
         self.max_event_bytes = max_event_bytes
         self.last_event_id: str | None = None
         self.retry: int | None = None
-        self._buffer = b""
+        self._buffer = bytearray()
+        """The line being read (bytes after the last line ending)."""
         self._started = False
         self._data: list[str] = []
         self._data_size = 0
@@ -83,10 +84,17 @@ class SSEParser:
         if self._pending_cr and chunk.startswith(b"\n"):
             chunk = chunk[1:]  # the LF of a CRLF split across chunks
         self._pending_cr = False
-        buffer = self._buffer + chunk
+        if self._started and b"\n" not in chunk and b"\r" not in chunk:
+            # No line ends here: keep the bytes (amortised, so a line dripped a byte at a
+            # time costs its length, not its length squared) and look no further.
+            self._buffer += chunk
+            if len(self._buffer) > self.max_event_bytes:
+                raise SSEError(f"an SSE line is longer than {self.max_event_bytes} bytes")
+            return []
+        buffer = bytes(self._buffer) + chunk
         if not self._started and buffer:
             if len(buffer) < 3 and b"\xef\xbb\xbf".startswith(buffer):
-                self._buffer = buffer
+                self._buffer = bytearray(buffer)
                 return []
             if buffer.startswith(b"\xef\xbb\xbf"):
                 buffer = buffer[3:]
@@ -111,7 +119,7 @@ class SSEParser:
             if event is not None:
                 events.append(event)
             start = next_start
-        self._buffer = buffer[start:]
+        self._buffer = bytearray(buffer[start:])
         if len(self._buffer) > self.max_event_bytes:
             raise SSEError(f"an SSE line is longer than {self.max_event_bytes} bytes")
         return events
