@@ -29,6 +29,8 @@ from vmcp_trio.auth.identity import Identity
 from vmcp_trio.authserver.rates import AddressRate
 from vmcp_trio.authserver.server import AuthorizationServer
 from vmcp_trio.authserver.storage import CodeGrant, RegisteredClient, StoredUpstream
+from vmcp_trio.authserver.storage import memory as memory_storage
+from vmcp_trio.authserver.storage import redis as redis_storage
 from vmcp_trio.authserver.storage.memory import MemoryStorage
 from vmcp_trio.authserver.storage.redis import RedisStorage
 from vmcp_trio.http.asgi import HttpRequest
@@ -220,20 +222,38 @@ async def test_an_ended_login_sessions_refresh_tokens_stay_refused(
 
 
 @KINDS
-async def test_a_replaced_refresh_token_may_be_retried_once_only(kind: str,
-                                                                 tmp_path: Path) -> None:
-    """Four requests at once with one refresh token: the rotation and the one retry the grace
-    allows succeed, the other two are reuse and revoke the family."""
+async def test_a_replaced_refresh_token_may_be_retried_within_the_grace_until_a_successor_is_used(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client whose answers are lost retries with the token it holds: four requests at once,
+    then a fifth, all rotate (a retry whose own answer was lost can be retried again). Only the
+    last answer's token is current; once it is used, the replaced token is reuse and revokes
+    the family. The grace runs from the first rotation: retries do not extend it."""
+    monkeypatch.setattr(memory_storage, "ROTATION_GRACE", 1.5)
+    monkeypatch.setattr(redis_storage, "ROTATION_GRACE", 1.5)
     async with auth_server(kind, tmp_path) as server:
         client_id, tokens = await logged_in(server)
-        statuses: list[int] = []
+        answers: list[tuple[int, dict[str, Any]]] = []
         async with trio.open_nursery() as nursery:
             for _ in range(4):
                 async def one() -> None:
-                    statuses.append((await refresh(server, client_id,
-                                                   tokens["refresh_token"]))[0])
+                    answers.append(await refresh(server, client_id, tokens["refresh_token"]))
                 nursery.start_soon(one)
-        assert sorted(statuses) == [200, 200, 400, 400]
+        assert [status for status, _ in answers] == [200] * 4
+        status, latest = await refresh(server, client_id, tokens["refresh_token"])
+        assert status == 200
+        status, used = await refresh(server, client_id, latest["refresh_token"])
+        assert status == 200
+        status, answer = await refresh(server, client_id, tokens["refresh_token"])
+        assert (status, answer["error"]) == (400, "invalid_grant")
+        assert (await refresh(server, client_id, used["refresh_token"]))[0] == 400
+
+        # The grace is counted from the rotation, not from the last retry.
+        client_id, tokens = await logged_in(server)
+        assert (await refresh(server, client_id, tokens["refresh_token"]))[0] == 200
+        await trio.sleep(1.0)
+        assert (await refresh(server, client_id, tokens["refresh_token"]))[0] == 200
+        await trio.sleep(0.7)
+        assert (await refresh(server, client_id, tokens["refresh_token"]))[0] == 400
 
 
 @KINDS

@@ -36,11 +36,13 @@ __all__ = ["MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant", "PendingAuthoriz
 
 
 ROTATION_GRACE = 10.0
-"""Seconds during which the refresh token a rotation replaced may be presented again, once, as
-long as the one it was replaced with was never used: a client whose answer was lost (a network
-error, a Redis failover between the write and the reply) retries with the token it still
-holds, and that is not reuse. Any other old token, the replaced one a second time, or after its
-successor was used, revokes the family."""
+"""Seconds during which the refresh token a rotation replaced may be presented again, as long
+as none of its successors was used: a client whose answer was lost (a network error, a Redis
+failover between the write and the reply) retries with the token it still holds, and that is
+not reuse. Each such retry replaces the unused successor (a retry whose own answer was lost, as
+happens twice in a row across a Sentinel failover, can be retried again), and none extends the
+grace. The replaced token after the grace, or after a successor was used, and any older token,
+revoke the family."""
 
 
 MAX_UNUSED_CLIENTS = 2_000

@@ -139,9 +139,7 @@ class MemoryStorage:
         if family.revoked or (family.current_id != presented_id and not retry):
             family.revoked = True
             return None
-        if retry:  # the one retry the grace allows
-            family.previous_id, family.previous_until = None, 0.0
-        else:
+        if not retry:  # a retry within the grace keeps the grace it started with
             family.previous_id = presented_id
             family.previous_until = time.time() + ROTATION_GRACE
         family.current_id = new_id

@@ -66,9 +66,7 @@ _ROTATE = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
-elseif redis.call('GET', KEYS[4]) == ARGV[1] then
-  redis.call('DEL', KEYS[4])
-else
+elseif redis.call('GET', KEYS[4]) ~= ARGV[1] then
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
   return 0
 end
@@ -76,8 +74,9 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
-"""Rotate a family: its current token makes the new one current (the old one may be retried
-once within the grace); the replaced one, once; anything else revokes the family."""
+"""Rotate a family: its current token makes the new one current and starts the grace of the one
+it replaced; the replaced one, within that grace, replaces the unused successor again (the
+grace is not extended); anything else revokes the family."""
 
 
 _PUT_UNUSED = """
