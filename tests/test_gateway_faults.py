@@ -1,5 +1,5 @@
 """Faults: a backend that never answers, clients that vanish mid-stream. Nothing leaks: the
-open-streams and sessions gauges come back to zero."""
+open-streams and sessions gauges come back to zero, the tasks gauge to where it was."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ async def gauges(base: str) -> dict[str, float]:
     await http.aclose()
     out = {}
     for line in body.decode().splitlines():
-        for name in ("vmcp_open_streams", "vmcp_sessions"):
+        for name in ("vmcp_open_streams", "vmcp_sessions", "vmcp_tasks"):
             if line.startswith(name + " "):
                 out[name] = float(line.split()[1])
     return out
@@ -50,6 +50,11 @@ async def test_a_backend_that_never_answers_times_out_and_is_told_to_stop() -> N
 async def test_clients_that_vanish_leak_nothing() -> None:
     async with running_gateway() as (url, _):
         base = url.removesuffix("/mcp")
+        warm = RawClient(url)  # the backends' own tasks start with the first session
+        await warm.initialize()
+        assert await warm.delete() == 204
+        await warm.aclose()
+        tasks_before = (await gauges(base))["vmcp_tasks"]
         clients = [RawClient(url) for _ in range(3)]
         for client in clients:
             await client.initialize()
@@ -90,6 +95,10 @@ async def test_clients_that_vanish_leak_nothing() -> None:
                 await trio.sleep(0.05)
         for client in clients:
             await client.aclose()
+        # Every task those clients' sessions, streams and calls started has ended.
+        with trio.fail_after(10):
+            while (await gauges(base))["vmcp_tasks"] > tasks_before:
+                await trio.sleep(0.05)
 
 
 

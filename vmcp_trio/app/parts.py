@@ -25,6 +25,8 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import trio
+
 from ..auth.incoming.authenticator import Authenticator
 from ..auth.incoming.build import build_authenticator
 from ..auth.outgoing.exchange import TokenExchanger
@@ -274,6 +276,7 @@ def _watch(process: GatewayProcess) -> None:
     metrics, app = process.metrics, process.app
     metrics.watch(metrics.sessions, lambda: len(process.gateway.sessions))
     metrics.watch(metrics.open_streams, lambda: app.responder.open_streams)
+    metrics.watch(metrics.tasks, lambda: trio.lowlevel.current_statistics().tasks_living)
     metrics.watch(metrics.anonymous_mode, lambda: 1.0 if app.auth.anonymous else 0.0)
     metrics.watch(metrics.auth_keys_healthy, lambda: 0.0 if app.auth.health().get(
         "keys", "healthy") != "healthy" else 1.0)

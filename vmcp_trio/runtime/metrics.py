@@ -1,8 +1,9 @@
 """Prometheus metrics of one gateway process, in a registry of its own.
 
 Kept small on purpose: per request one counter increment and one histogram observation
-(labels: method, backend, outcome), gauges read on scrape for sessions, open streams and backend
-health, and counters of what went wrong and was contained. ``/metrics`` renders the text format.
+(labels: method, backend, outcome), gauges read on scrape for sessions, open streams, trio tasks
+and backend health, and counters of what went wrong and was contained. ``/metrics`` renders the
+text format.
 
 Conventions (Prometheus'): a counter's series ends in ``_total`` (the client library adds it to
 the names given here) and has no ``_created`` twin; every label's values are bounded (method
@@ -50,6 +51,9 @@ class Metrics:
         self.sessions = Gauge("vmcp_sessions", "Live client sessions", registry=self.registry)
         self.open_streams = Gauge("vmcp_open_streams", "Open SSE connections to clients",
                                   registry=self.registry)
+        self.tasks = Gauge("vmcp_tasks", "Trio tasks alive in the process (steady under a "
+                           "steady load; a climb that does not come back down is a leak)",
+                           registry=self.registry)
         self.backend_healthy = Gauge("vmcp_backend_healthy",
                                      "1 when the backend is usable (healthy or not yet checked)",
                                      ["backend"], registry=self.registry)
