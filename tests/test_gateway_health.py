@@ -130,7 +130,8 @@ async def test_best_effort_drops_and_restores_a_backend_and_tells_the_client() -
 async def test_fail_mode_opens_sessions_without_a_backend_known_to_be_down() -> None:
     """A backend that is down (it refuses connections, never passed a health check) is left
     out: the session opens and lists the others (partialFailureMode fail fails a request only
-    for a backend that was up and failed in it); readiness says which backend is down."""
+    for a backend that was up and failed in it); the replica is not ready until every backend
+    was up once, and says which one is down."""
     port = free_port()  # nothing listens there
     http = HttpClient()
     async with running_gateway(gateway_docs(port, "fail")) as (url, _):
@@ -148,6 +149,19 @@ async def test_fail_mode_opens_sessions_without_a_backend_known_to_be_down() -> 
         await wait_for(not_ready)
         status, health = await get_json(http, base + "/health")
         assert status == 200 and health == {"status": "ok"}
+        # Once every backend was up, a backend going down no longer takes the replica out of
+        # the balancer (every replica shares it: that would be a 503 for every client); the
+        # states say it is down.
+        async with weather_server(port):
+            async def ready() -> bool:
+                return (await get_json(http, base + "/readyz"))[0] == 200
+            await wait_for(ready)
+
+        async def down() -> bool:
+            return (await get_json(http, base + "/readyz"))[1]["backends"]["weather"] == (
+                "unhealthy")
+        await wait_for(down)
+        assert (await get_json(http, base + "/readyz"))[0] == 200
         await client.aclose()
     await http.aclose()
 
