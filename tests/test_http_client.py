@@ -119,6 +119,31 @@ async def test_idle_connections_are_bounded_in_all(server: str) -> None:
     await client.aclose()
 
 
+async def test_idle_connections_expire_oldest_first(server: str, nursery: trio.Nursery) -> None:
+    """A burst leaves as many idle connections as it had requests at once; those left unused
+    for the expiry are closed (the pool shrinks back after a peak), the ones still in use
+    stay."""
+    connections.clear()
+    client = HttpClient()
+    async with trio.open_nursery() as burst:
+        for _ in range(5):
+            burst.start_soon(partial(client.request, "GET", server + "/a"))
+    assert client._idle_count == 5 and len(connections) == 5
+    await trio.sleep(0.3)
+    await client.request("GET", server + "/a")  # the newest idle one, used again
+    assert await client.close_idle(0.2) == 4
+    assert client._idle_count == 1
+    assert await client.close_idle(0.2) == 0
+    nursery.start_soon(client.expire_idle_forever, 0.2)
+    with trio.fail_after(2):
+        while client._idle_count:
+            await trio.sleep(0.05)
+    assert not client._idle
+    await client.request("GET", server + "/a")  # a fresh connection
+    assert len(connections) == 6
+    await client.aclose()
+
+
 async def test_a_guarded_request_never_reuses_an_unguarded_connection(server: str) -> None:
     """A connection made to whatever a name resolved to is never taken for a request that
     must go through a guard (which chose its address itself)."""

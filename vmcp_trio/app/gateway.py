@@ -67,6 +67,7 @@ async def _run_parts(process: GatewayProcess, *,
             await supervisor.start("client sessions", gateway.run)
             await supervisor.start("JSON windows", process.app.responder.watch_windows)
             supervisor.start_soon("idle-session reaper", gateway.reap_idle_sessions)
+            supervisor.start_soon("idle connection expiry", process.http.expire_idle_forever)
             supervisor.start_soon("access log", write_access_log)
             task_status.started()
     finally:

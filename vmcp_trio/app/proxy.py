@@ -124,6 +124,7 @@ async def run_stdio(settings: ProxySettings) -> None:
             supervisor = Supervisor(nursery)
             for name, task in login_tasks:
                 await supervisor.start(name, task, policy=KEY_REFRESH)
+            supervisor.start_soon("idle connection expiry", http.expire_idle_forever)
             await bridge.run(stdin, stdout)
             nursery.cancel_scope.cancel()
     finally:
@@ -161,6 +162,7 @@ async def serve_proxy(process: ProxyProcess, *,
             for name, task in process.supervised:
                 await supervisor.start(name, task, policy=KEY_REFRESH)
             supervisor.start_soon("access log", write_access_log)
+            supervisor.start_soon("idle connection expiry", process.http.expire_idle_forever)
             served = trio.Event()
             binds: list[str] = await nursery.start(partial(
                 serve, process.app, config, sockets, shutdown_trigger=stop.wait, served=served))

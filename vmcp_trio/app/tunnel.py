@@ -103,6 +103,7 @@ async def run_agent(settings: ProxySettings, relay_url: str, token: str, *,
                     on_status_ready(urls)
             for name, task in login_tasks:
                 await supervisor.start(name, task, policy=KEY_REFRESH)
+            supervisor.start_soon("idle connection expiry", http.expire_idle_forever)
             nursery.start_soon(agent.run)
             await _until_signal()
             nursery.cancel_scope.cancel()

@@ -15,7 +15,11 @@ Rules it keeps:
   once on a fresh connection: the server closed the idle connection, so it never saw the
   request. Nothing else is retried.
 * Bounds: response head size, idle connections per origin and in all, and the body size of
-  :meth:`HttpResponse.read`.
+  :meth:`HttpResponse.read`. An idle connection is closed after ``IDLE_EXPIRY`` seconds
+  unused (:meth:`HttpClient.expire_idle_forever`, a supervised task of the process that owns
+  the client): the pool grows with the peak of concurrent requests (a burst, calls piling up
+  on a backend that froze) and shrinks back when the peak is over. The pool is a stack, so
+  the connections left idle longest are at its bottom.
 * A request header that would break the framing (a name that is not a token, a line break or
   NUL in a value) fails the request before anything is sent.
 * A request with a ``guard`` (:class:`ConnectGuard`: the SSRF guard of a URL a peer supplied)
@@ -93,8 +97,8 @@ class _Connection:
     """One pooled connection: writes requests whole, parses responses with ``httptools``."""
 
     __slots__ = ("body", "done", "eof", "guarded", "head_bytes", "head_done", "headers",
-                 "keep_alive", "max_header_bytes", "origin", "parser", "reused", "status",
-                 "stream")
+                 "idle_since", "keep_alive", "max_header_bytes", "origin", "parser", "reused",
+                 "status", "stream")
 
     def __init__(self, stream: trio.abc.Stream, origin: Origin, max_header_bytes: int, *,
                  guarded: bool = False) -> None:
@@ -104,6 +108,8 @@ class _Connection:
         self.max_header_bytes = max_header_bytes
         self.parser = httptools.HttpResponseParser(self)
         self.reused = False
+        self.idle_since = 0.0
+        """trio's clock when it last went back to the pool."""
         self._reset()
 
     def _reset(self) -> None:
@@ -270,6 +276,10 @@ class _Streaming:
         await self._client._finish(self._response, exc_type is not None)
 
 
+IDLE_EXPIRY = 30.0
+"""Seconds an idle pooled connection is kept (httpx keeps 5, Go's http.Transport 90)."""
+
+
 class HttpClient:
     def __init__(self, *, max_idle_per_origin: int = 64, max_idle: int = 512,
                  max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
@@ -328,8 +338,34 @@ class HttpClient:
                 or self._idle_count >= self.max_idle or not connection.reusable()):
             await connection.aclose()
             return
+        connection.idle_since = trio.current_time()
         self._idle.setdefault(key, idle).append(connection)
         self._idle_count += 1
+
+    async def close_idle(self, older_than: float) -> int:
+        """Close the pooled connections idle for more than ``older_than`` seconds; how many."""
+        cutoff = trio.current_time() - older_than
+        expired: list[_Connection] = []
+        for key, idle in list(self._idle.items()):
+            stale = 0
+            while stale < len(idle) and idle[stale].idle_since < cutoff:
+                stale += 1
+            if stale:
+                expired += idle[:stale]
+                del idle[:stale]
+                if not idle:
+                    del self._idle[key]
+        self._idle_count -= len(expired)
+        for connection in expired:
+            await connection.aclose()
+        return len(expired)
+
+    async def expire_idle_forever(self, expiry: float = IDLE_EXPIRY) -> None:
+        """Close idle connections once they were unused for ``expiry`` seconds (checked every
+        half of it)."""
+        while True:
+            await trio.sleep(expiry / 2)
+            await self.close_idle(expiry)
 
     async def _exchange(self, connection: _Connection, wire: bytes) -> None:
         """Send the request (one write: a syscall and a trio checkpoint per part was a fifth
