@@ -149,9 +149,9 @@ async def test_fail_mode_opens_sessions_without_a_backend_known_to_be_down() -> 
         await wait_for(not_ready)
         status, health = await get_json(http, base + "/health")
         assert status == 200 and health == {"status": "ok"}
-        # Once every backend was up, a backend going down no longer takes the replica out of
-        # the balancer (every replica shares it: that would be a 503 for every client); the
-        # states say it is down.
+        # Once the replica was ready, a backend going down no longer takes it out of the
+        # balancer (every replica shares that backend: that would be a 503 for every client);
+        # it is degraded, and says why.
         async with weather_server(port):
             async def ready() -> bool:
                 return (await get_json(http, base + "/readyz"))[0] == 200
@@ -161,7 +161,9 @@ async def test_fail_mode_opens_sessions_without_a_backend_known_to_be_down() -> 
             return (await get_json(http, base + "/readyz"))[1]["backends"]["weather"] == (
                 "unhealthy")
         await wait_for(down)
-        assert (await get_json(http, base + "/readyz"))[0] == 200
+        status, ready = await get_json(http, base + "/readyz")
+        assert status == 200 and ready["status"] == "degraded"
+        assert ready["degraded"]["backends"].startswith("not healthy: weather")
         await client.aclose()
     await http.aclose()
 

@@ -78,9 +78,6 @@ class HealthMonitor:
         """Told ``(backend, usable)`` when a backend becomes unhealthy or healthy again."""
         self.backends = {b.name: BackendHealth(b.name) for b in plan.backends}
         self._links: dict[str, HttpLink] = {}
-        self.started = False
-        """The backends were ready once (see :meth:`not_ready`); from then on they no longer
-        decide readiness."""
 
     def update(self, plan: GatewayPlan, gone: set[str], new: set[str]) -> None:
         """A reload: forget the backends ``gone``, start from "unknown" for those ``new`` (the
@@ -138,7 +135,6 @@ class HealthMonitor:
             health.last_error = None
             health.latency_ms = round(elapsed * 1000, 3)
             health.state = "healthy"
-            self.not_ready()  # the first time the backends are ready ends their say in it
         else:
             health.consecutive_failures += 1
             health.last_error = error
@@ -201,25 +197,16 @@ class HealthMonitor:
         return out
 
     def not_ready(self) -> str | None:
-        """Why the backends keep this process from serving (None: they do not).
-
-        Until they were ready once: all of them must be healthy under partialFailureMode fail,
-        at least one under best_effort (a gateway with no backends is ready), so that a replica
-        whose backends cannot be reached never joins the balancer (a rollout with a wrong
-        backend URL stalls on its first pod). From then on, a backend going down is reported
-        (the ``backends`` states, ``vmcp_backend_healthy``) and fails the requests that need
-        it, but readiness stays: every replica shares that backend, so taking replicas out of
-        the balancer routes around nothing and turns one backend's outage into a 503 for
-        every client of every backend. A reload's new backends are reported the same way."""
-        if self.started:
-            return None
+        """Why the backends cannot serve (None: they can): all of them must be healthy under
+        partialFailureMode fail, at least one under best_effort (a gateway with no backends is
+        ready)."""
         waiting = sorted(name for name, health in self.backends.items()
                          if health.state != "healthy")
         if self.plan.operational.partial_failure_mode == "fail":
             if waiting:
-                return (f"not healthy yet: {', '.join(waiting)} "
-                        "(partialFailureMode: fail needs every backend at start)")
-        elif self.backends and len(waiting) == len(self.backends):
-            return "no backend is healthy yet"
-        self.started = True
+                return (f"not healthy: {', '.join(waiting)} "
+                        "(partialFailureMode: fail needs every backend)")
+            return None
+        if self.backends and len(waiting) == len(self.backends):
+            return "no backend is healthy"
         return None

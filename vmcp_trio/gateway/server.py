@@ -117,6 +117,8 @@ class GatewayApp:
         self.extra_endpoints = extra_endpoints
         self.readiness = dict(readiness or {})
         """More parts that ``/readyz`` asks (the authorization server's storage)."""
+        self.was_ready = False
+        """``/readyz`` answered ready once (a reload keeps it): see :meth:`readyz`."""
         self.responder = Responder(self.settings)
         self.handshake = HandshakeFront(gateway, self.responder)
         self.stateless = StatelessFront(gateway, self.responder)
@@ -264,8 +266,15 @@ class GatewayApp:
     # --- operational endpoints -------------------------------------------------------------------
 
     async def readyz(self, send: Send) -> None:
-        """Ready only when serving can succeed; ``notReady`` says which part is not, and
-        why."""
+        """Ready when serving can succeed; ``notReady`` says which part is not, and why.
+
+        Until this process was ready once, every part decides: a replica whose backends,
+        issuer keys or storage cannot be reached never joins the balancer (a rollout with a
+        wrong URL stalls on its first pod). From then on only draining does; a part that fails
+        later (a backend, Redis, the issuer) is reported under ``degraded`` with the status
+        still 200, because every replica shares it: taking them all out of the balancer routes
+        around nothing and turns one part's outage into a 503 for every client, those of the
+        parts still working included."""
         health = self.gateway.health
         problems: dict[str, str] = {}
         if self.gateway.draining:
@@ -284,12 +293,19 @@ class GatewayApp:
                 problem = "did not answer within 2s"
             if problem is not None:
                 problems[part] = problem
-        body: dict[str, Any] = {"status": "not ready" if problems else "ready",
-                                "backends": {n: h.state for n, h in health.backends.items()}}
+        if not problems:
+            self.was_ready = True
+        blocking = problems if not self.was_ready else {
+            part: why for part, why in problems.items() if part == "draining"}
+        body: dict[str, Any] = {
+            "status": "not ready" if blocking else "degraded" if problems else "ready",
+            "backends": {n: h.state for n, h in health.backends.items()}}
         if auth:
             body["auth"] = auth
         if self.gateway.draining:
             body["draining"] = True
-        if problems:
+        if blocking:
             body["notReady"] = problems
-        await send_json(send, 503 if problems else 200, body)
+        elif problems:
+            body["degraded"] = problems
+        await send_json(send, 503 if blocking else 200, body)
