@@ -182,6 +182,7 @@ async def test_metrics_count_requests_and_sessions() -> None:
         assert 'vmcp_requests_total{backend="clock",method="tools/call",outcome="ok"} 1.0' in text
         assert 'vmcp_requests_total{backend="vmcp",method="tools/list",outcome="ok"} 1.0' in text
         assert "vmcp_sessions 1.0" in text
+        assert "process_cpu_seconds_total " in text and "process_open_fds " in text
         count = 'vmcp_request_duration_seconds_count{backend="clock",method="tools/call"} 1.0'
         assert count in text
         assert await client.delete() == 204
@@ -196,15 +197,15 @@ async def test_metrics_count_requests_and_sessions() -> None:
 
 
 async def test_metrics_follow_prometheus_conventions_and_are_documented() -> None:
-    """Counters end in _total, no _created series, the version in vmcp_build_info, and every
-    metric family is in the README's table."""
+    """Counters end in _total, no _created series, the version in vmcp_build_info, the
+    process's own series, and every metric family is in the operations page's table."""
     async with running_gateway() as (url, _):
         http = HttpClient()
         _, _, body = await http.request("GET", url.removesuffix("/mcp") + "/metrics")
         await http.aclose()
     text = body.decode()
     types = dict(line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE"))
-    assert types and all(name.startswith("vmcp_") for name in types)
+    assert types and all(name.startswith(("vmcp_", "process_")) for name in types)
     for name, kind in types.items():
         if kind == "counter":
             assert name.endswith("_total"), name

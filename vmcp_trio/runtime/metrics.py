@@ -8,7 +8,9 @@ text format.
 Conventions (Prometheus'): a counter's series ends in ``_total`` (the client library adds it to
 the names given here) and has no ``_created`` twin; every label's values are bounded (method
 names outside the MCP ones are "other", backends and tasks come from the configuration);
-``vmcp_build_info`` carries the version. docs/operations.md lists every metric with its labels.
+``vmcp_build_info`` carries the version; the ``process_*`` series (CPU seconds, resident
+memory, open and maximum descriptors) are the client library's process collector, read from
+``/proc`` on scrape. docs/operations.md lists every metric with its labels.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    ProcessCollector,
     disable_created_metrics,
     generate_latest,
 )
@@ -40,6 +43,7 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, _open_fds, ...
         self.requests = Counter("vmcp_requests", "MCP requests answered, by method, backend "
                                 "(vmcp: answered by the gateway) and outcome",
                                 ["method", "backend", "outcome"], registry=self.registry)
