@@ -111,9 +111,9 @@ async def test_stateless_requests_go_anywhere(deployment: Deployment) -> None:
 
 def test_the_replicas_agree_on_one_backend_session_per_client_session(
         deployment: Deployment, tmp_path: Path) -> None:
-    """The joins are logged: each replica that served a session it did not make says it took
-    it over (from the replica that made it)."""
-    joined = [replica.log().count("taken over from replica") for replica in deployment.replicas]
+    """The joins are logged: each replica that served a session it did not make says it
+    adopted it (from the replica that made it)."""
+    joined = [replica.log().count("adopted from replica") for replica in deployment.replicas]
     assert sum(joined) >= 2, joined
 
 

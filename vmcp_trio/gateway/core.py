@@ -295,7 +295,8 @@ class Gateway:
             await session.open(self._sessions_nursery)
             sharing.joined(session)
             self.metrics.shared_sessions.labels("adopted").inc()
-            log.info("session %s taken over from replica %s", session.id[:8], record.owner)
+            log.info("session %s adopted from replica %s (a copy of its record)", session.id[:8],
+                     record.owner)
             return session
         finally:
             del self._adopting[session_id]
