@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 FUZZ_SECONDS ?= 60
 
-.PHONY: test pytest lint fuzz clean run peers mcp1 bench packages
+.PHONY: test pytest lint fuzz clean run peers mcp1 bench soak packages
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
@@ -45,6 +45,14 @@ lint: $(STAMP)
 bench: $(STAMP) packages
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	$(BIN)/python bench/run.py
+
+## soak: three replicas behind haproxy, Redis through Sentinel, mixed load of both eras for
+## SOAK_MINUTES (default 10) while backends, Redis and a replica are broken on a schedule;
+## report in bench/results/soak.md and soak.png
+SOAK_MINUTES ?= 10
+soak: $(STAMP) packages
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	$(BIN)/python bench/soak.py --minutes $(SOAK_MINUTES)
 
 ## fuzz: every fuzz/ harness for FUZZ_SECONDS seconds each (default 60), instrumented, on its
 ## corpus in fuzz/corpus/ with its dictionary fuzz/<name>.dict (the inputs it adds go to

@@ -203,10 +203,11 @@ async def _exchange(stream: trio.SocketStream,
 
 
 async def generate_load(url: str, *, sessions: int, warmup: float, duration: float,
-                        text: str = "hello", auth: bytes = b"",
+                        text: str = "hello", auth: bytes = b"", tool: str = "echo",
                         stateless: bool = False) -> LoadResult:
-    """``sessions`` concurrent MCP sessions (one connection each) calling tools/call back to
-    back; ``stateless``: 2026-07-28 clients (a connection each, no session)."""
+    """``sessions`` concurrent MCP sessions (one connection each) calling tools/call of
+    ``tool`` back to back; ``stateless``: 2026-07-28 clients (a connection each, no
+    session)."""
     result = LoadResult()
     ids = itertools.count(1)
     state = {"measuring": False, "stop": False}
@@ -214,7 +215,7 @@ async def generate_load(url: str, *, sessions: int, warmup: float, duration: flo
 
     async def worker() -> None:
         stream, host, extra = await open_session(url, auth, stateless=stateless)
-        params: dict[str, Any] = {"name": "echo", "arguments": {"text": text}}
+        params: dict[str, Any] = {"name": tool, "arguments": {"text": text}}
         if stateless:
             params["_meta"] = STATELESS_META
         while not state["stop"]:
