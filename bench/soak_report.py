@@ -143,6 +143,9 @@ def report(outcomes: list[Outcome], samples: list[dict[str, Any]], faults: list[
         "faults": len(faults),
         "recovery_s": {f"{f.name}@{f.began - start:.0f}": round(f.recovered - f.acted, 2)
                        for f in faults},
+        "fault_log": [{"fault": f.name, "touched": f.touched, "began_s": round(f.began - start, 2),
+                       "acted_s": round(f.acted - start, 2),
+                       "recovered_s": round(f.recovered - start, 2)} for f in faults],
         "call_p50_ms": round(percentile(quiet, 0.5) * 1000, 1),
         "call_p99_ms": round(percentile(quiet, 0.99) * 1000, 1),
         "flatness": flat, "baseline": back,
@@ -217,14 +220,19 @@ def plot(path: Path, outcomes: list[Outcome], samples: list[dict[str, Any]],
     xs = sorted(bins)
     minutes = [x * bin_s / 60 for x in xs]
     ok_rate = [sum(o.ok for o in bins[x]) / bin_s for x in xs]
-    failed = [sum(not o.ok for o in bins[x]) for x in xs]
+    started: dict[int, int] = {}  # failures where they began (a timeout ends 25 s later)
+    for outcome in outcomes:
+        if not outcome.ok:
+            key = int((outcome.started - start) // bin_s)
+            started[key] = started.get(key, 0) + 1
+    failed = [started.get(x, 0) for x in xs]
     p99 = [percentile([o.ended - o.started for o in bins[x] if o.ok and o.kind == "call"],
                       0.99) * 1000 for x in xs]
     figure, axes = plt.subplots(5, 1, figsize=(12, 13), sharex=True)
     axes[0].plot(minutes, ok_rate, color="tab:green")
     axes[0].set_ylabel("succeeded / s")
     axes[1].bar(minutes, failed, width=bin_s / 60, color="tab:red")
-    axes[1].set_ylabel(f"failed per {bin_s:.0f} s")
+    axes[1].set_ylabel(f"failed, by start, per {bin_s:.0f} s")
     axes[2].plot(minutes, p99, color="tab:blue")
     axes[2].set_ylabel("call p99 (ms)")
     load = [s for s in samples if s["phase"] == "load"]
