@@ -221,6 +221,116 @@ async def test_a_clients_answer_at_another_replica_reaches_the_one_that_asked(
         await answer_to.aclose()
 
 
+async def _asking_call(client: RawClient, questions: trio.MemorySendChannel[dict[str, Any]],
+                       messages: list[dict[str, Any]]) -> None:
+    """A call at the client's replica whose backend asks the client (elicitation): the question
+    goes to ``questions``, every message of the call to ``messages``."""
+    call = {"jsonrpc": "2.0", "id": "ask", "method": "tools/call",
+            "params": {"name": "numbers_ask", "arguments": {"question": "colour?"}}}
+    async with client.http.stream("POST", client.url, headers=client.headers(),
+                                  body=orjson.dumps(call)) as response:
+        parser = SSEParser()
+        async for chunk in response.iter_bytes():
+            for event in parser.feed(chunk):
+                message = orjson.loads(event.data) if event.data else {}
+                messages.append(message)
+                if message.get("method") == "elicitation/create":
+                    await questions.send(message)
+
+
+def _answer(question: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": question["id"],
+            "result": {"action": "accept", "content": {"answer": "blue"}}}
+
+
+def _told_to_retry(reply: Any) -> bool:
+    """A 503 with Retry-After whose JSON-RPC error says the answer did not reach the replica
+    that asked."""
+    error = (reply.body or {}).get("error", {})
+    return (reply.status == 503 and reply.headers.get("retry-after") == "1"
+            and reply.body["id"] is None and error.get("code") == -32000
+            and error.get("message") == "the answer could not be passed to the replica that "
+                                        "asked for it; try again")
+
+
+async def test_an_answer_the_asking_replica_cannot_hear_is_refused_until_it_can(
+        redis_port: int) -> None:
+    """A's fleet subscriptions are cut (CLIENT KILL, again and again: as while a failover's new
+    master has no subscription of A yet) when the client posts its answer to B: the PUBLISH to
+    A's channel reaches nobody, so B answers 503 with Retry-After, not 202, and A's call still
+    waits. Once A listens again, the same answer sent again finishes the call; a repeat of it is
+    taken (202) and ignored by A."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, a), (b_url, _b) = running
+        assert a.shared is not None
+        a_channel = a.shared.redis.key(f"fleet:{a.shared.fleet.replica}")
+
+        def a_listens() -> bool:
+            return bool(redis_command(redis_port, "PUBSUB", "NUMSUB", a_channel)[1])
+
+        client = RawClient(a_url)
+        await client.initialize({"elicitation": {}})
+        answer_to = RawClient(b_url)
+        answer_to.session_id = client.session_id
+        assert (await answer_to.request("tools/list")).status == 200  # B holds a copy
+        assert a_listens()
+        messages: list[dict[str, Any]] = []
+        questions, asked = trio.open_memory_channel[dict[str, Any]](1)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_asking_call, client, questions, messages)
+                question = await asked.receive()
+                cut = trio.CancelScope()
+
+                async def cut_subscriptions() -> None:
+                    with cut:
+                        while True:
+                            redis_command(redis_port, "CLIENT", "KILL", "TYPE", "pubsub")
+                            await trio.sleep(0.05)
+
+                nursery.start_soon(cut_subscriptions)
+                await eventually(lambda: not a_listens())
+                refused = await answer_to.post(_answer(question))
+                assert _told_to_retry(refused), (refused.status, refused.headers, refused.body)
+                await trio.sleep(0.2)
+                assert "result" not in messages[-1]  # the call still waits for its answer
+                cut.cancel()
+                await eventually(a_listens, timeout=15)
+                assert (await answer_to.post(_answer(question))).status == 202
+        assert messages[-1]["result"]["content"][0]["text"] == "accept:blue"
+        assert (await answer_to.post(_answer(question))).status == 202  # a repeat: ignored
+        assert (await client.request("tools/list")).status == 200
+        await client.aclose()
+        await answer_to.aclose()
+
+
+async def test_without_redis_an_answer_for_another_replica_is_refused(redis_port: int) -> None:
+    """Redis away: B cannot pass the client's answer to A, so its POST is 503 with Retry-After
+    (never a 202 for an answer that is lost); sent again to A, it finishes the call."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, _b) = running
+        client = RawClient(a_url)
+        await client.initialize({"elicitation": {}})
+        answer_to = RawClient(b_url)
+        answer_to.session_id = client.session_id
+        assert (await answer_to.request("tools/list")).status == 200  # B holds a copy
+        messages: list[dict[str, Any]] = []
+        questions, asked = trio.open_memory_channel[dict[str, Any]](1)
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_asking_call, client, questions, messages)
+                question = await asked.receive()
+                with contextlib.suppress(ConnectionError):
+                    redis_command(redis_port, "SHUTDOWN", "NOSAVE")
+                refused = await answer_to.post(_answer(question))
+                assert _told_to_retry(refused), (refused.status, refused.headers, refused.body)
+                answer_to.url = a_url  # the retry, which the balancer sends to A this time
+                assert (await answer_to.post(_answer(question))).status == 202
+        assert messages[-1]["result"]["content"][0]["text"] == "accept:blue"
+        await client.aclose()
+        await answer_to.aclose()
+
+
 async def test_a_cancellation_at_another_replica_stops_the_call(redis_port: int) -> None:
     async with replicas(redis_port, count=2) as (running, state):
         (a_url, _a), (b_url, _b) = running

@@ -13,8 +13,10 @@ it keeps:
   client hears -32021 (roots/list, often asked on spec, is only refused to the backend).
 * A handshake client gets such a request under an id unique in the session (``vmcp-<n>``, or
   ``vmcp-<replica>-<n>`` with shared sessions, so that an answer posted to another replica is
-  passed here), and its answer goes back to the backend that asked under the backend's id. At
-  most :data:`~.calls.MAX_WAITING_FOR_CLIENT` wait at once (past it the backend hears -32600).
+  passed here: the peer raises :class:`~.session_peer.NotPassedOn` there when it cannot be),
+  and its answer goes back to the backend that asked under the backend's id, once (a repeated
+  answer is ignored). At most :data:`~.calls.MAX_WAITING_FOR_CLIENT` wait at once (past it the
+  backend hears -32600).
   A 2026-07-28 call gathers them as its input requests instead (:mod:`.parked_calls`).
 * A backend's ``notifications/cancelled`` for a request it sent is renamed to the id the client
   saw (or withdraws the input request); one for a request the client never saw is dropped.
@@ -203,7 +205,8 @@ class ClientRelay:
 
     async def answered(self, message: Response | ErrorResponse, *, forwarded: bool) -> None:
         """The client's answer to a request relayed to it: to the backend that asked, under
-        its id (an answer to a request another replica relayed is passed there)."""
+        its id (an answer to a request another replica relayed is passed there; raises
+        :class:`~.session_peer.NotPassedOn` when that replica did not get it)."""
         target = self._relayed.pop(str(message.id), None)
         if target is None:
             relayed_elsewhere = (str(message.id).startswith("vmcp-")
@@ -211,7 +214,7 @@ class ClientRelay:
             peer = self._host.peer
             if relayed_elsewhere and peer is not None and peer.elsewhere is not None \
                     and not forwarded:
-                peer.elsewhere(message)
+                await peer.elsewhere(message)
                 return
             log.info("session %s: answer to unknown request %r ignored", self.owner[:8],
                      message.id)

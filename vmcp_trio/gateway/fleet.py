@@ -7,10 +7,15 @@ Redis. Rules it keeps:
   a key ``replica:<id>`` renewed every ``heartbeat`` seconds that expires after three of them:
   a replica killed without a word is known dead within that bound (:meth:`Fleet.alive`). A
   replica is not ready (``/readyz``) before its first heartbeat is written.
-* Messages are small JSON objects on one channel (``fleet``) with a ``kind``, the sender and,
-  for a message meant for one replica, its id; every replica hears every message and drops its
-  own and those addressed to another (a fleet is a handful of replicas, not hundreds).
-* A handler runs in the subscription's task: it must not block (it may start work elsewhere).
+* Messages are small JSON objects with a ``kind``, the sender and, for a message meant for one
+  replica, its id. One for all (:meth:`Fleet.announce`) goes on the shared channel (``fleet``),
+  which every replica hears (a fleet is a handful of replicas, not hundreds); one for a replica
+  (:meth:`Fleet.tell`) on that replica's own channel (``fleet:<id>``), which it alone subscribes
+  to besides the shared one, so that Redis's count of receivers says whether it heard the
+  message (0: not subscribed now, e.g. while its subscription is renewed after a failover). A
+  replica drops its own messages and those addressed to another. Order is kept on each
+  channel (among the messages to one replica, among announcements), not between the two.
+* A handler runs in its subscription's task: it must not block (it may start work elsewhere).
   A handler that fails is logged and the subscription goes on.
 * Redis unavailable: sending raises :class:`~vmcp_trio.runtime.redis.StorageUnavailable` (the
   caller decides what that costs); the heartbeat keeps trying, and until it succeeds again the
@@ -39,6 +44,11 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 Handler = Callable[[dict[str, Any]], None]
 
 
+def _own_channel(replica: str) -> str:
+    """The channel of the messages for one replica."""
+    return f"{CHANNEL}:{replica}"
+
+
 class Fleet:
     def __init__(self, redis: RedisConnection, *, heartbeat: float = 2.0) -> None:
         self.redis = redis
@@ -49,6 +59,8 @@ class Fleet:
         """The heartbeat was written (until then this replica is not ready: the others would
         take it for dead)."""
         redis.subscribe("fleet messages", CHANNEL, self._heard)
+        redis.subscribe("fleet messages to this replica", _own_channel(self.replica),
+                        self._heard)
 
     def on(self, kind: str, handler: Handler) -> None:
         """Call ``handler`` with each message of ``kind`` another replica sends this one."""
@@ -79,18 +91,19 @@ class Fleet:
                                                                            replica)])))
 
     async def announce(self, kind: str, **fields: Any) -> None:
-        """Tell every other replica."""
-        await self._send({"kind": kind, **fields})
+        """Tell every other replica (whoever listens now)."""
+        await self._send(CHANNEL, {"kind": kind, **fields})
 
-    async def tell(self, replica: str, kind: str, **fields: Any) -> None:
-        """Tell one replica (it alone acts on it)."""
-        await self._send({"kind": kind, "to": replica, **fields})
+    async def tell(self, replica: str, kind: str, **fields: Any) -> bool:
+        """Tell one replica (it alone acts on it): whether a subscription of that replica
+        received the message (False: it was not listening, the message is lost)."""
+        return await self._send(_own_channel(replica), {"kind": kind, "to": replica, **fields}) > 0
 
-    async def _send(self, message: dict[str, Any]) -> None:
+    async def _send(self, channel: str, message: dict[str, Any]) -> int:
         data = orjson.dumps({**message, "from": self.replica}).decode()
         if len(data) > MAX_MESSAGE_BYTES:
             raise ValueError(f"a fleet message of {len(data)} bytes is too large")
-        await self.redis.publish(CHANNEL, data)
+        return await self.redis.publish(channel, data)
 
     def _heard(self, data: str) -> None:
         try:

@@ -5,9 +5,12 @@
   ``MCP-Protocol-Version``, when sent, must name a handshake revision (else 400); a GET must
   accept an event stream (else 406). (These are :mod:`vmcp_trio.protocol.streamable`'s checks.)
   Batches are accepted only in 2025-03-26.
-* Notifications and responses -> 202. A request is answered by the
-  :class:`~.responder.Responder`: JSON when quick, else SSE. The work belongs to the session, not
-  the connection: a client that disconnects can resume the stream by GET with ``Last-Event-ID``.
+* Notifications and responses -> 202; 503 with ``Retry-After`` when a client's answer for a
+  request another replica relayed could not be handed to it (the client sends it again; of a
+  batch, the answers and notifications before it were taken, no request was run). A request is
+  answered by the :class:`~.responder.Responder`: JSON when quick, else SSE. The work belongs
+  to the session, not the connection: a client that disconnects can resume the stream by GET
+  with ``Last-Event-ID``.
 * GET opens the session's standalone stream (or resumes a stream: this replica's, or with shared
   sessions one another replica logged); DELETE ends the session.
 
@@ -47,6 +50,7 @@ from .calls import SessionBusy, SessionClosed
 from .core import SHUTTING_DOWN, Gateway, TooManySessions, server_capabilities
 from .responder import Responder
 from .session import ClientSession
+from .session_peer import NotPassedOn
 from .streams import EventStream, parse_event_id
 
 __all__ = ["HandshakeFront"]
@@ -121,7 +125,12 @@ class HandshakeFront:
             elif isinstance(message, Request):
                 requests.append(message)
             else:
-                await session.receive(message)
+                try:
+                    await session.receive(message)
+                except NotPassedOn as exc:
+                    await send_json(send, 503, encode_error(TOO_BUSY, str(exc)),
+                                    [*_session_headers(session), ("retry-after", "1")])
+                    return
         if not requests and not errors:
             await send_empty(send, 202)
             return

@@ -679,7 +679,8 @@ class ClientSession:
 
     async def receive(self, message: Message, *, forwarded: bool = False) -> None:
         """A notification or response POSTed by the client (``forwarded``: at another replica,
-        which passed it here)."""
+        which passed it here). Raises :class:`~.session_peer.NotPassedOn` when an answer for
+        another replica did not reach it."""
         if isinstance(message, Response | ErrorResponse):
             await self.relay.answered(message, forwarded=forwarded)
             return
@@ -689,7 +690,7 @@ class ClientSession:
             request_id = (message.params or {}).get("requestId")
             if (not self.in_flight.cancel(request_id) and self.peer is not None
                     and self.peer.elsewhere is not None and not forwarded):
-                self.peer.elsewhere(message)  # it may be at work at another replica
+                await self.peer.elsewhere(message)  # it may be at work at another replica
         elif message.method == "notifications/roots/list_changed":
             for link in list(self.links.values()):
                 try:

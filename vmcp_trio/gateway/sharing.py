@@ -21,11 +21,16 @@ sessions are shared. Rules it keeps:
   now puts it on its own. When the listener's heartbeat is gone, a replica serving the session
   takes the role over (compare-and-set), at most one check per session every three heartbeats.
 * A client's answer to a request another replica relayed (its id names that replica) is sent
-  to that replica; a cancellation of a request this copy does not hold is announced to all (the
-  one at work on it stops). Passed on once: what arrives from another replica is not passed on.
+  to that replica before the client's POST is answered, and is passed on only when a
+  subscription of that replica received it (:meth:`~.fleet.Fleet.tell`): when it was not
+  listening or Redis failed, the POST is 503 with ``Retry-After`` and the client sends the
+  answer again (that replica takes one answer per request and ignores a repeat). A
+  cancellation of a request this copy does not hold is announced to all, best effort (the one
+  at work on it stops; which one that is, if any, is not known). Passed on once: what arrives
+  from another replica is not passed on.
 * Redis unavailable: a new session goes on on this replica (a warning says the others cannot
-  take it now); a change not written is written with the next one; nothing waits longer than
-  the Redis timeouts.
+  take it now); a change not written is written with the next one; a client's answer for
+  another replica is 503 (above); nothing waits longer than the Redis timeouts.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from ..protocol.jsonrpc import ErrorResponse, JsonRpcError, Message, Response, d
 from ..runtime.redis import StorageUnavailable, milliseconds
 from .fleet import Fleet
 from .session import ClientSession
-from .session_peer import SessionPeer
+from .session_peer import NotPassedOn, SessionPeer
 from .session_records import SessionRecord, SessionRecords
 
 __all__ = ["SessionSharing", "shareable_id"]
@@ -221,25 +226,28 @@ class SessionSharing:
 
     # --- client messages for another replica ----------------------------------------------------
 
-    def _pass_on(self, session_id: str, message: Message) -> None:
-        """Send a client's answer to the replica that relayed its request (named in its id), or
-        announce a cancellation to all."""
-        replica = None
-        if isinstance(message, Response | ErrorResponse):
-            replica = str(message.id).removeprefix("vmcp-").partition("-")[0]
-        self._spawn(self._send_client_message, session_id, replica, message)
-
-    async def _send_client_message(self, session_id: str, replica: str | None,
-                                   message: Message) -> None:
+    async def _pass_on(self, session_id: str, message: Message) -> None:
+        """Send a client's answer to the replica that relayed its request (named in its id),
+        raising :class:`NotPassedOn` unless it heard it; announce a cancellation to all."""
         fields = {"session": session_id, "message": message.to_dict()}
-        try:
-            if replica:
-                await self.fleet.tell(replica, "client-message", **fields)
-            else:
+        if not isinstance(message, Response | ErrorResponse):
+            try:
                 await self.fleet.announce("client-message", **fields)
+            except (StorageUnavailable, ValueError) as exc:
+                log.warning("session %s: a cancellation for the other replicas was lost: %s",
+                            session_id[:8], exc)
+            return
+        replica = str(message.id).removeprefix("vmcp-").partition("-")[0]
+        try:
+            if await self.fleet.tell(replica, "client-message", **fields):
+                return
+            why = "it is not listening"
         except (StorageUnavailable, ValueError) as exc:
-            log.warning("session %s: a client message for another replica was lost: %s",
-                        session_id[:8], exc)
+            why = str(exc)
+        log.warning("session %s: a client's answer for replica %s was not passed on (the client "
+                    "is told to send it again): %s", session_id[:8], replica[:16], why)
+        raise NotPassedOn("the answer could not be passed to the replica that asked for it; "
+                          "try again")
 
     def _heard_client_message(self, data: dict[str, object]) -> None:
         session, message = data.get("session"), data.get("message")

@@ -196,8 +196,9 @@ class RedisConnection:
             return str(exc)
         return None
 
-    async def publish(self, channel: str, data: str) -> None:
-        await self.do(lambda r: r.publish(self.key(channel), data))
+    async def publish(self, channel: str, data: str) -> int:
+        """Publish on ``channel``: how many subscribers received it (Redis's count)."""
+        return int(await self.do(lambda r: r.publish(self.key(channel), data)))
 
     async def acquire(self, name: str, ttl: float) -> str | None:
         """A lock the replicas share for ``ttl`` seconds: its token, or None when taken."""
