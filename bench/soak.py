@@ -410,8 +410,9 @@ def recovered(fleet: Fleet, touched: list[str]) -> bool:
 
 # --- the run -------------------------------------------------------------------------------------
 
-async def soak(fleet: Fleet, args: argparse.Namespace) -> tuple[list[Outcome],
-                                                                list[dict[str, Any]]]:
+async def soak(fleet: Fleet, args: argparse.Namespace
+               ) -> tuple[list[Outcome], list[dict[str, Any]], dict[str, Any]]:
+    """The run: (every operation's outcome, the samples, counts of the load's own)."""
     outcomes: list[Outcome] = []
     samples: list[dict[str, Any]] = []
     primed: list[Outcome] = []
@@ -462,7 +463,7 @@ async def soak(fleet: Fleet, args: argparse.Namespace) -> tuple[list[Outcome],
     samples.append(await trio.to_thread.run_sync(sample, fleet, "left"))
     await trio.sleep(QUIET_AFTER)
     samples.append(await trio.to_thread.run_sync(sample, fleet, "after"))
-    return outcomes, samples
+    return outcomes, samples, {"answers_resent_after_503": load.resent}
 
 
 def main() -> None:
@@ -478,7 +479,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="vmcp-soak-"))
     RESULTS.mkdir(exist_ok=True)
     with fleet(workdir) as running:
-        outcomes, samples = trio.run(soak, running, args)
+        outcomes, samples, counts = trio.run(soak, running, args)
         faults = running.faults
     with (RESULTS / "soak.jsonl").open("wb") as out:
         for outcome in outcomes:
@@ -486,6 +487,7 @@ def main() -> None:
     (RESULTS / "soak-samples.jsonl").write_bytes(
         b"".join(orjson.dumps(s) + b"\n" for s in samples))
     metrics, ratios = report(outcomes, samples, faults, args, RESULTS, settle=SETTLE)
+    metrics.update(counts)
     if args.keep:
         print(f"the fleet's folder: {workdir}", flush=True)
     else:

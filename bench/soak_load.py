@@ -8,7 +8,9 @@ Operations (the backend each one needs in brackets; ``floor`` is never faulted):
 * ``progress``: ``clock_countdown`` with a progress token, three progress notifications then the
   result [clock, stdio]; ``progress-2026``: ``sdk_slow`` likewise [sdk, HTTP];
 * ``elicit``: ``sdk_ask``; the client answers the ``elicitation/create`` that arrives on the
-  call's stream with a POST of its own (which the balancer may send to another replica) [sdk];
+  call's stream with a POST of its own (which the balancer may send to another replica; a 503
+  with ``Retry-After`` means the replica that asked could not be told, and the answer is sent
+  again) [sdk];
   ``elicit-2026``: the same answered through an input request and a retry carrying
   ``inputResponses`` and the ``requestState`` [sdk]. (Not ``clock_ask_user``: a stdio backend
   is one process shared by every session, and its questions cannot be routed while several
@@ -55,6 +57,9 @@ EVERY = "every"
 (the default) a session's opening fails when a backend that was up fails in it."""
 POOL = 12
 """Long-lived handshake sessions the ``call``, ``progress`` and ``elicit`` operations share."""
+ANSWER_ATTEMPTS = 5
+"""An answer to the gateway's question refused with 503 (the replica that asked could not be
+told: Redis switching masters) is sent again after the ``Retry-After`` second, this often."""
 
 
 @dataclass
@@ -209,6 +214,8 @@ class Load:
         self.weights = list(MIX.values())
         self.random = random.Random(2026)
         self.running = 0
+        self.resent = 0
+        """Answers sent again after a 503."""
 
     async def run(self, until: float) -> None:
         """Start operations until trio's clock reads ``until``; then wait for those running."""
@@ -314,8 +321,17 @@ class Load:
             async def answer(request: dict[str, Any]) -> None:
                 if request.get("method") != "elicitation/create":
                     raise Failed(f"unexpected: {request.get('method')}")
-                await self.answers.post({"jsonrpc": "2.0", "id": request["id"], "result": {
-                    "action": "accept", "content": {"answer": "blue"}}}, session)
+                reply = {"jsonrpc": "2.0", "id": request["id"], "result": {
+                    "action": "accept", "content": {"answer": "blue"}}}
+                for attempt in range(ANSWER_ATTEMPTS):  # 503 + Retry-After: not passed on
+                    try:
+                        await self.answers.post(reply, session)
+                        return
+                    except Failed as exc:
+                        if str(exc) != "http 503" or attempt == ANSWER_ATTEMPTS - 1:
+                            raise
+                        self.resent += 1
+                    await trio.sleep(1)
             result = await self.client.request("tools/call", {
                 "name": "sdk_ask", "arguments": {"question": "colour?"}}, session,
                 on_request=answer)
