@@ -16,6 +16,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ("auth_hot_path", "gateway_overhead", "proxy_overhead", "tunnel_overhead", "tracing",
               "streams", "http2_streams", "token_exchange", "startup", "capacity",
+              "capacity_curves",
               "sick_backends")
 
 
