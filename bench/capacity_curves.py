@@ -47,6 +47,7 @@ from common import (  # type: ignore[import-not-found]
     open_session,
     pin_self,
     started,
+    url_backend,
 )
 
 RESULTS = ROOT / "bench" / "results"
@@ -62,12 +63,7 @@ of a core (headroom for bursts, a replica lost, and the machine's own work)."""
 def config(backend_url: str, backends: int) -> Path:
     """A gateway over ``backends`` MCPServers, all the floor under their own names (tools
     ``floorN_echo``)."""
-    servers = "".join(f"""---
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPServer
-metadata: {{name: floor{index}}}
-spec: {{groupRef: {{name: bench}}, url: "{backend_url}"}}
-""" for index in range(backends))
+    servers = "".join(url_backend(f"floor{index}", backend_url) for index in range(backends))
     text = f"""apiVersion: toolhive.stacklok.dev/v1alpha1
 kind: MCPGroup
 metadata: {{name: bench}}

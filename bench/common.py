@@ -83,6 +83,16 @@ def started(cmd: Sequence[str], *, cpu: int | None, ready_line: str | None = Non
             process.wait()
 
 
+def url_backend(name: str, url: str, group: str = "bench") -> str:
+    """An MCPServer document for the backend at ``url`` in ``group`` (YAML, after a ``---``)."""
+    return f"""---
+apiVersion: toolhive.stacklok.dev/v1alpha1
+kind: MCPServer
+metadata: {{name: {name}}}
+spec: {{groupRef: {{name: {group}}}, url: "{url}"}}
+"""
+
+
 def gateway_config(backend_url: str, incoming: str = "{type: anonymous}", *,
                    more: str = "") -> Path:
     """One VirtualMCPServer in front of one URL backend, names unprefixed; ``incoming`` is the
@@ -92,12 +102,7 @@ def gateway_config(backend_url: str, incoming: str = "{type: anonymous}", *,
 apiVersion: toolhive.stacklok.dev/v1alpha1
 kind: MCPGroup
 metadata: {{name: bench}}
----
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPServer
-metadata: {{name: floor}}
-spec: {{groupRef: {{name: bench}}, url: "{backend_url}"}}
----
+{url_backend("floor", backend_url)}---
 apiVersion: toolhive.stacklok.dev/v1alpha1
 kind: VirtualMCPServer
 metadata: {{name: bench}}

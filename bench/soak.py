@@ -67,7 +67,7 @@ from typing import Any
 
 import orjson
 import trio
-from common import ROOT, emit, free_port  # type: ignore[import-not-found]
+from common import ROOT, emit, free_port, url_backend  # type: ignore[import-not-found]
 from soak_load import BACKEND, Load, Outcome  # type: ignore[import-not-found]
 from soak_report import FaultRecord, report  # type: ignore[import-not-found]
 
@@ -87,12 +87,7 @@ QUIET_AFTER = 15.0
 def config_text(sdk_url: str, floor_url: str, cluster: RedisCluster, *, extra: bool) -> str:
     """The gateway's configuration; ``extra`` adds the backend ``floor2`` (the reload fault)."""
     sentinels = ", ".join(f'"{address}"' for address in cluster.sentinel_addrs())
-    floor2 = f"""---
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPServer
-metadata: {{name: floor2}}
-spec: {{groupRef: {{name: soak}}, url: "{floor_url}"}}
-""" if extra else ""
+    floor2 = url_backend("floor2", floor_url, "soak") if extra else ""
     return f"""apiVersion: toolhive.stacklok.dev/v1alpha1
 kind: MCPGroup
 metadata: {{name: soak}}
@@ -104,17 +99,7 @@ spec:
   groupRef: {{name: soak}}
   command: "{sys.executable}"
   args: ["{ROOT / 'examples/servers/clock_server.py'}"]
----
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPServer
-metadata: {{name: sdk}}
-spec: {{groupRef: {{name: soak}}, url: "{sdk_url}"}}
----
-apiVersion: toolhive.stacklok.dev/v1alpha1
-kind: MCPServer
-metadata: {{name: floor}}
-spec: {{groupRef: {{name: soak}}, url: "{floor_url}"}}
-{floor2}---
+{url_backend("sdk", sdk_url, "soak")}{url_backend("floor", floor_url, "soak")}{floor2}---
 apiVersion: v1
 kind: Secret
 metadata: {{name: fleet}}

@@ -198,22 +198,12 @@ async def test_a_clients_answer_at_another_replica_reaches_the_one_that_asked(
         await client.initialize({"elicitation": {}})
         answer_to = RawClient(b_url)
         answer_to.session_id = client.session_id
-        call = {"jsonrpc": "2.0", "id": "ask", "method": "tools/call",
-                "params": {"name": "numbers_ask", "arguments": {"question": "colour?"}}}
         messages: list[dict[str, Any]] = []
+        questions, asked_here = trio.open_memory_channel[dict[str, Any]](1)
         with trio.fail_after(15):
-            async with client.http.stream("POST", client.url, headers=client.headers(),
-                                          body=orjson.dumps(call)) as response:
-                parser = SSEParser()
-                async for chunk in response.iter_bytes():
-                    for event in parser.feed(chunk):
-                        message = orjson.loads(event.data) if event.data else {}
-                        messages.append(message)
-                        if message.get("method") == "elicitation/create":
-                            reply = await answer_to.post({
-                                "jsonrpc": "2.0", "id": message["id"], "result": {
-                                    "action": "accept", "content": {"answer": "blue"}}})
-                            assert reply.status == 202
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_asking_call, client, questions, messages)
+                assert (await answer_to.post(_answer(await asked_here.receive()))).status == 202
         [asked] = [m for m in messages if m.get("method") == "elicitation/create"]
         assert asked["id"].startswith("vmcp-") and asked["id"].count("-") == 2
         assert messages[-1]["result"]["content"][0]["text"] == "accept:blue"
