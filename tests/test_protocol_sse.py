@@ -52,6 +52,12 @@ def test_limits() -> None:
         parser.feed(b"data: 123456\ndata: 123456\n")
     with pytest.raises(SSEError, match="longer than 10 bytes"):
         SSEParser(max_event_bytes=10).feed(b"data: " + b"x" * 20)
+    # The bound counts bytes, not characters: four-byte characters fill it four times faster.
+    wide = "\U0001F600" * 3  # 12 bytes, 3 characters
+    with pytest.raises(SSEError, match="larger than 20 bytes"):
+        SSEParser(max_event_bytes=20).feed(f"data: {wide}\ndata: {wide}\n".encode())
+    [event] = SSEParser(max_event_bytes=20).feed(f"data:{wide}\n\n".encode())
+    assert event.data == wide
 
 
 def test_an_empty_chunk_between_a_cr_and_its_lf_does_not_end_the_event() -> None:

@@ -133,8 +133,8 @@ class SSEParser:
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):
             value = value[1:]
-        if name == "data":
-            self._data_size += len(value) + 1
+        if name == "data":  # counted in bytes as received: "data:" and one space are not data
+            self._data_size += len(raw) - (6 if raw[5:6] == b" " else 5) + 1
             if self._data_size > self.max_event_bytes:
                 raise SSEError(f"an SSE event is larger than {self.max_event_bytes} bytes")
             self._data.append(value)
