@@ -438,6 +438,11 @@ def test_token_response_mapping() -> None:
     for bad in (-1, "soon", True, 1e12):
         with pytest.raises(TokenEndpointError, match="'expires_in' is not a number of seconds"):
             parse_token_response({"access_token": "x", "expires_in": bad}, now=0)
+    # An index of thousands of digits (the configuration allows the path) names nothing; it
+    # does not reach int()'s 4,300-digit refusal.
+    deep = TokenResponseMappingPlan(access_token_path="data." + "9" * 5000)
+    with pytest.raises(TokenEndpointError, match="no access token at"):
+        parse_token_response({"data": ["x"]}, deep, now=0)
 
 
 # --- the authorization request and PKCE --------------------------------------------------------

@@ -113,8 +113,8 @@ def _dig(document: object, path: str) -> object:
     for part in path.split("."):
         if isinstance(node, dict):
             node = node.get(part)
-        elif isinstance(node, list) and part.isascii() and part.isdigit():
-            index = int(part)
+        elif isinstance(node, list) and part.isascii() and part.isdigit() and len(part) < 19:
+            index = int(part)  # (longer digit runs index nothing, and int() refuses 4,300)
             node = node[index] if index < len(node) else None
         else:
             return None
