@@ -6,7 +6,9 @@ naming the use, so one secret never gives two uses the same key) from each secre
 seals, every one opens (rotation), so a Secret rotation needs no separate key. A sealed value is
 ``<key id>.<base64url(nonce || ciphertext)>``; the key id (8 hex characters of the derived key's
 hash) picks the key without trying them all, and a ``context`` is bound as associated data (the
-storage key, the task's owner), so a value moved to another context does not open.
+storage key, the task's owner), so a value moved to another context does not open. Only the text
+``seal`` wrote opens: base64 with other padding, stray characters or other trailing bits is
+refused, so one sealed value has one spelling (a task id compares equal only to itself).
 
 A value is sealed under a random nonce, or, ``deterministic``, under one derived from the value
 and its context (HMAC-SHA256 with a key of its own, as in SIV): the same value in the same context
@@ -68,6 +70,8 @@ class Sealer:
             raise SealingError("sealed with a key that is no longer configured")
         try:
             raw = base64.urlsafe_b64decode(body)
+            if base64.urlsafe_b64encode(raw).decode() != body:  # one text per sealed value
+                raise ValueError("not canonical base64url")
             return key.decrypt(raw[:12], raw[12:], context.encode())
         except (ValueError, InvalidTag):
             raise SealingError("the sealed value is altered or not sealed") from None
