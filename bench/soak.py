@@ -41,16 +41,19 @@ its sessions are deleted it waits 15 s and samples once more: what the clients h
 back to where it was before they came (sampled 15 s after one operation of each kind, so that
 what the first clients start for good, backend connections, is in both).
 
-Writes ``bench/results/soak.jsonl`` (every operation), ``soak-samples.jsonl``, ``soak.md`` (the
+Writes ``bench/results/soak.jsonl`` (every operation), ``soak-samples.jsonl``,
+``soak-faults.json`` (the faults, with when each began, was done and had healed), ``soak.md`` (the
 report) and ``soak.png`` (throughput, failures, latency, RSS and descriptors over time, faults
 shaded), and prints the JSON line of CONTRACT.md.
 
-Run: ``python bench/soak.py [--minutes 10] [--rate 20] [--fault-every 75]``.
+Run: ``python bench/soak.py [--minutes 10] [--rate 20] [--fault-every 75]``;
+``--report-only`` makes the report again from those files.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import signal
@@ -457,7 +460,24 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="operations a second")
     parser.add_argument("--fault-every", type=float, default=75.0, help="seconds")
     parser.add_argument("--keep", action="store_true", help="keep the fleet's folder and logs")
+    parser.add_argument("--report-only", action="store_true",
+                        help="make the report again from the last run's files in bench/results")
     args = parser.parse_args()
+    if args.report_only:
+        outcomes, samples, faults, counts = last_run(args)
+    else:
+        outcomes, samples, faults, counts = run(args)
+    metrics, ratios = report(outcomes, samples, faults, args, RESULTS, settle=SETTLE)
+    metrics.update(counts)
+    (RESULTS / "soak-faults.json").write_bytes(orjson.dumps(
+        {"faults": [dataclasses.asdict(fault) for fault in faults], "counts": counts,
+         "minutes": args.minutes, "rate": args.rate}))
+    emit("soak", metrics, ratios)
+
+
+def run(args: argparse.Namespace) -> tuple[list[Outcome], list[dict[str, Any]],
+                                           list[FaultRecord], dict[str, Any]]:
+    """A soak; its outcomes and samples written to bench/results."""
     for tool in ("haproxy", "redis-server", "redis-sentinel"):
         if shutil.which(tool) is None:
             sys.exit(f"soak: {tool} is not installed (make test installs it)")
@@ -471,13 +491,25 @@ def main() -> None:
             out.write(outcome.json() + b"\n")
     (RESULTS / "soak-samples.jsonl").write_bytes(
         b"".join(orjson.dumps(s) + b"\n" for s in samples))
-    metrics, ratios = report(outcomes, samples, faults, args, RESULTS, settle=SETTLE)
-    metrics.update(counts)
     if args.keep:
         print(f"the fleet's folder: {workdir}", flush=True)
     else:
         shutil.rmtree(workdir, ignore_errors=True)
-    emit("soak", metrics, ratios)
+    return outcomes, samples, faults, counts
+
+
+def last_run(args: argparse.Namespace) -> tuple[list[Outcome], list[dict[str, Any]],
+                                                list[FaultRecord], dict[str, Any]]:
+    """The outcomes, samples, faults and counts a run left in bench/results (and its
+    ``--minutes`` and ``--rate`` into ``args``)."""
+    outcomes = [Outcome(**orjson.loads(line))
+                for line in (RESULTS / "soak.jsonl").read_bytes().splitlines()]
+    samples = [orjson.loads(line)
+               for line in (RESULTS / "soak-samples.jsonl").read_bytes().splitlines()]
+    recorded = orjson.loads((RESULTS / "soak-faults.json").read_bytes())
+    args.minutes, args.rate = recorded["minutes"], recorded["rate"]
+    return (outcomes, samples, [FaultRecord(**fault) for fault in recorded["faults"]],
+            recorded["counts"])
 
 
 if __name__ == "__main__":

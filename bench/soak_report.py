@@ -86,10 +86,14 @@ def flatness(samples: list[dict[str, Any]], faults: list[FaultRecord],
             rows.append({"replica": index, "samples": len(span)})
             continue
         first, last = span[0][1], span[-1][1]
+        half = span[len(span) // 2:]
         rows.append({
             "replica": index, "samples": len(span), "minutes": (span[-1][0] - span[0][0]) / 60,
             "rss_first": first["rss_mib"], "rss_last": last["rss_mib"],
             "rss_mib_per_hour": slope_per_hour([(t, r["rss_mib"]) for t, r in span]),
+            "rss_mib_per_hour_last_half": slope_per_hour([(t, r["rss_mib"]) for t, r in half]),
+            "sessions_first": first.get("vmcp_sessions", 0),
+            "sessions_last": last.get("vmcp_sessions", 0),
             "fds_first": first["fds"], "fds_last": last["fds"],
             "fds_max": max(r["fds"] for _, r in span),
             "tasks_first": first.get("vmcp_tasks", 0), "tasks_last": last.get("vmcp_tasks", 0)})
@@ -185,15 +189,18 @@ def write_markdown(path: Path, metrics: dict[str, Any], kinds: dict[str, Counter
                      f"{fault.recovered - fault.acted:.2f} |")
     lines += ["", "| failures by cause | count |", "|---|---:|"]
     lines += [f"| {cause} | {count} |" for cause, count in causes.most_common()]
-    lines += ["", "| replica | minutes judged | RSS first → last (MiB) | RSS slope (MiB/h) | "
-              "fds first → last (max) | tasks first → last |", "|---|---:|---:|---:|---:|---:|"]
+    lines += ["", "| replica | minutes judged | RSS first → last (MiB) | RSS slope (MiB/h): "
+              "all, last half | fds first → last (max) | tasks first → last | sessions first → "
+              "last |", "|---|---:|---:|---:|---:|---:|---:|"]
     for row in metrics["flatness"]:
         if "rss_mib_per_hour" not in row:
             continue
         lines.append(f"| {row['replica']} | {row['minutes']:.1f} | {row['rss_first']:.1f} → "
-                     f"{row['rss_last']:.1f} | {row['rss_mib_per_hour']:+.2f} | "
+                     f"{row['rss_last']:.1f} | {row['rss_mib_per_hour']:+.2f}, "
+                     f"{row['rss_mib_per_hour_last_half']:+.2f} | "
                      f"{row['fds_first']} → {row['fds_last']} ({row['fds_max']}) | "
-                     f"{row['tasks_first']:.0f} → {row['tasks_last']:.0f} |")
+                     f"{row['tasks_first']:.0f} → {row['tasks_last']:.0f} | "
+                     f"{row['sessions_first']:.0f} → {row['sessions_last']:.0f} |")
     lines += ["", "| replica | fds before → 15 s after the clients left | tasks | sessions, "
               "streams after |", "|---|---:|---:|---:|"]
     for row in metrics["baseline"]:
@@ -228,7 +235,7 @@ def plot(path: Path, outcomes: list[Outcome], samples: list[dict[str, Any]],
     failed = [started.get(x, 0) for x in xs]
     p99 = [percentile([o.ended - o.started for o in bins[x] if o.ok and o.kind == "call"],
                       0.99) * 1000 for x in xs]
-    figure, axes = plt.subplots(5, 1, figsize=(12, 13), sharex=True)
+    figure, axes = plt.subplots(6, 1, figsize=(12, 15), sharex=True)
     axes[0].plot(minutes, ok_rate, color="tab:green")
     axes[0].set_ylabel("succeeded / s")
     axes[1].bar(minutes, failed, width=bin_s / 60, color="tab:red")
@@ -242,9 +249,12 @@ def plot(path: Path, outcomes: list[Outcome], samples: list[dict[str, Any]],
                      label=f"replica {index}")
         axes[4].plot(times, [s["replicas"][index]["fds"] or None for s in load],
                      label=f"replica {index}")
+        axes[5].plot(times, [s["replicas"][index].get("vmcp_sessions") for s in load],
+                     label=f"replica {index}")
     axes[3].set_ylabel("RSS (MiB)")
     axes[4].set_ylabel("open descriptors")
-    axes[4].set_xlabel("minutes")
+    axes[5].set_ylabel("sessions held")
+    axes[5].set_xlabel("minutes")
     axes[3].legend(loc="lower right", fontsize="small")
     for axis in axes:
         for fault in faults:
