@@ -160,6 +160,33 @@ async def test_without_redis_a_new_session_stays_where_it_was_made(redis_port: i
         await client.aclose()
 
 
+async def test_a_session_made_while_redis_was_away_is_shared_once_it_is_back(
+        redis_port: int) -> None:
+    """Redis refusing writes (``min-replicas-to-write`` with no replica: NOREPLICAS at once): a
+    session opens at A alone (B answers 404 for it). Redis back: A stores the record at the
+    session's next request there, and from then on B serves the session too, instead of 404
+    until it expires."""
+    async with replicas(redis_port, count=2) as (running, _):
+        (a_url, _a), (b_url, _b) = running
+        client = RawClient(a_url)
+        redis_command(redis_port, "CONFIG", "SET", "min-replicas-to-write", "1")
+        try:
+            assert (await client.initialize()).status == 200
+            client.url = b_url
+            assert (await client.request("tools/list")).status == 404
+        finally:
+            redis_command(redis_port, "CONFIG", "SET", "min-replicas-to-write", "0")
+        with trio.fail_after(15):
+            while True:  # each request at A tries the write again, at most once a second
+                client.url = a_url
+                assert (await client.request("tools/list")).status == 200
+                client.url = b_url
+                if (await client.request("tools/list")).status == 200:
+                    break
+                await trio.sleep(0.3)
+        await client.aclose()
+
+
 async def test_a_stream_resumes_at_another_replica_while_its_own_still_answers(
         redis_port: int) -> None:
     """The client reads part of a call's SSE stream at A and leaves; its ``Last-Event-ID``

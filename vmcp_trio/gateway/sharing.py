@@ -29,8 +29,11 @@ sessions are shared. Rules it keeps:
   at work on it stops; which one that is, if any, is not known). Passed on once: what arrives
   from another replica is not passed on.
 * Redis unavailable: a new session goes on on this replica (a warning says the others cannot
-  take it now); a change not written is written with the next one; a client's answer for
-  another replica is 503 (above); nothing waits longer than the Redis timeouts.
+  take it now), and its record and listener are written at its next request here once Redis
+  answers (at most one try a second), so a session made while Redis was away becomes every
+  replica's when Redis is back instead of answering 404 elsewhere until it expires; a change
+  not written is written the same way; a client's answer for another replica is 503 (above);
+  nothing waits longer than the Redis timeouts.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from functools import partial
 
 import orjson
 import trio
+from coredis import PureToken
 
 from ..auth.caller import Caller
 from ..protocol.jsonrpc import ErrorResponse, JsonRpcError, Message, Response, decode_message
@@ -63,6 +67,8 @@ if (current or '') == ARGV[1] then
 end
 return 0
 """
+REWRITE_EVERY = 1.0
+"""Seconds between tries to store a record a write failed to store (at the session's requests)."""
 _ID_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
@@ -76,6 +82,8 @@ class SessionSharing:
         self.records = records
         self.fleet = fleet
         self._renewed: dict[str, float] = {}
+        self._unwritten: set[str] = set()
+        """Sessions whose record (or, made here, listener) a write failed to store."""
         self._nursery: trio.Nursery | None = None
         self.on_ended: Callable[[str], None] | None = None
         """Told of each session another replica ended."""
@@ -107,30 +115,49 @@ class SessionSharing:
     async def created(self, session: ClientSession) -> None:
         """Record a new session (before its ``initialize`` is answered)."""
         session.peer = self._peer(session)
-        await self._write(session, False)
+        if await self._write(session, False):
+            await self._claim_listener(session)
+
+    async def _claim_listener(self, session: ClientSession) -> None:
+        """Name this replica the listener of a session it made (unless one was named)."""
         try:
             key, ttl = self._listener_key(session.id), milliseconds(self.records.ttl)
-            await self.records.redis.do(lambda r: r.set(key, self.fleet.replica, px=ttl))
+            await self.records.redis.do(lambda r: r.set(key, self.fleet.replica, px=ttl,
+                                                        condition=PureToken.NX))
         except StorageUnavailable as exc:
+            self._unwritten.add(session.id)
             log.warning("session %s: its listener was not recorded: %s", session.id[:8], exc)
 
-    async def _write(self, session: ClientSession, announce: bool) -> None:
+    async def _write(self, session: ClientSession, announce: bool) -> bool:
+        """Store the session's record (and announce the change); whether it was stored."""
         record = session.next_record(self.fleet.replica)
         try:
             await self.records.put(record)
             self._renewed[session.id] = trio.current_time()
+            self._unwritten.discard(session.id)
             if announce:
                 await self.fleet.announce("session-changed", session=session.id,
                                           version=record.version)
         except StorageUnavailable as exc:
+            self._unwritten.add(session.id)
             log.warning("session %s: its record was not written, other replicas cannot take "
                         "it now: %s", session.id[:8], exc)
+            return False
+        return True
+
+    async def _write_again(self, session: ClientSession) -> None:
+        if await self._write(session, True) and session.links.joined is None:
+            await self._claim_listener(session)  # made here: it listens, unless one does
 
     def used(self, session: ClientSession) -> None:
         """A request of ``session`` arrived here: renew its record now and then, and (a copy)
         see now and then that someone listens to its backends."""
         now = trio.current_time()
-        if now - self._renewed.get(session.id, -math.inf) > self.records.ttl / 4:
+        if session.id in self._unwritten:
+            if now - self._renewed.get(session.id, -math.inf) > REWRITE_EVERY:
+                self._renewed[session.id] = now
+                self._spawn(self._write_again, session)
+        elif now - self._renewed.get(session.id, -math.inf) > self.records.ttl / 4:
             self._renewed[session.id] = now
             self._spawn(self._renew, session.id)
         if (session.links.joined is not None
@@ -171,6 +198,7 @@ class SessionSharing:
     async def ended(self, session: ClientSession) -> None:
         """The client ended ``session`` (DELETE): every replica's copy ends."""
         self._renewed.pop(session.id, None)
+        self._unwritten.discard(session.id)
         try:
             await self.records.delete(session.id)
             await self.fleet.announce("session-ended", session=session.id)
@@ -181,6 +209,7 @@ class SessionSharing:
     def forget(self, session_id: str) -> None:
         self._renewed.pop(session_id, None)
         self._listener_checked.pop(session_id, None)
+        self._unwritten.discard(session_id)
 
     # --- other replicas' sessions ---------------------------------------------------------------
 
@@ -260,6 +289,6 @@ class SessionSharing:
             return
         self.on_client_message(session, decoded)
 
-    def _spawn(self, fn: Callable[..., Awaitable[None]], *args: object) -> None:
+    def _spawn(self, fn: Callable[..., Awaitable[object]], *args: object) -> None:
         if self._nursery is not None:
             self._nursery.start_soon(fn, *args)
