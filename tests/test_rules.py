@@ -708,6 +708,11 @@ def test_unknown_field_suggests_the_known_one(inline_oidc: Docs) -> None:
     result = validate(inline_oidc)
     expect_error(result, "unknown-field", "spec.incomingAuth.oidcConfig.inline.clientID",
                  contains="did you mean 'clientId'?")
+    # A field known in another place is not suggested to itself.
+    inline["clientId"] = inline.pop("clientID")
+    inline["dialTimeout"] = "1s"
+    [problem] = [p for p in validate(inline_oidc).problems if p.rule == "unknown-field"]
+    assert problem.message == "is not a known field", problem
 
 
 def test_labels_annotations_and_status_are_allowed(anonymous: Docs) -> None:

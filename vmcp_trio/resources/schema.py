@@ -106,7 +106,8 @@ def _describe(error: Any) -> tuple[str, str]:
         field = error["loc"][-1] if error["loc"] else ""
         hint = ""
         if isinstance(field, str):
-            close = difflib.get_close_matches(field, _field_vocabulary(), n=1, cutoff=0.75)
+            others = [name for name in _field_vocabulary() if name != field]  # known elsewhere
+            close = difflib.get_close_matches(field, others, n=1, cutoff=0.75)
             if close:
                 hint = f" (did you mean {close[0]!r}?)"
         return "unknown-field", f"is not a known field{hint}"
