@@ -24,6 +24,7 @@ from ..http import hypercorn_guard, hypercorn_tuning
 from ..http.serving import listen, serve, server_config
 from ..resources.plan import GatewayPlan
 from ..runtime.logs import say, write_access_log
+from ..runtime.memory_census import MemoryCensus
 from ..runtime.supervisor import Supervisor
 from .parts import KEY_REFRESH, GatewayProcess, build_gateway, start_backend_tasks
 from .reload import Loaded, Reloader
@@ -150,18 +151,23 @@ async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
                       on_ready: Callable[[list[str]], None] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then drain (:func:`drain`); a second signal stops at
     once. With ``load`` (the configuration, loaded and validated again), SIGHUP reloads it,
-    and so does a change of ``fingerprint`` (``--watch``) (see :mod:`.reload`)."""
+    and so does a change of ``fingerprint`` (``--watch``) (see :mod:`.reload`). SIGUSR1 writes
+    a memory census to the log (:mod:`~vmcp_trio.runtime.memory_census`)."""
     process = build_gateway(plan, settings)
     reloader = Reloader(process, load, fingerprint=fingerprint) if load is not None else None
+    census = MemoryCensus()
     first = trio.Event()
     async with trio.open_nursery() as nursery:
 
         async def watch_signals() -> None:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM,
-                                           signal.SIGHUP) as signals:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                                           signal.SIGUSR1) as signals:
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if signum == signal.SIGHUP:
+                    if signum == signal.SIGUSR1:
+                        say("vmcp: SIGUSR1, a memory census in the log", signal=name)
+                        census.log()
+                    elif signum == signal.SIGHUP:
                         if reloader is None:
                             say("vmcp: SIGHUP ignored: no configuration files to reload")
                         else:

@@ -1,0 +1,60 @@
+"""``kill -USR1`` on a running ``vmcp serve``: a memory census in its log (object types by
+count and their growth; with allocation tracing on, the source lines holding memory), and the
+process serves on."""
+
+from __future__ import annotations
+
+import signal
+import tracemalloc
+from pathlib import Path
+
+import trio
+
+from vmcp_trio.runtime.memory_census import MemoryCensus
+
+from .gateway_helpers import RawClient, quickstart_docs
+from .serve_helpers import serving
+
+
+class Held:
+    """What a leak would hold."""
+
+
+def test_a_census_counts_types_and_their_growth_since_the_last() -> None:
+    census = MemoryCensus()
+    first = census.lines()
+    assert first[0].startswith("memory census: ") and "objects tracked" in first[0]
+    assert any(line.split()[-1] == "dict" for line in first[1:26])
+    assert first[-1].endswith("for the source lines holding memory)")  # tracing is off here
+    held = [Held() for _ in range(50_000)]
+    second = census.lines()
+    assert any(line.startswith("  grew +5") and line.endswith(" Held") for line in second)
+    assert len(held) == 50_000
+    tracemalloc.start(5)  # PYTHONTRACEMALLOC does this at start
+    try:
+        census.lines()
+        more = [Held() for _ in range(10_000)]
+        traced = [line for line in census.lines() if line.startswith("  traced ")]
+    finally:
+        tracemalloc.stop()
+    assert any("test_memory_census.py" in line for line in traced), traced
+    assert len(more) == 10_000
+
+
+async def test_sigusr1_writes_a_census_to_the_log_and_serving_goes_on(tmp_path: Path) -> None:
+    with serving(quickstart_docs(), tmp_path) as served:
+        client = RawClient(served.url)
+        await client.initialize()
+        for _ in range(2):
+            served.process.send_signal(signal.SIGUSR1)
+            with trio.fail_after(10):
+                while served.log().count("memory census: ") < _ + 1:
+                    await trio.sleep(0.1)
+        log = served.log()
+        assert "vmcp: SIGUSR1, a memory census in the log" in log
+        second = log[log.rindex("memory census: "):]
+        assert " (+" in second or " (-" in second  # each count beside its change since the first
+        reply = await client.request("tools/call", {"name": "clock_echo",
+                                                    "arguments": {"message": "still here"}})
+        assert reply.result["content"][0]["text"] == "still here"
+        await client.aclose()
