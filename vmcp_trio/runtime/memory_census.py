@@ -50,11 +50,10 @@ class MemoryCensus:
         if tracemalloc.is_tracing():
             snapshot = tracemalloc.take_snapshot()
             if self._snapshot is None:
-                stats = snapshot.statistics("lineno")[:TOP]
-                out += [f"  traced {stat}" for stat in stats]
+                out += [f"  traced {stat}" for stat in snapshot.statistics("lineno")[:TOP]]
             else:
-                stats = snapshot.compare_to(self._snapshot, "lineno")[:TOP]
-                out += [f"  traced {stat}" for stat in stats]
+                out += [f"  traced {stat}"
+                        for stat in snapshot.compare_to(self._snapshot, "lineno")[:TOP]]
             self._snapshot = snapshot
         else:
             out.append("  (allocation tracing is off: start with PYTHONTRACEMALLOC=25 for the "
