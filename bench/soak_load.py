@@ -3,8 +3,9 @@ recorded as an :class:`Outcome`, and the load that starts them at a steady rate.
 
 Operations (the backend each one needs in brackets; ``floor`` is never faulted):
 
-* ``call`` / ``call-2026``: one ``tools/call`` of ``floor_echo`` in a pooled handshake session,
-  or with no session (2026-07-28) [floor];
+* ``call`` / ``call-2026``: one ``tools/call`` of ``floor_echo`` in a pooled handshake session
+  (each of ``call``, ``progress`` and ``elicit`` has a pool of its own), or with no session
+  (2026-07-28) [floor];
 * ``progress``: ``clock_countdown`` with a progress token, three progress notifications then the
   result [clock, stdio]; ``progress-2026``: ``sdk_slow`` likewise [sdk, HTTP];
 * ``elicit``: ``sdk_ask``; the client answers the ``elicitation/create`` that arrives on the
@@ -56,7 +57,9 @@ EVERY = "every"
 """The backend of an operation whose ``initialize`` failed: under ``partialFailureMode: fail``
 (the default) a session's opening fails when a backend that was up fails in it."""
 POOL = 12
-"""Long-lived handshake sessions the ``call``, ``progress`` and ``elicit`` operations share."""
+"""Long-lived handshake sessions each of the ``call``, ``progress`` and ``elicit`` operations
+shares."""
+POOLED = ("call", "progress", "elicit")
 ANSWER_ATTEMPTS = 5
 """An answer to the gateway's question refused with 503 (the replica that asked could not be
 told: Redis switching masters) is sent again after the ``Retry-After`` second, this often."""
@@ -208,8 +211,8 @@ class Load:
         self.client = Client(url)
         self.answers = Client(url)
         """Answers to server requests go on connections of their own."""
-        self.pool: list[str | None] = [None] * POOL
-        self.free = trio.Semaphore(POOL)
+        self.pools: dict[str, list[str | None]] = {kind: [None] * POOL for kind in POOLED}
+        self.free = {kind: trio.Semaphore(POOL) for kind in POOLED}
         self.kinds = list(MIX)
         self.weights = list(MIX.values())
         self.random = random.Random(2026)
@@ -250,12 +253,15 @@ class Load:
             await self.one(kind)
         await self.close()
 
-    async def pooled(self, operation: Callable[[str], Awaitable[None]]) -> None:
-        """Run ``operation`` in a pooled session (one operation per session at a time)."""
-        async with self.free:
-            slot = next(i for i, s in enumerate(self.pool) if s != "busy")
-            session = self.pool[slot]
-            self.pool[slot] = "busy"
+    async def pooled(self, kind: str, operation: Callable[[str], Awaitable[None]]) -> None:
+        """Run ``operation`` in a session of ``kind``'s pool (one operation per session at a
+        time; each kind its own pool, so that calls waiting on a frozen backend hold no
+        session another kind's calls wait for)."""
+        pool = self.pools[kind]
+        async with self.free[kind]:
+            slot = next(i for i, s in enumerate(pool) if s != "busy")
+            session = pool[slot]
+            pool[slot] = "busy"
             try:
                 if session is None:
                     session = await self.client.initialize()
@@ -265,15 +271,16 @@ class Load:
                     session = None  # expired or lost: the next user opens another
                 raise
             finally:
-                self.pool[slot] = session
+                pool[slot] = session
 
     async def close(self) -> None:
         """Delete the pooled sessions (the clients leave)."""
-        for session in self.pool:
-            if session not in (None, "busy"):
-                with trio.move_on_after(5), contextlib.suppress(Failed, HttpError, OSError):
-                    await self.client.delete(session)
-        self.pool = [None] * POOL
+        for kind, pool in self.pools.items():
+            for session in pool:
+                if session not in (None, "busy"):
+                    with trio.move_on_after(5), contextlib.suppress(Failed, HttpError, OSError):
+                        await self.client.delete(session)
+            self.pools[kind] = [None] * POOL
         await self.client.http.aclose()
         await self.answers.http.aclose()
         self.client, self.answers = Client(self.url), Client(self.url)
@@ -286,7 +293,7 @@ class Load:
                 "tools/call", {"name": "floor_echo", "arguments": {"text": "soak"}}, session)
             if "soak" not in text_of(result) and not result.get("content"):
                 raise Failed("unexpected: echo")
-        await self.pooled(echo)
+        await self.pooled("call", echo)
 
     async def call_2026(self) -> None:
         result = await self.client.request(
@@ -305,7 +312,7 @@ class Load:
                           if m.get("method") == "notifications/progress"]
             if len(progressed) != 3 or text_of(result) != "done after 3 steps":
                 raise Failed(f"unexpected: {len(progressed)} progress notifications")
-        await self.pooled(countdown)
+        await self.pooled("progress", countdown)
 
     async def progress_2026(self) -> None:
         seen: list[dict[str, Any]] = []
@@ -337,7 +344,7 @@ class Load:
                 on_request=answer)
             if text_of(result) != "accept:blue":
                 raise Failed("unexpected: the answer did not come back")
-        await self.pooled(ask)
+        await self.pooled("elicit", ask)
 
     async def elicit_2026(self) -> None:
         params = {"name": "sdk_ask", "arguments": {"question": "colour?"}}
