@@ -255,6 +255,17 @@ async def _asking_call(client: RawClient, questions: trio.MemorySendChannel[dict
                     await questions.send(message)
 
 
+async def _session_at_a_with_a_copy_at_b(a_url: str, b_url: str) -> tuple[RawClient, RawClient]:
+    """A client of a session made at A (it declares elicitation), and the same session's
+    client at B, where a copy of it now serves."""
+    client = RawClient(a_url)
+    await client.initialize({"elicitation": {}})
+    answer_to = RawClient(b_url)
+    answer_to.session_id = client.session_id
+    assert (await answer_to.request("tools/list")).status == 200  # B holds a copy
+    return client, answer_to
+
+
 def _answer(question: dict[str, Any]) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": question["id"],
             "result": {"action": "accept", "content": {"answer": "blue"}}}
@@ -285,11 +296,7 @@ async def test_an_answer_the_asking_replica_cannot_hear_is_refused_until_it_can(
         def a_listens() -> bool:
             return bool(redis_command(redis_port, "PUBSUB", "NUMSUB", a_channel)[1])
 
-        client = RawClient(a_url)
-        await client.initialize({"elicitation": {}})
-        answer_to = RawClient(b_url)
-        answer_to.session_id = client.session_id
-        assert (await answer_to.request("tools/list")).status == 200  # B holds a copy
+        client, answer_to = await _session_at_a_with_a_copy_at_b(a_url, b_url)
         assert a_listens()
         messages: list[dict[str, Any]] = []
         questions, asked = trio.open_memory_channel[dict[str, Any]](1)
@@ -326,11 +333,7 @@ async def test_without_redis_an_answer_for_another_replica_is_refused(redis_port
     (never a 202 for an answer that is lost); sent again to A, it finishes the call."""
     async with replicas(redis_port, count=2) as (running, _):
         (a_url, _a), (b_url, _b) = running
-        client = RawClient(a_url)
-        await client.initialize({"elicitation": {}})
-        answer_to = RawClient(b_url)
-        answer_to.session_id = client.session_id
-        assert (await answer_to.request("tools/list")).status == 200  # B holds a copy
+        client, answer_to = await _session_at_a_with_a_copy_at_b(a_url, b_url)
         messages: list[dict[str, Any]] = []
         questions, asked = trio.open_memory_channel[dict[str, Any]](1)
         with trio.fail_after(30):
