@@ -47,7 +47,8 @@ report) and ``soak.png`` (throughput, failures, latency, RSS and descriptors ove
 shaded), and prints the JSON line of CONTRACT.md.
 
 Run: ``python bench/soak.py [--minutes 10] [--rate 20] [--fault-every 75]``;
-``--report-only`` makes the report again from those files.
+``--report-only`` makes the report again from those files; ``--census 10,40`` has each replica
+write a memory census at those minutes (``kill -USR1``), gathered in ``soak-census.txt``.
 """
 
 from __future__ import annotations
@@ -420,6 +421,12 @@ async def soak(fleet: Fleet, args: argparse.Namespace
             samples.append(await trio.to_thread.run_sync(sample, fleet, "load"))
             await trio.sleep(1)
 
+    async def census() -> None:
+        for minute in sorted(args.census):
+            await trio.sleep_until(start + minute * 60)
+            for replica in fleet.replicas:
+                replica.signal(signal.SIGUSR1)
+
     async def chaos() -> None:
         await trio.sleep_until(start + warmup)
         names = list(FAULTS)
@@ -445,6 +452,8 @@ async def soak(fleet: Fleet, args: argparse.Namespace
     async with trio.open_nursery() as nursery:
         nursery.start_soon(sampler)
         nursery.start_soon(chaos)
+        if args.census:
+            nursery.start_soon(census)
         await load.run(until)
         nursery.cancel_scope.cancel()
     await load.close()
@@ -460,6 +469,10 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=20.0, help="operations a second")
     parser.add_argument("--fault-every", type=float, default=75.0, help="seconds")
     parser.add_argument("--keep", action="store_true", help="keep the fleet's folder and logs")
+    parser.add_argument("--census", type=lambda text: [float(m) for m in text.split(",")],
+                        default=[], metavar="MINUTES,...",
+                        help="at these minutes, a memory census of each replica (kill -USR1); "
+                        "their lines in bench/results/soak-census.txt")
     parser.add_argument("--report-only", action="store_true",
                         help="make the report again from the last run's files in bench/results")
     args = parser.parse_args()
@@ -486,6 +499,12 @@ def run(args: argparse.Namespace) -> tuple[list[Outcome], list[dict[str, Any]],
     with fleet(workdir) as running:
         outcomes, samples, counts = trio.run(soak, running, args)
         faults = running.faults
+        if args.census:
+            (RESULTS / "soak-census.txt").write_text("".join(
+                f"== {replica.name}\n" + "".join(
+                    line + "\n" for line in replica.log.read_text(errors="replace").splitlines()
+                    if "vmcp.memory" in line or "SIGUSR1" in line)
+                for replica in running.replicas))
     with (RESULTS / "soak.jsonl").open("wb") as out:
         for outcome in outcomes:
             out.write(outcome.json() + b"\n")
