@@ -5,7 +5,9 @@ Rules it keeps:
 
 * Always: the object types with the most live objects (from the garbage collector's lists),
   and how each changed since the previous census of this process, so two censuses some minutes
-  apart show what accumulates.
+  apart show what accumulates. What ``vmcp serve`` had made when it started is frozen out of
+  those lists (:func:`~vmcp_trio.app.running.settle_garbage_collection`): a census counts what
+  was made since, which is where a leak is.
 * With allocation tracing on (``PYTHONTRACEMALLOC=25`` in the environment, or ``python -X
   tracemalloc=25``), also the source lines holding the most memory and their growth since the
   previous census. Tracing costs CPU on every allocation; it is never turned on here.
@@ -37,7 +39,8 @@ class MemoryCensus:
         """The census, one line per entry."""
         gc.collect()
         types = Counter(type(item).__qualname__ for item in gc.get_objects())
-        out = [f"memory census: {sum(types.values()):,} objects tracked by the collector"]
+        out = [f"memory census: {sum(types.values()):,} objects tracked by the collector "
+               f"(and {gc.get_freeze_count():,} frozen at start, not counted)"]
         for name, count in types.most_common(TOP):
             change = "" if self._types is None else f" ({count - self._types[name]:+,})"
             out.append(f"  {count:>10,} {name}{change}")
