@@ -134,11 +134,13 @@ class Child:
     ready: Callable[[], bool]
     process: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    environment: dict[str, str] | None = None
 
-    def start(self, timeout: float = 60) -> None:
+    def start(self, timeout: float = 180) -> None:
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL, cwd=ROOT)
+                                            stdin=subprocess.DEVNULL, cwd=ROOT,
+                                            env=self.environment)
         self.starts += 1
         deadline = time.monotonic() + timeout
         while not self.ready():
@@ -212,7 +214,7 @@ class Fleet:
 
 
 @contextmanager
-def fleet(workdir: Path) -> Iterator[Fleet]:
+def fleet(workdir: Path, replica_environment: dict[str, str]) -> Iterator[Fleet]:
     with ExitStack() as stack:
         cluster = stack.enter_context(running_redis_cluster(workdir))
         sdk_port, floor_port = free_port(), free_port()
@@ -240,7 +242,8 @@ def fleet(workdir: Path) -> Iterator[Fleet]:
             replica = Child(f"replica-{index}", [
                 sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
                 "--port", str(port), "--drain-delay", "0s"], workdir / f"replica-{index}.log",
-                lambda port=port: answers(f"http://127.0.0.1:{port}/readyz"))  # type: ignore[misc]
+                lambda port=port: answers(f"http://127.0.0.1:{port}/readyz"),  # type: ignore[misc]
+                environment={**os.environ, **replica_environment})
             replica.start()
             stack.callback(replica.stop)
             replicas.append(replica)
@@ -473,6 +476,10 @@ def main() -> None:
                         default=[], metavar="MINUTES,...",
                         help="at these minutes, a memory census of each replica (kill -USR1); "
                         "their lines in bench/results/soak-census.txt")
+    parser.add_argument("--replica-env", action="append", default=[], metavar="NAME=VALUE",
+                        type=lambda text: tuple(text.split("=", 1)),
+                        help="in the replicas' environment, e.g. PYTHONTRACEMALLOC=10 for the "
+                        "census's source lines or MALLOC_ARENA_MAX=2")
     parser.add_argument("--report-only", action="store_true",
                         help="make the report again from the last run's files in bench/results")
     args = parser.parse_args()
@@ -496,7 +503,7 @@ def run(args: argparse.Namespace) -> tuple[list[Outcome], list[dict[str, Any]],
             sys.exit(f"soak: {tool} is not installed (make test installs it)")
     workdir = Path(tempfile.mkdtemp(prefix="vmcp-soak-"))
     RESULTS.mkdir(exist_ok=True)
-    with fleet(workdir) as running:
+    with fleet(workdir, dict(args.replica_env)) as running:
         outcomes, samples, counts = trio.run(soak, running, args)
         faults = running.faults
         if args.census:

@@ -33,6 +33,8 @@ def test_a_census_counts_types_and_their_growth_since_the_last() -> None:
     finally:
         tracemalloc.stop()
     assert any(line.startswith("  grew +5,0") and line.endswith(" Held") for line in second)
+    total = next(line for line in second if line.startswith("  traced: "))
+    assert float(total.split()[1].replace(",", "")) > 0.1  # MiB: the 5,000 objects at least
     traced = [line for line in second if line.startswith("  traced ")]
     assert any("test_memory_census.py" in line for line in traced), traced
     assert len(held) == 5_000

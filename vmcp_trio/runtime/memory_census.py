@@ -51,6 +51,10 @@ class MemoryCensus:
                 out.append(f"  grew {growth:+,} {name}")
         self._types = types
         if tracemalloc.is_tracing():
+            traced, _ = tracemalloc.get_traced_memory()
+            tracing = tracemalloc.get_tracemalloc_memory()
+            out.append(f"  traced: {traced / 2**20:,.1f} MiB held by Python allocations now "
+                       f"(tracing itself holds {tracing / 2**20:,.1f} MiB)")
             snapshot = tracemalloc.take_snapshot()
             if self._snapshot is None:
                 out += [f"  traced {stat}" for stat in snapshot.statistics("lineno")[:TOP]]
