@@ -2,15 +2,24 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUM := $(shell cksum pyproject.toml | cut -d' ' -f1)
+# Two stamps: RUNTIME is the program alone (what `make run` needs), STAMP adds the test and
+# lint tool chains on top of it (what every other target needs).
+RUNTIME := $(VENV)/.runtime-$(SUM)
+STAMP := $(VENV)/.installed-$(SUM)
 FUZZ_SECONDS ?= 60
 
 .PHONY: test pytest lint fuzz clean run peers mcp1 bench soak packages
 
-$(STAMP): pyproject.toml
+$(RUNTIME): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "vmcp-trio needs Python 3.11 or newer"'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e .
+	rm -f $(VENV)/.runtime-*
+	touch $@
+
+$(STAMP): $(RUNTIME)
 	$(BIN)/python -m pip install --quiet -e '.[test,lint]'
 	rm -f $(VENV)/.installed-*
 	touch $@
@@ -22,7 +31,7 @@ test: lint pytest
 pytest: $(STAMP) peers mcp1 packages
 	$(BIN)/pytest
 
-## packages: Debian redis-server + redis-sentinel (7.0) and haproxy for the tests that run
+## packages: Debian redis-server + redis-sentinel (7.0), haproxy and zsh for the tests that run
 ## them (no-op when installed)
 packages: $(STAMP)
 	$(BIN)/python scripts/system_packages.py
@@ -73,6 +82,6 @@ clean:
 		.ruff_cache .hypothesis
 
 ## run: the gateway on examples/quickstart.yaml at http://127.0.0.1:4483/mcp (Ctrl-C stops it)
-run: $(STAMP)
+run: $(RUNTIME)
 	@$(BIN)/python scripts/foreground.py $(BIN)/vmcp serve --config examples/quickstart.yaml \
 		--drain-delay 0s

@@ -1,5 +1,6 @@
 """Install the system programs the tests run for real: Redis and Sentinel (Debian
-`redis-server`, `redis-sentinel`) and haproxy (the load balancer in front of the replicas).
+`redis-server`, `redis-sentinel`), haproxy (the load balancer in front of the replicas) and zsh
+(whose completion of `vmcp` is tested as bash's is).
 
 Idempotent: when every binary is on PATH it prints nothing and exits 0. Otherwise it runs
 `apt-get install` (and `apt-get update` only when the install fails without it), as root or
@@ -16,8 +17,8 @@ import subprocess
 import sys
 import time
 
-PACKAGES = ["redis-server", "redis-sentinel", "haproxy"]
-BINARIES = ["redis-server", "redis-sentinel", "redis-cli", "haproxy"]
+PACKAGES = ["redis-server", "redis-sentinel", "haproxy", "zsh"]
+BINARIES = ["redis-server", "redis-sentinel", "redis-cli", "haproxy", "zsh"]
 SERVICES = [("redis-sentinel", 26379), ("redis-server", 6379)]
 
 
@@ -75,14 +76,14 @@ def main() -> int:
         return 0
     prefix = _prefix()
     if prefix is None:
-        print("packages: some of redis-server, redis-sentinel, haproxy are missing and this user "
+        print(f"packages: some of {', '.join(PACKAGES)} are missing and this user "
               "cannot install them (not root, no sudo). Install the Debian packages "
               f"{' '.join(PACKAGES)} (apt-get install {' '.join(PACKAGES)}).", file=sys.stderr)
         return 1
     if not shutil.which("apt-get"):
-        print("packages: some of redis-server, redis-sentinel, haproxy are missing and there is "
-              "no apt-get; install Redis 7 (redis-server, redis-sentinel, redis-cli) and haproxy "
-              "by other means.",
+        print(f"packages: some of {', '.join(PACKAGES)} are missing and there is "
+              "no apt-get; install Redis 7 (redis-server, redis-sentinel, redis-cli), haproxy "
+              "and zsh by other means.",
               file=sys.stderr)
         return 1
     before = {port: _listening(port) for _, port in SERVICES}

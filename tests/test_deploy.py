@@ -1,35 +1,33 @@
 """deploy/kubernetes/, checked offline: what `kubectl apply -k` would send, and what it means.
 
-* crds.yaml is exactly what scripts/crds.py writes from the models (drift fails);
-* every document kustomization.yaml lists validates against Kubernetes' own schemas
-  (kubernetes-validate, strict: an unknown field fails);
+* crds/crds.yaml is exactly what scripts/crds.py writes from the models (drift fails);
+* every document that kubectl's kustomize builds from deploy/kubernetes/ and from its opt-in
+  crds/ validates against Kubernetes' own schemas (kubernetes-validate, strict: an unknown field
+  fails);
 * the CRDs are structural (what the API server demands of a v1 CRD, and the schema files do not
   check), and the custom resources of the ConfigMap and of examples/ validate against them;
 * the ConfigMap's files pass `vmcp validate`, with the Secrets laid out as the Deployment mounts
   them;
 * the Deployment's drain arithmetic, probes, replicas, mounts and security, the PDB and the
   Service agree with each other and with the gateway's configuration.
+
+tests/test_deploy_options.py checks what an operator opts into around them.
 """
 
 from __future__ import annotations
 
 import copy
-import functools
-import importlib.util
 import os
 import re
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Annotated, Any, Literal
 
 import jsonschema
 import kubernetes_validate
 import pytest
-import yaml
 from pydantic import Field
 
 from vmcp_trio.defaults import DEFAULT_API_GROUP
@@ -38,84 +36,34 @@ from vmcp_trio.resources.durations import parse_duration
 from vmcp_trio.resources.fields import DurationText
 from vmcp_trio.resources.models import KIND_MODELS, Model
 
-ROOT = Path(__file__).resolve().parent.parent
-DEPLOY = ROOT / "deploy" / "kubernetes"
+from .deploy_helpers import (
+    CRDS,
+    DEPLOY,
+    Doc,
+    built,
+    config_documents,
+    config_files,
+    crds_script,
+    documents,
+    env,
+    gateway_container,
+    kustomization,
+    manifests,
+    only,
+    pod_spec,
+)
+from .helpers import ROOT
+
 KUBERNETES_VERSION = "1.37"
 """A recent Kubernetes whose schemas kubernetes-validate ships (its 1.37.0 has 1.25 to 1.37)."""
-
-Doc = dict[str, Any]
-
-
-def documents(path: Path) -> list[Doc]:
-    return copy.deepcopy(_parsed(path))  # a test may change what it gets
-
-
-@functools.cache
-def _parsed(path: Path) -> list[Doc]:
-    """The documents of a file, parsed once per run (crds.yaml takes a quarter of a second)."""
-    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
-            if doc is not None]
-
-
-def kustomization() -> Doc:
-    return documents(DEPLOY / "kustomization.yaml")[0]
-
-
-def manifests() -> Iterator[tuple[str, int, Doc]]:
-    for name in kustomization()["resources"]:
-        for index, doc in enumerate(documents(DEPLOY / name), start=1):
-            yield name, index, doc
-
-
-def only(kind: str, name: str | None = None) -> Doc:
-    found = [doc for _, _, doc in manifests()
-             if doc["kind"] == kind and (name is None or doc["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
-    return found[0]
-
-
-def config_files() -> dict[str, str]:
-    """The gateway's files: the data of the ConfigMap the Deployment mounts at /etc/vmcp."""
-    volume = next(v for v in pod_spec()["volumes"] if "configMap" in v)
-    data: dict[str, str] = only("ConfigMap", volume["configMap"]["name"])["data"]
-    return data
-
-
-def config_documents() -> list[Doc]:
-    return [doc for text in config_files().values() for doc in yaml.safe_load_all(text)
-            if doc is not None]
-
-
-def pod_spec() -> Doc:
-    spec: Doc = only("Deployment")["spec"]["template"]["spec"]
-    return spec
-
-
-def gateway_container() -> Doc:
-    containers = pod_spec()["containers"]
-    assert len(containers) == 1
-    container: Doc = containers[0]
-    return container
-
-
-def env(container: Doc) -> dict[str, str]:
-    return {item["name"]: item["value"] for item in container.get("env", ()) if "value" in item}
-
-
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("crds_script", ROOT / "scripts" / "crds.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # --- (1) crds.yaml is generated -----------------------------------------------------------------
 
 
 def test_crds_yaml_is_what_the_models_generate() -> None:
-    if load_script().render() != (DEPLOY / "crds.yaml").read_text(encoding="utf-8"):
-        pytest.fail("deploy/kubernetes/crds.yaml differs from the models: run "
+    if crds_script().render() != (CRDS / "crds.yaml").read_text(encoding="utf-8"):
+        pytest.fail("deploy/kubernetes/crds/crds.yaml differs from the models: run "
                     ".venv/bin/python scripts/crds.py and commit the result", pytrace=False)
 
 
@@ -125,7 +73,7 @@ def test_crds_script_check_flags_drift_in_one_line(tmp_path: Path) -> None:
     assert (ok.returncode, ok.stderr) == (0, "")
 
     stale = tmp_path / "crds.yaml"
-    stale.write_text((DEPLOY / "crds.yaml").read_text(encoding="utf-8").replace(
+    stale.write_text((CRDS / "crds.yaml").read_text(encoding="utf-8").replace(
         "nullable: true", "nullable: false", 1), encoding="utf-8")
     drift = subprocess.run([*script, "--output", str(stale)], capture_output=True, text=True,
                            timeout=120, check=False)
@@ -144,25 +92,30 @@ def test_kustomization_lists_every_manifest_into_namespace_vmcp() -> None:
     assert len(listed) == len(set(listed))
     on_disk = {p.name for p in DEPLOY.glob("*.yaml")} - {"kustomization.yaml"}
     assert set(listed) == on_disk, "a manifest is missing from kustomization.yaml, or vice versa"
+    [generator] = k["configMapGenerator"]
+    assert sorted(generator["files"]) == sorted(
+        f"config/{p.name}" for p in (DEPLOY / "config").glob("*.yaml"))
     assert only("Namespace")["metadata"]["name"] == "vmcp"
 
 
 def test_every_manifest_validates_against_kubernetes_schemas_strictly() -> None:
     seen = 0
     problems = []
-    for name, index, doc in manifests():
-        seen += 1
-        try:
-            version = kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
-        except kubernetes_validate.ValidationError as exc:
-            where = ".".join(str(part) for part in exc.path)
-            problems.append(f"{name} #{index} {doc.get('kind')}: {where}: {exc.message}")
-        except kubernetes_validate.SchemaNotFoundError as exc:
-            problems.append(f"{name} #{index}: {exc.message}")
-        else:
-            assert version == KUBERNETES_VERSION
+    for folder in (DEPLOY, CRDS):  # the default kustomization and the opt-in CRDs
+        name = folder.relative_to(ROOT)
+        for index, doc in enumerate(built(folder), start=1):
+            seen += 1
+            try:
+                version = kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as exc:
+                where = ".".join(str(part) for part in exc.path)
+                problems.append(f"{name} #{index} {doc.get('kind')}: {where}: {exc.message}")
+            except kubernetes_validate.SchemaNotFoundError as exc:
+                problems.append(f"{name} #{index}: {exc.message}")
+            else:
+                assert version == KUBERNETES_VERSION
     assert not problems, "\n".join(problems)
-    assert seen >= 14
+    assert seen >= 20
 
 
 def test_the_schema_check_is_strict() -> None:
@@ -247,7 +200,7 @@ def to_jsonschema(node: Any, *, prune: bool = False) -> Any:
 
 
 def crds() -> dict[str, Doc]:
-    return {doc["spec"]["names"]["kind"]: doc for doc in documents(DEPLOY / "crds.yaml")}
+    return {doc["spec"]["names"]["kind"]: doc for doc in documents(CRDS / "crds.yaml")}
 
 
 def test_one_crd_per_kind_with_toolhive_versions() -> None:
@@ -599,4 +552,4 @@ def test_generated_documents_share_no_objects() -> None:
                 walk(child)
 
     walk(docs)
-    assert "&id" not in (DEPLOY / "crds.yaml").read_text(encoding="utf-8")
+    assert "&id" not in (CRDS / "crds.yaml").read_text(encoding="utf-8")

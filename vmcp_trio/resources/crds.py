@@ -3,7 +3,7 @@
 One job: give every kind of :data:`~vmcp_trio.resources.models.KIND_MODELS` (Secret is
 Kubernetes' own) an ``apiextensions.k8s.io/v1`` CustomResourceDefinition whose schema is the
 kind's spec model, so that a cluster stores these resources with the shape ``vmcp validate``
-checks. ``scripts/crds.py`` writes them to ``deploy/kubernetes/crds.yaml``.
+checks. ``scripts/crds.py`` writes them to ``deploy/kubernetes/crds/crds.yaml``.
 
 The rules it keeps:
 
@@ -54,7 +54,9 @@ __all__ = [
     "GO_DURATION_PATTERN",
     "SERVED_VERSION",
     "STORAGE_VERSION",
+    "InputSchema",
     "crd_documents",
+    "prose",
     "spec_schema",
 ]
 
@@ -117,9 +119,10 @@ _FORMATS = frozenset({
 _SCALARS = frozenset({"string", "integer", "number", "boolean"})
 
 
-class _InputSchema(GenerateJsonSchema):
+class InputSchema(GenerateJsonSchema):
     """The JSON schema of what a file may hold (pydantic's validation mode), with the inputs that
-    a before-validator reshapes described as they are written, not as they come out."""
+    a before-validator reshapes described as they are written, not as they come out: a Go
+    duration as a string of its grammar, any other as :meth:`reshaped_input` says."""
 
     def function_before_schema(
         self, schema: core_schema.BeforeValidatorFunctionSchema
@@ -127,13 +130,20 @@ class _InputSchema(GenerateJsonSchema):
         if schema["function"]["function"] is _DURATION_INPUT:
             return {"type": "string", "pattern": GO_DURATION_PATTERN, "maxLength": 64,
                     "description": "A Go duration such as 30s, 10m or 1h30m."}
+        return self.reshaped_input(schema)
+
+    def reshaped_input(
+        self, schema: core_schema.BeforeValidatorFunctionSchema
+    ) -> JsonSchemaValue:
+        """The input of a field that another before-validator reshapes: here anything (the
+        loader decides)."""
         return dict(_ANY)
 
 
 def spec_schema(model: type[Model], kind: str | None = None) -> dict[str, Any]:
     """The structural OpenAPI v3 schema of one spec model, with the fields the loader accepts
     for ``kind`` without acting on them."""
-    raw = model.model_json_schema(by_alias=True, schema_generator=_InputSchema)
+    raw = model.model_json_schema(by_alias=True, schema_generator=InputSchema)
     schema = _Converter(raw.get("$defs", {})).convert(raw)
     for pattern in accepted_patterns(kind) if kind else ():
         _admit(schema, split_pattern(pattern))
@@ -202,7 +212,7 @@ class _Converter:
             if key in _DOCUMENTATION or key == "propertyNames":
                 continue  # words for people, or map key rules that Kubernetes cannot check
             if key == "description":
-                out[key] = _prose(value)
+                out[key] = prose(value)
             elif key in _KEPT:
                 out[key] = value
             elif key == "type":
@@ -257,7 +267,7 @@ class _Converter:
         return out
 
 
-def _prose(text: str) -> str:
+def prose(text: str) -> str:
     """A docstring as one paragraph of plain text (``kubectl explain`` rewraps it anyway)."""
     return _ROLE.sub(r"\1", " ".join(text.split())).replace("``", "`")
 
