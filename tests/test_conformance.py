@@ -266,7 +266,7 @@ class Targets:
     node: str
     urls: dict[str, str]
     """``direct`` (the fixture), each form of vmcp in front of it (``THROUGH``), and the
-    tunnel agent's own ``/health`` and ``/metrics`` (``tunnel agent``)."""
+    tunnel agent's own ``/readyz`` and ``/metrics`` (``tunnel agent``)."""
     workdir: Path
     runs: dict[tuple[str, str], SuiteRun] = field(default_factory=dict)
 
@@ -480,7 +480,7 @@ def test_every_scenario_the_fixture_passes_passes_through(targets: Targets, vers
 def test_both_sides_of_the_tunnel_log_json_and_count_what_they_carry(targets: Targets) -> None:
     """``--log-format json`` on the relay and the agent: every line either writes is one JSON
     object; the relay's access record of a request names its tunnel and carries the caller's
-    ``X-Request-Id``; the agent's ``/metrics`` counted the exchange, its ``/health`` is 200."""
+    ``X-Request-Id``; the agent's ``/metrics`` counted the exchange, its ``/readyz`` is 200."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     request = urllib.request.Request(
         targets.urls["tunnel"], method="POST", data=json.dumps(
@@ -505,7 +505,7 @@ def test_both_sides_of_the_tunnel_log_json_and_count_what_they_carry(targets: Ta
     assert access and access[0]["backend"] == "fixture" and access[0]["path"] == "/t/fixture/mcp"
     assert any("tunnel fixture: connected" in e.get("msg", "") for e in entries)
     agent = targets.urls["tunnel agent"]
-    with opener.open(f"{agent}/health", timeout=5) as response:
+    with opener.open(f"{agent}/readyz", timeout=5) as response:
         assert json.loads(response.read())["connected"] is True
     with opener.open(f"{agent}/metrics", timeout=5) as response:
         metrics = response.read().decode()

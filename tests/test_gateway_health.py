@@ -16,6 +16,7 @@ from mcp.server.mcpserver import MCPServer
 
 from vmcp_trio import __version__
 from vmcp_trio.http.client import HttpClient
+from vmcp_trio.runtime.build import revision
 
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 from .helpers import ROOT, free_port
@@ -197,8 +198,9 @@ async def test_metrics_count_requests_and_sessions() -> None:
 
 
 async def test_metrics_follow_prometheus_conventions_and_are_documented() -> None:
-    """Counters end in _total, no _created series, the version in vmcp_build_info, the
-    process's own series, and every metric family is in the operations page's table."""
+    """Counters end in _total, no _created series, the version and revision in
+    vmcp_build_info, the process's own series, and every metric family is in the operations
+    page's table."""
     async with running_gateway() as (url, _):
         http = HttpClient()
         _, _, body = await http.request("GET", url.removesuffix("/mcp") + "/metrics")
@@ -210,7 +212,7 @@ async def test_metrics_follow_prometheus_conventions_and_are_documented() -> Non
         if kind == "counter":
             assert name.endswith("_total"), name
     assert "_created" not in text
-    assert f'vmcp_build_info{{version="{__version__}"}} 1.0' in text
+    assert f'vmcp_build_info{{revision="{revision()}",version="{__version__}"}} 1.0' in text
     documented = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
     missing = [name for name in types if f"`{name}`" not in documented]
     assert not missing, missing

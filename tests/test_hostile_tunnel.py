@@ -3,7 +3,7 @@
 
 A request the agent would refuse must never cut the tunnel: the relay refuses it itself (400,
 431), and an agent that is sent such a head anyway resets that stream alone. The relay's
-anonymous ``/health`` names no tunnel, and its clients' bodies are bounded together.
+anonymous probes name no tunnel, and its clients' bodies are bounded together.
 """
 
 from __future__ import annotations
@@ -105,15 +105,18 @@ async def test_an_agent_sent_a_bad_head_resets_that_stream_alone() -> None:
     assert [seen["path"] for seen in remote.seen] == ["/mcp"]
 
 
-async def test_the_relays_health_counts_tunnels_without_naming_them() -> None:
+async def test_the_relays_probes_count_tunnels_without_naming_them() -> None:
     relay = TunnelRelay(TunnelTokens.parse(LINE))
     async with recording_remote() as (target, _), relay_running(relay) as relay_url, \
             agent_running(relay_url, target) as agent:
         with trio.fail_after(10):
             await agent.connected.wait()
-        status, _, body = await fetch(f"{relay_url}/health", method="GET")
-    assert status == 200 and json.loads(body) == {"status": "ok", "tunnels": 1}
-    assert b"demo" not in body
+        answers = {path: await fetch(f"{relay_url}{path}", method="GET")
+                   for path in ("/health", "/readyz", "/metrics")}
+    assert {path: status for path, (status, _, _) in answers.items()} == {
+        "/health": 200, "/readyz": 200, "/metrics": 200}
+    assert json.loads(answers["/readyz"][2]) == {"status": "ready", "tunnels": 1}
+    assert not any(b"demo" in body for _, _, body in answers.values())
 
 
 async def test_maximal_uploads_wait_for_room_before_their_bodies_are_read() -> None:

@@ -12,6 +12,7 @@ process (``build_proxy`` + ``serve_proxy``) with its state directory in a tempor
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -192,3 +193,33 @@ async def test_a_request_waits_for_the_login_and_gets_503_when_it_fails(
         status, _, body = await post(url)
         assert status == 503 and b"no login within" in body
         assert len(announced) == 2
+
+
+async def test_readyz_is_503_until_the_remote_login_has_a_token(
+        idp: Idp, port: int, tmp_path: Path) -> None:
+    """A load balancer or a kubelet asks the proxy's own ``/readyz``: 503 naming the remote
+    login while the user has not logged in yet (``/health`` 200: the process lives), 200 once
+    the login gave a token."""
+    user_ready = threading.Event()
+    browser = Browser()
+
+    def after_a_while(url: str, seconds_left: float) -> None:
+        user_ready.wait(20)
+        browser(url, seconds_left)
+
+    http = HttpClient()
+    try:
+        async with remote_server(idp, port) as remote, running_proxy(
+                settings_for(remote, tmp_path), after_a_while) as (url, login):
+            origin = url.removesuffix("/mcp")
+            status, _, body = await http.request("GET", origin + "/readyz")
+            assert status == 503 and orjson.loads(body)["notReady"] == {
+                "remoteLogin": "the login to the remote server has not finished yet"}
+            assert (await http.request("GET", origin + "/health"))[0] == 200
+            user_ready.set()
+            await until_logged_in(login)
+            status, _, body = await http.request("GET", origin + "/readyz")
+            assert status == 200 and orjson.loads(body) == {"status": "ready"}
+    finally:
+        user_ready.set()
+        await http.aclose()

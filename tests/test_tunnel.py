@@ -20,6 +20,7 @@ from vmcp_trio.app.tunnel import run_relay
 from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
 from vmcp_trio.http.client import HttpClient, HttpError
 from vmcp_trio.resources.plan import OIDCIncoming
+from vmcp_trio.tunnel.agent import TokenRefused, TunnelAgent
 from vmcp_trio.tunnel.relay import TunnelRelay
 from vmcp_trio.tunnel.tokens import TunnelTokens, new_token_line
 
@@ -66,7 +67,8 @@ async def test_a_client_reaches_the_internal_server_through_the_relay(mode: str)
             assert sorted(r["total"] for r in results) == list(range(1, 201))  # type: ignore[index]
 
 
-async def test_no_agent_is_503_and_a_wrong_token_connects_nothing() -> None:
+async def test_no_agent_is_503_an_unknown_name_404_and_a_wrong_token_connects_nothing(
+        ) -> None:
     server, state = make_server("internal")
     relay = TunnelRelay(TunnelTokens.parse(LINE))
     async with serving(server, state) as target, relay_running(relay) as relay_url:
@@ -74,6 +76,10 @@ async def test_no_agent_is_503_and_a_wrong_token_connects_nothing() -> None:
         status, headers, body = await client.request("POST", f"{relay_url}/t/demo/mcp",
                                                      body=b"{}")
         assert status == 503 and (b"retry-after", b"5") in headers and b"demo" in body
+        status, _, body = await client.request("POST", f"{relay_url}/t/nobody/mcp",
+                                               body=b"{}")
+        assert status == 404 and orjson.loads(body)["error_description"] == (
+            "no tunnel named 'nobody'")
         async with agent_running(relay_url, target, token="x" * 43) as agent:
             await trio.sleep(0.5)
             assert connections(agent) == 0 and not relay.agents
@@ -81,24 +87,39 @@ async def test_no_agent_is_503_and_a_wrong_token_connects_nothing() -> None:
         await client.aclose()
 
 
-async def test_a_refused_token_is_retried_with_a_doubling_backoff(
+async def test_a_refused_token_is_retried_with_a_doubling_backoff_then_given_up(
         caplog: pytest.LogCaptureFixture) -> None:
-    """The relay's tokens may change: a refused agent logs and counts each refusal and tries
-    again after 1 s, then 2 s (with +-20% jitter)."""
+    """The relay's tokens may be changing: a refused agent logs and counts each refusal and
+    tries again after 1 s, then 2 s (with +-20% jitter); the third refusal in a row ends it
+    with TokenRefused (``vmcp proxy tunnel`` then exits 1: tests/test_tunnel_operations.py)."""
     caplog.set_level(logging.WARNING, logger="vmcp.tunnel")
     refused: list[float] = []
-    async with relay_running(TunnelRelay(TunnelTokens.parse(LINE))) as relay_url, \
-            agent_running(relay_url, "http://127.0.0.1:9", token="x" * 43) as agent:
-        with trio.fail_after(10):
-            while len(refused) < 3:
+    client = HttpClient()
+    async with relay_running(TunnelRelay(TunnelTokens.parse(LINE))) as relay_url:
+        agent = TunnelAgent(relay_url.replace("http://", "ws://"), "demo", "x" * 43,
+                            "http://127.0.0.1:9", client)
+
+        async def count() -> None:
+            while True:
                 if connections(agent, "refused") > len(refused):
                     refused.append(trio.current_time())
                 await trio.sleep(0.01)
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(count)
+                with pytest.raises(TokenRefused, match="3 times in a row"):
+                    await agent.run()
+                await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()
+    await client.aclose()
+    assert len(refused) == 3
     for gap, nominal in zip([b - a for a, b in itertools.pairwise(refused)], (1, 2),
                             strict=True):
         assert nominal * 0.8 <= gap <= nominal * 1.2 + 0.2, refused
     lines = [r.getMessage() for r in caplog.records if r.name == "vmcp.tunnel"]
-    assert lines[:3] == ["tunnel demo: the relay refused the token (HTTP 403)"] * 3
+    assert lines == [f"tunnel demo: the relay refused the token (HTTP 403; {n} of 3 in a row)"
+                     for n in (1, 2, 3)]
 
 
 async def test_a_second_agent_with_the_token_replaces_the_first() -> None:
@@ -173,8 +194,9 @@ async def test_the_agent_comes_back_after_a_relay_restart_under_traffic() -> Non
     """The relay goes away and comes back on its port while four clients keep calling: every
     call ends promptly, either answered or with a clear failure (the relay's port refusing,
     503 until the agent is back, 502 for an exchange the break cut), and the agent's backoff
-    brings it back, so calls are answered again. The agent's own ``/health`` follows it (503
-    while it is away) and its ``/metrics`` count both connections."""
+    brings it back, so calls are answered again. The agent's own ``/readyz`` follows it (503
+    while it is away, ``/health`` staying 200: the process lives) and its ``/metrics`` count
+    both connections."""
     server, state = make_server("internal")
     port = free_port()
     async with serving(server, state) as target, trio.open_nursery() as nursery:
@@ -193,7 +215,7 @@ async def test_the_agent_comes_back_after_a_relay_restart_under_traffic() -> Non
             with trio.fail_after(10):
                 await agent.connected.wait()
             http = HttpClient()
-            assert (await http.request("GET", f"{status_url}/health"))[0] == 200
+            assert (await http.request("GET", f"{status_url}/readyz"))[0] == 200
 
             async def caller(worker: int) -> None:
                 client = StatelessClient(f"{relay_url}/t/demo/mcp")
@@ -220,7 +242,8 @@ async def test_the_agent_comes_back_after_a_relay_restart_under_traffic() -> Non
                 with trio.fail_after(10):
                     while agent.connected.is_set():
                         await trio.sleep(0.05)
-                assert (await http.request("GET", f"{status_url}/health"))[0] == 503
+                assert (await http.request("GET", f"{status_url}/readyz"))[0] == 503
+                assert (await http.request("GET", f"{status_url}/health"))[0] == 200
                 await trio.sleep(0.5)
                 second = await nursery.start(relay_on_port)
                 with trio.fail_after(20):

@@ -158,7 +158,8 @@ async def test_handshake_and_connection_failures_are_clear_errors() -> None:
     with pytest.raises(WebSocketError, match="not a ws://"):
         async with open_websocket("http://127.0.0.1:1/x"):
             pass
-    with pytest.raises(OSError):
+    with pytest.raises(WebSocketError,
+                       match=r"^cannot connect to 127\.0\.0\.1:1: connection refused$"):
         async with open_websocket("ws://127.0.0.1:1/x"):
             pass
     listener = trio.socket.socket()

@@ -146,14 +146,18 @@ async def drain(process: GatewayProcess) -> None:
 
 async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
                       tls_cert: str | None = None, tls_key: str | None = None,
+                      config_digest: str | None = None,
                       load: Callable[[], Loaded] | None = None,
                       fingerprint: Callable[[], str] | None = None,
                       on_ready: Callable[[list[str]], None] | None = None) -> None:
     """Serve until SIGINT or SIGTERM, then drain (:func:`drain`); a second signal stops at
     once. With ``load`` (the configuration, loaded and validated again), SIGHUP reloads it,
     and so does a change of ``fingerprint`` (``--watch``) (see :mod:`.reload`). SIGUSR1 writes
-    a memory census to the log (:mod:`~vmcp_trio.runtime.memory_census`)."""
+    a memory census to the log (:mod:`~vmcp_trio.runtime.memory_census`). ``config_digest``:
+    the short hash of the configuration ``plan`` was loaded from (``vmcp_config_info``)."""
     process = build_gateway(plan, settings)
+    if config_digest is not None:
+        process.metrics.config_loaded_now(config_digest)
     reloader = Reloader(process, load, fingerprint=fingerprint) if load is not None else None
     census = MemoryCensus()
     first = trio.Event()

@@ -15,6 +15,10 @@ again, off the event loop:
   change keeps its storage, and what it holds). What changed is logged, and
   ``vmcp_reloads_total{outcome}`` counts ``ok``, ``unchanged``, ``invalid`` and ``failed``.
 
+A configuration accepted (``ok`` or ``unchanged``: the files were read and validated, and what
+they say is what serves) sets ``vmcp_config_info{hash}`` to its digest and
+``vmcp_config_loaded_timestamp_seconds`` to now; a refused one leaves both as they were.
+
 Settings given as flags (listen address, bounds) are the process's, and do not change.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import trio
 
@@ -51,9 +56,16 @@ __all__ = ["Loaded", "Reloader", "changes"]
 
 log = logging.getLogger("vmcp.reload")
 
-Loaded = tuple[GatewayPlan | None, list[Problem], str | None]
-"""What loading the configuration gave: the plan (None when invalid), every problem, and why
-there is no plan when no problem says it (no VirtualMCPServer of that name, say)."""
+class Loaded(NamedTuple):
+    """What loading the configuration gave."""
+
+    plan: GatewayPlan | None
+    """None when invalid."""
+    problems: list[Problem]
+    why: str | None
+    """Why there is no plan when no problem says it (no VirtualMCPServer of that name, say)."""
+    digest: str = ""
+    """The configuration's short hash (``vmcp_config_info``)."""
 
 
 @dataclass(frozen=True)
@@ -141,12 +153,16 @@ class Reloader:
 
     async def reload(self) -> str:
         """Load, validate and apply the configuration; the outcome (also counted)."""
-        outcome = await self._reload()
-        self.process.metrics.reloads.labels(outcome).inc()
+        loaded = await trio.to_thread.run_sync(self.load)
+        outcome = await self._reload(loaded)
+        metrics = self.process.metrics
+        metrics.reloads.labels(outcome).inc()
+        if outcome in ("ok", "unchanged"):
+            metrics.config_loaded_now(loaded.digest)
         return outcome
 
-    async def _reload(self) -> str:
-        plan, problems, why = await trio.to_thread.run_sync(self.load)
+    async def _reload(self, loaded: Loaded) -> str:
+        plan, problems, why, _ = loaded
         for problem in problems:
             say(str(problem), level=problem.severity.value, **problem.as_dict())
         if plan is None:

@@ -3,8 +3,9 @@
 Every server command (``vmcp serve``, ``vmcp proxy``, ``vmcp proxy tunnel``, ``vmcp tunnel
 relay``) is one ``trio.run`` of its main function. :func:`run_server` runs it, says each
 operator error it raised as one line (never a traceback), and maps it to the exit code the
-command line promises: an incoming auth mode that cannot be set up is 1 (the configuration), a
-port that is taken or a certificate that does not load is 2 (the operator's flags). The process
+command line promises: an incoming auth mode that cannot be set up is 1 (the configuration), as
+is a tunnel agent whose token the relay keeps refusing; a port that is taken or a certificate
+that does not load is 2 (the operator's flags). The process
 also takes its hard limit on open files (:func:`raise_open_file_limit`): every client stream is
 a socket, and tunes the garbage collector for a server (:func:`settle_garbage_collection`).
 Traces are configured before (:func:`configure_traces`) and flushed at the end.
@@ -23,6 +24,7 @@ from ..defaults import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from ..http.serving import ListenError
 from ..runtime import tracing
 from ..runtime.logs import say
+from ..tunnel.agent import TokenRefused
 
 __all__ = ["TracesUnavailable", "configure_traces", "raise_open_file_limit", "run_server",
            "settle_garbage_collection"]
@@ -69,6 +71,9 @@ def run_server(main: Callable[[], Awaitable[None]], command: str) -> int:
     except* IncomingAuthError as auth_errors:
         for error in auth_errors.exceptions:
             say(f"{command}: incoming auth: {error}", level="error")
+        exit_code = EXIT_INVALID
+    except* TokenRefused as refusals:
+        say(f"{command}: {refusals.exceptions[0]}", level="error")
         exit_code = EXIT_INVALID
     except* ListenError as listen_errors:
         for refusal in listen_errors.exceptions:

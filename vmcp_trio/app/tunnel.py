@@ -4,7 +4,9 @@
 :func:`run_relay` serves the relay's ASGI app (:mod:`vmcp_trio.tunnel.relay`) with the
 same hypercorn configuration as the other servers, until SIGINT or SIGTERM. :func:`run_agent`
 keeps the agent (:mod:`vmcp_trio.tunnel.agent`) connected, with the outgoing credentials
-of ``vmcp proxy`` for the target, until a signal.
+of ``vmcp proxy`` for the target, until a signal (or until the relay refused its token too
+many times in a row: :class:`~vmcp_trio.tunnel.agent.TokenRefused`), with its probes and
+metrics on a listener of its own when asked (``--metrics-port``).
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ async def run_agent(settings: ProxySettings, relay_url: str, token: str, *,
                     status_listener: tuple[str, int] | None = None,
                     on_status_ready: Callable[[list[str]], None] | None = None) -> None:
     """Keep the agent connected until SIGINT or SIGTERM; with ``status_listener`` (host, port),
-    serve its ``/health`` and ``/metrics`` there (raises ListenError when it cannot be had)."""
+    serve its probes and ``/metrics`` there (raises ListenError when it cannot be had, and
+    TokenRefused when the agent gives up)."""
     http = HttpClient()
     credentials, login_tasks = outgoing_credentials(settings, http)
     agent = TunnelAgent(relay_url, settings.server_name, token, settings.target_uri, http,

@@ -9,9 +9,10 @@
   else the handshake revisions (:mod:`.handshake_front`), which also serve GET and DELETE.
 * ``/.well-known/oauth-protected-resource[/mcp]``: RFC 9728 metadata (with incoming auth;
   :mod:`vmcp_trio.auth.boundary`, shared with ``vmcp proxy``, also authenticates ``/mcp``).
-* ``/health`` (liveness: the event loop answers), ``/readyz`` (readiness: serving can succeed;
-  its JSON names the parts that cannot and why), ``/metrics``, ``/api/backends/health``:
-  unauthenticated.
+* The probes (:mod:`vmcp_trio.http.probes`): ``/health``, ``/healthz`` and ``/livez``
+  (liveness: the event loop answers), ``/readyz`` (readiness: serving can succeed; its JSON
+  names the parts that cannot and why: :meth:`GatewayApp.ready`), ``/metrics``; and
+  ``/api/backends/health``: unauthenticated.
 * Anything else goes to ``extra_endpoints`` (the embedded authorization server), else 404.
 
 Errors are JSON-RPC error objects (id null when the request could not be read) with the HTTP
@@ -41,10 +42,10 @@ from ..http.asgi import (
     Send,
     StatusSend,
     http_request,
-    send_bytes,
     send_json,
 )
 from ..http.origin import OriginGuard
+from ..http.probes import PROBE_PATHS, Probes
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -57,7 +58,6 @@ from ..protocol.streamable import check_method, check_post, is_stateless
 from ..resources.plan import AnonymousIncoming
 from ..runtime.audit import auth_event
 from ..runtime.logs import ACCESS, REQUEST_ID, AccessRecord, adopt_request_id, log_access
-from ..runtime.metrics import CONTENT_TYPE
 from .core import Gateway
 from .handshake_front import HandshakeFront
 from .responder import Responder
@@ -68,8 +68,6 @@ __all__ = ["MCP_PATH", "ExtraEndpoints", "GatewayApp"]
 log = logging.getLogger("vmcp.http")
 
 MCP_PATH = "/mcp"
-_QUIET_PATHS = frozenset({"/health", "/readyz", "/metrics"})
-"""Probed every few seconds: no access record (their counts are in the metrics)."""
 
 
 def _is_stateless(request: HttpRequest) -> bool:
@@ -123,6 +121,7 @@ class GatewayApp:
         self.handshake = HandshakeFront(gateway, self.responder)
         self.stateless = StatelessFront(gateway, self.responder)
         self.guard = OriginGuard(self.settings.host, self.settings.allowed_origins)
+        self.probes = Probes(self.ready, self.metrics)
 
     def update(self, authenticator: Authenticator, *,
                extra_endpoints: ExtraEndpoints | None,
@@ -166,7 +165,7 @@ class GatewayApp:
                     INTERNAL_ERROR, "Internal error: the gateway failed to serve this request "
                                     f"(logged as request {REQUEST_ID.get()})"))
         finally:
-            if request.path not in _QUIET_PATHS:
+            if request.path not in PROBE_PATHS:
                 log_access(request.method, request.path[:200], guarded.status,
                            trio.current_time() - started, record)
 
@@ -186,15 +185,10 @@ class GatewayApp:
             await self.mcp(request, send)
         elif path in self.boundary.metadata_paths and not self.auth.anonymous:
             await self.boundary.serve_metadata(request, send)
-        elif path == "/health":
-            await send_json(send, 200, {"status": "ok"})
-        elif path == "/readyz":
-            await self.readyz(send)
         elif path == "/api/backends/health":
             await send_json(send, 200, self.gateway.health.report())
-        elif path == "/metrics":
-            await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
-        elif self.extra_endpoints is None or not await self.extra_endpoints(request, send):
+        elif not await self.probes.answer(path, send) and (
+                self.extra_endpoints is None or not await self.extra_endpoints(request, send)):
             await send_json(send, 404, {"error": f"no such endpoint: {path[:200]}"})
 
     # --- incoming auth --------------------------------------------------------------------------
@@ -265,8 +259,9 @@ class GatewayApp:
 
     # --- operational endpoints -------------------------------------------------------------------
 
-    async def readyz(self, send: Send) -> None:
-        """Ready when serving can succeed; ``notReady`` says which part is not, and why.
+    async def ready(self) -> tuple[bool, dict[str, Any]]:
+        """``/readyz``: ready when serving can succeed; ``notReady`` says which part is not,
+        and why.
 
         Until this process was ready once, every part decides: a replica whose backends,
         issuer keys or storage cannot be reached never joins the balancer (a rollout with a
@@ -308,4 +303,4 @@ class GatewayApp:
             body["notReady"] = problems
         elif problems:
             body["degraded"] = problems
-        await send_json(send, 503 if blocking else 200, body)
+        return not blocking, body

@@ -43,6 +43,7 @@ from urllib.parse import urlsplit
 import httptools
 import trio
 
+from .connect_errors import connect_failure
 from .socket_stream import LeanSocketStream, adopt
 
 __all__ = ["ConnectGuard", "HttpClient", "HttpError", "HttpResponse", "Origin"]
@@ -317,7 +318,7 @@ class HttpClient:
                 await tls.do_handshake()
                 stream = tls
         except (OSError, trio.BrokenResourceError) as exc:
-            raise HttpError(f"cannot connect to {origin.host}:{origin.port}: {exc}") from None
+            raise HttpError(connect_failure(exc, origin.host, origin.port)) from None
         return _Connection(stream, origin, self.max_header_bytes, guarded=guard is not None)
 
     def _checkout(self, origin: Origin, guarded: bool) -> _Connection | None:

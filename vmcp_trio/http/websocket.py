@@ -46,6 +46,7 @@ from wsproto.events import (
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from .asgi import ASGIApp, Scope
+from .connect_errors import connect_failure
 from .socket_stream import LeanSocketStream, adopt
 
 __all__ = ["MAX_MESSAGE_BYTES", "WEBSOCKET_EXTENSION", "WebSocket", "WebSocketError",
@@ -227,8 +228,9 @@ async def open_websocket(url: str, headers: Sequence[tuple[bytes, bytes]] = (), 
                          max_message_bytes: int = MAX_MESSAGE_BYTES) -> AsyncIterator[WebSocket]:
     """A WebSocket to ``url`` (``ws://`` or ``wss://``, verified against the system's CAs),
     closed (1000) at the end of the block. Raises :class:`WebSocketRejected` when the server
-    answers with a status, :class:`WebSocketError` when the handshake fails or takes longer
-    than ``timeout`` seconds, OSError when the host cannot be reached."""
+    answers with a status, :class:`WebSocketError` when the host cannot be reached (saying
+    why: :func:`~.connect_errors.connect_failure`), the handshake fails or it takes longer
+    than ``timeout`` seconds."""
     parts = urlsplit(url)
     if parts.scheme not in ("ws", "wss") or not parts.hostname:
         raise WebSocketError(f"not a ws:// or wss:// URL: {url[:200]!r}")
@@ -237,12 +239,18 @@ async def open_websocket(url: str, headers: Sequence[tuple[bytes, bytes]] = (), 
     host_header = parts.netloc.rpartition("@")[2]
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     with trio.move_on_after(timeout) as waited:
-        stream: trio.abc.Stream = adopt(await trio.open_tcp_stream(parts.hostname, port))
+        try:
+            stream: trio.abc.Stream = adopt(await trio.open_tcp_stream(parts.hostname, port))
+        except OSError as exc:
+            raise WebSocketError(connect_failure(exc, parts.hostname, port)) from None
         try:
             if secure:
                 stream = trio.SSLStream(stream, ssl.create_default_context(),
                                         server_hostname=parts.hostname, https_compatible=True)
-                await stream.do_handshake()
+                try:
+                    await stream.do_handshake()
+                except (OSError, trio.BrokenResourceError) as exc:
+                    raise WebSocketError(connect_failure(exc, parts.hostname, port)) from None
             socket = await _client_handshake(stream, host_header, target, headers,
                                              max_message_bytes)
         except BaseException:

@@ -203,6 +203,14 @@ class RemoteLogin:
                 return await self.headers(caller)
         raise LoginPending(self.problem)
 
+    def not_ready(self) -> str | None:
+        """Why a request could not be sent a token now (no login finished yet, or it failed:
+        :attr:`problem`), or None (``/readyz``)."""
+        tokens = self.tokens
+        if self.not_required or (tokens is not None and not self._expired(tokens)):
+            return None
+        return self.problem
+
     def _login_pending(self) -> bool:
         """A login is under way (or the first one is about to start)."""
         return self.tokens is None and not self.not_required and (self._logging_in or (

@@ -7,10 +7,13 @@ text format.
 
 Conventions (Prometheus'): a counter's series ends in ``_total`` (the client library adds it to
 the names given here) and has no ``_created`` twin; every label's values are bounded (method
-names outside the MCP ones are "other", backends and tasks come from the configuration);
-``vmcp_build_info`` carries the version; the ``process_*`` series (CPU seconds, resident
-memory, open and maximum descriptors) are the client library's process collector, read from
-``/proc`` on scrape. docs/operations.md lists every metric with its labels.
+names outside the MCP ones are "other", backends and tasks come from the configuration).
+
+Every vmcp process that serves HTTP (``vmcp serve``, ``vmcp proxy``, ``vmcp tunnel relay``, the
+tunnel agent) exports, from :class:`ProcessMetrics`, the same two things first:
+``vmcp_build_info{version,revision}`` (:mod:`.build`) and the ``process_*`` series (CPU seconds,
+resident memory, open and maximum descriptors: the client library's process collector, read
+from ``/proc`` on scrape). docs/operations.md lists every metric with its labels.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .. import __version__
+from .build import VERSION, revision
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: _created doubles it
 
-__all__ = ["CONTENT_TYPE", "Metrics", "TunnelMetrics"]
+__all__ = ["CONTENT_TYPE", "Metrics", "ProcessMetrics", "TunnelMetrics"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4"
 _MAX_CACHED_LABEL_SETS = 4096
@@ -40,10 +43,26 @@ _BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
             60.0)
 
 
-class Metrics:
+class ProcessMetrics:
+    """A registry of one process's metrics, holding what every vmcp process exports: the
+    ``process_*`` series and ``vmcp_build_info{version,revision}`` (1)."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, _open_fds, ...
+        Gauge("vmcp_build_info", "1, labelled with the running version and the source "
+              "revision it was built from", ["version", "revision"],
+              registry=self.registry).labels(VERSION, revision()).set(1)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class Metrics(ProcessMetrics):
+    """The metrics of ``vmcp serve``."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.requests = Counter("vmcp_requests", "MCP requests answered, by method, backend "
                                 "(vmcp: answered by the gateway) and outcome",
                                 ["method", "backend", "outcome"], registry=self.registry)
@@ -81,9 +100,12 @@ class Metrics:
         self.reloads = Counter("vmcp_reloads", "Configuration reloads, by outcome (ok, "
                                "unchanged, invalid, failed)", ["outcome"],
                                registry=self.registry)
-        self.build_info = Gauge("vmcp_build_info", "1, labelled with the running version",
-                                ["version"], registry=self.registry)
-        self.build_info.labels(__version__).set(1)
+        self.config_info = Gauge("vmcp_config_info", "1, labelled with a short sha256 of the "
+                                 "configuration loaded last", ["hash"], registry=self.registry)
+        self.config_loaded = Gauge("vmcp_config_loaded_timestamp_seconds", "When the "
+                                   "configuration in use was loaded (at start, and at each "
+                                   "reload that accepted it), in seconds since the epoch",
+                                   registry=self.registry)
         self.task_restarts = Counter("vmcp_task_restarts", "Restarts of supervised tasks after "
                                      "a failure or crash, by task", ["task"],
                                      registry=self.registry)
@@ -137,16 +159,20 @@ class Metrics:
     def watch(self, gauge: Gauge, read: Callable[[], float], *labels: str) -> None:
         (gauge.labels(*labels) if labels else gauge).set_function(read)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def config_loaded_now(self, digest: str) -> None:
+        """A configuration was loaded now (at start, or by a reload that accepted it);
+        ``digest``: its short hash (``ValidationResult.digest``)."""
+        self.config_info.clear()
+        self.config_info.labels(digest).set(1)
+        self.config_loaded.set_to_current_time()
 
 
-class TunnelMetrics:
+class TunnelMetrics(ProcessMetrics):
     """The metrics of one side of a tunnel, under the same names on both: the relay's
     ``/metrics``, and the agent's (``vmcp proxy tunnel --metrics-port``)."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+        super().__init__()
         self.agents = Gauge("vmcp_tunnel_agents_connected", "Tunnels with an agent connected",
                             registry=self.registry)
         self.streams = Gauge("vmcp_tunnel_streams_open", "Exchanges in flight through tunnels",
@@ -158,9 +184,3 @@ class TunnelMetrics:
         self.connections = Counter("vmcp_tunnel_connections", "Agent connections, by outcome "
                                    "(relay: accepted, refused, replaced; agent: connected, "
                                    "refused, failed)", ["outcome"], registry=self.registry)
-        self.build_info = Gauge("vmcp_build_info", "1, labelled with the running version",
-                                ["version"], registry=self.registry)
-        self.build_info.labels(__version__).set(1)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)

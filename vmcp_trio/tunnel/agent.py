@@ -12,25 +12,33 @@
   seconds (three of the relay's ping intervals) for dead, and reconnects after that, a relay
   restart or a network break: each connection is one run of a supervised task, restarted with
   the supervisor's backoff (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`: 1 s doubling to
-  30 s, with jitter, starting over after a connection made); a refused token is logged and
-  retried the same way (the relay's tokens may change).
+  30 s, with jitter, starting over after a connection made). A connection that fails is logged
+  with its cause in one line (``cannot connect to HOST:PORT: connection refused``).
+* A refused token (the relay's 401 or 403) is logged and retried the same way (the relay's
+  tokens may be changing), but only ``max_refusals`` times in a row (:data:`MAX_REFUSALS`; a
+  connection made starts the count over): then :meth:`TunnelAgent.run` raises
+  :class:`TokenRefused`, and ``vmcp proxy tunnel`` exits 1 with one line saying so, rather
+  than knock on the relay for ever with a token it will not take. Any other status from the
+  relay (a load balancer's 502 while it restarts) is a failed connection, retried.
 * It counts what it does in :class:`~vmcp_trio.runtime.metrics.TunnelMetrics` (connected or
   not, exchanges in flight, body bytes each way, connections by outcome); :func:`status_app`
-  serves them with a ``/health`` that is 503 while the agent is not connected (a readiness
-  probe), for ``--metrics-port``.
+  serves them and the probes (:mod:`vmcp_trio.http.probes`: ``/readyz`` is 503 while the agent
+  is not connected to the relay) for ``--metrics-port``.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 import orjson
 import trio
 
 from ..auth.outgoing.strategies import CredentialError
-from ..http.asgi import Receive, Scope, Send, http_request, send_bytes, send_json
+from ..http.asgi import Receive, Scope, Send, http_request, send_json
 from ..http.client import HttpClient, HttpError, Origin
+from ..http.probes import Probes
 from ..http.websocket import WebSocket, WebSocketError, WebSocketRejected, open_websocket
 from ..protocol.targets import forwarded_url
 from ..protocol.tunnel import (
@@ -44,13 +52,21 @@ from ..protocol.tunnel import (
 )
 from ..proxy.credentials import RemoteCredential, credential_headers
 from ..proxy.headers import request_headers, response_headers
-from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
+from ..runtime.metrics import TunnelMetrics
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .link import StreamInbox, TunnelClosed, TunnelLink
 
-__all__ = ["TunnelAgent", "status_app"]
+__all__ = ["MAX_REFUSALS", "TokenRefused", "TunnelAgent", "status_app"]
 
 log = logging.getLogger("vmcp.tunnel")
+
+MAX_REFUSALS = 3
+"""Refusals of the token in a row after which the agent stops (about 3 s of backoff)."""
+_TOKEN_REFUSED = (401, 403)
+
+
+class TokenRefused(Exception):
+    """The relay refused the tunnel's token ``max_refusals`` times in a row."""
 
 
 class TunnelAgent:
@@ -58,7 +74,7 @@ class TunnelAgent:
                  *, credentials: Sequence[RemoteCredential] = (),
                  injected: Sequence[tuple[str, str]] = (),
                  max_body_bytes: int = 4 * 1024 * 1024, max_streams: int = 100,
-                 silence_limit: float = 60.0) -> None:
+                 silence_limit: float = 60.0, max_refusals: int = MAX_REFUSALS) -> None:
         self.url = relay_url.rstrip("/") + "/tunnel/" + name
         self.silence_limit = silence_limit
         """Seconds without a message (the relay pings every 20 s) after which the connection
@@ -73,14 +89,27 @@ class TunnelAgent:
         self.max_body_bytes = max_body_bytes
         self.max_streams = max_streams
         self.connected = trio.Event()
+        self.max_refusals = max_refusals
+        self._refusals = 0
+        """Refusals of the token since the last connection made."""
+        self._refused_with = 0
+        """The HTTP status of the last refusal."""
+        self._given_up = trio.Event()
         self.metrics = TunnelMetrics()
         self.metrics.agents.set_function(lambda: int(self.connected.is_set()))
 
     async def run(self) -> None:
-        """Connected to the relay, again and again, until cancelled."""
+        """Connected to the relay, again and again, until cancelled; raises
+        :class:`TokenRefused` once the relay refused the token ``max_refusals`` times in a
+        row."""
         async with trio.open_nursery() as nursery:
             Supervisor(nursery).start_soon(f"tunnel {self.name}", self._connect,
                                            policy=RECONNECT)
+            await self._given_up.wait()
+            nursery.cancel_scope.cancel()
+        raise TokenRefused(f"the relay refused the token of tunnel {self.name} "
+                           f"{self._refusals} times in a row (HTTP {self._refused_with}): is "
+                           "the tunnel in its --tokens file, with this token?")
 
     async def _connect(self) -> None:
         """One connection to the relay, to its end, for the supervisor: it always ends in
@@ -90,25 +119,36 @@ class TunnelAgent:
         outcome = Retry("the connection ended", reset=True, level=logging.DEBUG)
         try:
             await self._connection()
-        except* WebSocketRejected as refusals:
-            self.metrics.connections.labels("refused").inc()
-            log.warning("tunnel %s: the relay refused the token (HTTP %d)", self.name,
-                        getattr(refusals.exceptions[0], "status", 0))
-            outcome = Retry("the relay refused the token", level=logging.DEBUG)
         except* (OSError, WebSocketError, ProtocolError) as failures:
-            self.metrics.connections.labels("failed").inc()
-            log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
-                        repr(failures.exceptions[0])[:300])
-            outcome = Retry("the connection failed", level=logging.DEBUG)
+            failure = failures.exceptions[0]
+            if isinstance(failure, WebSocketRejected) and failure.status in _TOKEN_REFUSED:
+                self._refused(failure.status)
+                outcome = Retry("the relay refused the token", level=logging.DEBUG)
+            else:
+                self.metrics.connections.labels("failed").inc()
+                log.warning("tunnel %s: the connection to the relay failed: %s", self.name,
+                            str(failure)[:300] or type(failure).__name__)
+                outcome = Retry("the connection failed", level=logging.DEBUG)
         finally:
             self.connected = trio.Event()
         raise outcome
+
+    def _refused(self, status: int) -> None:
+        """Count a refusal of the token; the last one allowed gives up."""
+        self.metrics.connections.labels("refused").inc()
+        self._refusals += 1
+        self._refused_with = status
+        log.warning("tunnel %s: the relay refused the token (HTTP %d; %d of %d in a row)",
+                    self.name, status, self._refusals, self.max_refusals)
+        if self._refusals >= self.max_refusals:
+            self._given_up.set()
 
     async def _connection(self) -> None:
         headers = [(b"authorization", f"Bearer {self._token}".encode())]
         async with open_websocket(self.url, headers) as socket:
             self.metrics.connections.labels("connected").inc()
             log.info("tunnel %s: connected to %s", self.name, self.url)
+            self._refusals = 0
             self.connected.set()
             link = TunnelLink.over(TunnelProtocol("agent", max_streams=self.max_streams),
                                    socket)
@@ -280,21 +320,19 @@ def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
 
 
 def status_app(agent: TunnelAgent) -> Callable[[Scope, Receive, Send], Awaitable[None]]:
-    """The agent's own small HTTP server: ``/health`` (200 connected, 503 not yet or no
-    longer) and ``/metrics``."""
+    """The agent's own small HTTP server (``--metrics-port``): the probes, ``/readyz`` ready
+    while the agent is connected to the relay."""
+
+    async def ready() -> tuple[bool, dict[str, Any]]:
+        connected = agent.connected.is_set()
+        return connected, {"status": "ready" if connected else "connecting",
+                           "tunnel": agent.name, "connected": connected}
+
+    probes = Probes(ready, agent.metrics)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         request = await http_request(scope, receive, send)
-        if request is None:
-            return
-        if request.path == "/metrics":
-            await send_bytes(send, 200, agent.metrics.render(), CONTENT_TYPE)
-        elif request.path == "/health":
-            connected = agent.connected.is_set()
-            await send_json(send, 200 if connected else 503,
-                            {"status": "ok" if connected else "connecting",
-                             "tunnel": agent.name, "connected": connected})
-        else:
+        if request is not None and not await probes.answer(request.path, send):
             await send_json(send, 404, {"error": f"no such endpoint: {request.path[:200]}"})
 
     return app

@@ -10,7 +10,8 @@
   the host ``{name}.{domain}`` (the whole path): the path, query, end-to-end headers and body
   are a stream to the agent; the response streams back as the agent
   sends it (SSE events as they are produced), read only as fast as the client takes it (the
-  window). A tunnel with no agent connected is 503 with ``Retry-After``; an exchange in flight
+  window). A name the tokens file does not list is 404; a tunnel with no agent connected is
+  503 with ``Retry-After``; an exchange in flight
   when the agent goes is 502 (or, once the response started, the response ends there); a client
   that leaves resets its stream, so the agent stops the request at the target (noticed at once
   from :data:`WATCH_AFTER` seconds into the exchange; an answer quicker than that is written
@@ -24,9 +25,11 @@
   reaches the agent.
 * Each client request gets a request id and an access record naming its tunnel, and a fault
   ends that request only (:mod:`vmcp_trio.proxy.served`).
-* ``/health`` and ``/metrics`` (agents connected, exchanges in flight, body bytes each way, agent
-  connections by outcome) are the relay's own, not forwarded, and answered without a token:
-  they count tunnels but never name one (the names are the relay's customers).
+* The probes (:mod:`vmcp_trio.http.probes`: ``/health``, ``/healthz``, ``/livez``, ``/readyz``
+  (ready while it listens; it counts the tunnels connected) and ``/metrics`` (agents connected,
+  exchanges in flight, body bytes each way, agent connections by outcome, and every vmcp
+  process's own series) are the relay's own, not forwarded, and answered without a token: they
+  count tunnels but never name one (the names are the relay's customers).
 * A request the agent would refuse (its method, path or headers:
   :func:`~vmcp_trio.protocol.tunnel.check_request_head`) is answered 400 or 431 here, before
   its body is read, and never reaches the tunnel.
@@ -40,6 +43,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
@@ -54,12 +58,12 @@ from ..http.asgi import (
     Send,
     http_request,
     lifespan,
-    send_bytes,
     send_json,
     until_client_leaves,
 )
 from ..http.body_budget import BodyBudget
 from ..http.origin import host_of
+from ..http.probes import PROBE_PATHS, Probes
 from ..http.websocket import WEBSOCKET_EXTENSION, WebSocket
 from ..protocol.tunnel import (
     DataReceived,
@@ -72,7 +76,7 @@ from ..protocol.tunnel import (
 from ..proxy.headers import request_headers
 from ..proxy.served import serve_contained
 from ..runtime.logs import note
-from ..runtime.metrics import CONTENT_TYPE, TunnelMetrics
+from ..runtime.metrics import TunnelMetrics
 from .link import StreamEvent, StreamInbox, TunnelClosed, TunnelLink
 from .tokens import TunnelTokens
 
@@ -83,7 +87,6 @@ log = logging.getLogger("vmcp.tunnel")
 CONNECT_PREFIX = "/tunnel/"
 PUBLIC_PREFIX = "/t/"
 _PING = b"vmcp-rly"
-_OWN_PATHS = ("/health", "/metrics")
 WATCH_AFTER = 0.5
 """Seconds into an exchange after which the relay watches its client for leaving."""
 
@@ -110,6 +113,7 @@ class TunnelRelay:
         self.domain = domain.lower().strip(".") if domain else None
         self.metrics = TunnelMetrics()
         self.metrics.agents.set_function(lambda: len(self.agents))
+        self.probes = Probes(self._ready, self.metrics)
         self.slot_wait = slot_wait
         self.ping_interval = ping_interval
         self.max_body_bytes = max_body_bytes
@@ -126,7 +130,7 @@ class TunnelRelay:
             request = await http_request(scope, receive, send)
             if request is not None:
                 await serve_contained(request, send, self._client, what="relay", log=log,
-                                      quiet_paths=_OWN_PATHS)
+                                      quiet_paths=PROBE_PATHS)
 
     # --- agents --------------------------------------------------------------------------------
 
@@ -251,13 +255,13 @@ class TunnelRelay:
             return name, "/" + encoded
         return None
 
+    async def _ready(self) -> tuple[bool, dict[str, Any]]:
+        """Ready while it serves (agents connect to it whether or not others are connected)."""
+        return True, {"status": "ready", "tunnels": len(self.agents)}
+
     async def _client(self, request: HttpRequest, send: Send) -> None:
-        if request.path in _OWN_PATHS and not (
-                self.domain and (request.header("host") or "").endswith(self.domain)):
-            if request.path == "/health":
-                await send_json(send, 200, {"status": "ok", "tunnels": len(self.agents)})
-            else:
-                await send_bytes(send, 200, self.metrics.render(), CONTENT_TYPE)
+        if not (self.domain and (request.header("host") or "").endswith(self.domain)) and (
+                await self.probes.answer(request.path, send)):
             return
         boundary = self._boundary(request)
         if boundary is not None:
@@ -273,6 +277,10 @@ class TunnelRelay:
             return
         name, rest = found
         note(backend=name[:63])
+        if name not in self.tokens.names:
+            await send_json(send, 404, {"error": "not_found", "error_description":
+                                        f"no tunnel named {name[:63]!r}"})
+            return
         query = request.query_string.decode("latin-1")
         headers = request_headers(request.scope["headers"],
                                   forward_authorization=self.authenticator is None)
