@@ -4,7 +4,11 @@ process serves on."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -13,7 +17,7 @@ import trio
 from vmcp_trio.runtime.memory_census import MemoryCensus
 
 from .gateway_helpers import RawClient, quickstart_docs
-from .serve_helpers import serving
+from .serve_helpers import ROOT, answers_ok, free_port, serving, stop_process
 
 
 class Held:
@@ -57,3 +61,28 @@ async def test_sigusr1_writes_a_census_to_the_log_and_serving_goes_on(tmp_path: 
                                                     "arguments": {"message": "still here"}})
         assert reply.result["content"][0]["text"] == "still here"
         await client.aclose()
+
+
+def test_sigusr1_while_the_server_starts_is_ignored_not_fatal(tmp_path: Path) -> None:
+    """A census asked for too early (an operator's loop over every vmcp process) must not
+    end a replica that is starting: before the handler is installed the signal is ignored."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vmcp_trio", "serve", "--config", str(ROOT / "examples" /
+         "quickstart.yaml"), "--port", str(port), "--drain-delay", "0s"], cwd=ROOT,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        time.sleep(0.3)  # the interpreter is up; the server is loading
+        signalled = 0
+        deadline = time.monotonic() + 30
+        while not answers_ok(f"http://127.0.0.1:{port}/health"):
+            assert process.poll() is None, f"ended by SIGUSR1 number {signalled}"
+            assert time.monotonic() < deadline
+            process.send_signal(signal.SIGUSR1)
+            signalled += 1
+            time.sleep(0.02)
+        assert signalled > 5  # the signals fell in the start, not after it
+        assert process.poll() is None
+    finally:
+        stop_process(process, timeout=20)

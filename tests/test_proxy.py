@@ -33,6 +33,7 @@ from vmcp_trio.proxy.command import configure_listener, configure_parser
 from vmcp_trio.proxy.options import settings_from
 from vmcp_trio.proxy.settings import ProxySettings
 from vmcp_trio.resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
+from vmcp_trio.runtime.build import VERSION, revision
 
 from .fixtures.idp import Idp, running_idp, served_jwks
 from .fixtures.sdk_servers import ResourceServer, make_server, serving
@@ -114,9 +115,30 @@ async def test_injected_headers_and_a_bearer_token_replace_the_clients() -> None
     assert "Bearer mine" not in str(got)
 
 
+async def test_the_proxy_answers_its_probes_itself_and_forwards_everything_else() -> None:
+    """``/health``, ``/healthz``, ``/livez``, ``/readyz`` and ``/metrics`` are the proxy's own
+    (never forwarded; ready: no login to wait for); every other path reaches the remote."""
+    async with recording_remote() as (target, remote), running_proxy(base(target)) as url:
+        origin = url.removesuffix("/mcp")
+        answers = {path: await fetch(origin + path, method="GET")
+                   for path in ("/health", "/healthz", "/livez", "/readyz", "/metrics")}
+        assert not remote.seen
+        assert (await fetch(origin + "/status"))[0] == 200
+    assert [seen["path"] for seen in remote.seen] == ["/status"]
+    assert {path: status for path, (status, _, _) in answers.items()} == dict.fromkeys(
+        answers, 200)
+    assert orjson.loads(answers["/health"][2]) == {"status": "ok"}
+    assert orjson.loads(answers["/readyz"][2]) == {"status": "ready"}
+    metrics = answers["/metrics"][2].decode()
+    assert f'vmcp_build_info{{revision="{revision()}",version="{VERSION}"}} 1.0' in metrics
+    assert "process_resident_memory_bytes " in metrics
+
+
 async def test_requests_in_flight_finish_during_the_drain_and_new_ones_get_503() -> None:
+    """SIGTERM: ``/readyz`` says 503 at once (``/health`` stays 200) while requests are still
+    forwarded for the drain delay; then new ones get 503 and those in flight finish."""
     async with recording_remote() as (target, remote):
-        settings = base(target, drain_delay=0.2, shutdown_grace=10.0)
+        settings = base(target, drain_delay=0.5, shutdown_grace=10.0)
         stop = trio.Event()
         results: list[list[object]] = []
         async with trio.open_nursery() as nursery:
@@ -132,7 +154,14 @@ async def test_requests_in_flight_finish_during_the_drain_and_new_ones_get_503()
                 while not remote.seen:
                     await trio.sleep(0.01)
             stop.set()
-            await trio.sleep(0.5)  # past the drain delay
+            await trio.sleep(0.05)
+            origin = urls[0].removesuffix("/mcp")
+            status, _, body = await fetch(origin + "/readyz", method="GET")
+            assert status == 503 and orjson.loads(body)["notReady"] == {
+                "draining": "the proxy is shutting down"}
+            assert (await fetch(origin + "/health", method="GET"))[0] == 200
+            assert (await fetch(urls[0]))[0] == 200  # still forwarded
+            await trio.sleep(0.6)  # past the drain delay
             status, headers, _ = await fetch(urls[0])
             assert status == 503 and headers.get("retry-after") == "5"
             remote.first_event_read.set()

@@ -12,15 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from . import __version__
+from .completion import SHELLS, completion_script
 from .defaults import (
     DEFAULT_API_GROUP,
     DEFAULT_BACKEND_URL_TEMPLATE,
+    DEFAULT_NAMESPACE,
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,
@@ -29,6 +31,7 @@ from .defaults import (
     SIGNING_KEY_FILE,
 )
 from .proxy import command as proxy_flags
+from .runtime.log_levels import add_log_flags, chosen_level
 from .secrets import command as secret_command
 
 if TYPE_CHECKING:
@@ -40,10 +43,11 @@ __all__ = ["main"]
 def _add_resource_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", action="append", required=True, metavar="PATH",
                         help="YAML or JSON file (one or more documents) or folder; repeatable")
-    parser.add_argument("--name", help="the VirtualMCPServer to use when the files hold several")
-    parser.add_argument("--namespace", default="default",
+    parser.add_argument("--name", metavar="[NAMESPACE/]NAME",
+                        help="the VirtualMCPServer to use when the files hold several")
+    parser.add_argument("--namespace",
                         help="namespace of documents without metadata.namespace "
-                             "(default: %(default)s)")
+                             f"(default: {DEFAULT_NAMESPACE})")
     parser.add_argument("--api-group", default=DEFAULT_API_GROUP,
                         help="API group of the resources' apiVersion (default: %(default)s)")
     parser.add_argument("--backend-url-template", default=DEFAULT_BACKEND_URL_TEMPLATE,
@@ -60,7 +64,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description="vmcp-trio: one MCP endpoint over many MCP servers, with OAuth at both "
                     "boundaries.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--version", action=_Version, help="print the version and the git "
+                                                           "revision, and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     validate = commands.add_parser(
         "validate",
@@ -83,9 +88,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     serve.add_argument("--port", type=int, default=4483, help="listen port (default: %(default)s)")
     serve.add_argument("--tls-cert", metavar="PEM", help="certificate chain for HTTPS")
     serve.add_argument("--tls-key", metavar="PEM", help="private key for HTTPS")
-    serve.add_argument("--log-format", choices=("text", "json"), default="text",
-                       help="log format (default: %(default)s)")
-    serve.add_argument("--debug", action="store_true", help="debug logging")
+    add_log_flags(serve)
     serve.add_argument("--watch", action="store_true",
                        help="reload the configuration when its files change (polled every 2s; "
                             "SIGHUP reloads it too)")
@@ -169,13 +172,15 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
         description="Forward every request to --target-uri, authenticating to the remote "
                     "server (OAuth/OIDC login, a bearer token, token exchange, injected "
                     "headers) and optionally validating incoming tokens. Siblings: "
-                    "'vmcp proxy stdio' (MCP over stdin/stdout).",
+                    "'vmcp proxy stdio' (MCP over stdin/stdout) and 'vmcp proxy tunnel' "
+                    "(through a relay).",
     )
     proxy_flags.configure_listener(proxy)
     proxy_flags.configure_parser(proxy, duration=_seconds)
     proxy.set_defaults(handler=_proxy, parser=proxy)
-    stdio = commands.add_parser(
-        "proxy-stdio", prog="vmcp proxy stdio", help=argparse.SUPPRESS,
+    stdio = commands.add_parser(  # named as typed: _parse joins `proxy stdio` into one word
+        "proxy stdio", prog="vmcp proxy stdio",
+        help="MCP over stdin/stdout for a desktop client, forwarded to the remote server",
         description="MCP over stdin/stdout for a local client (a desktop app's stdio server "
                     "entry), forwarded to --target-uri with the remote-auth and header flags "
                     "of 'vmcp proxy'. Logs go to stderr.")
@@ -183,7 +188,8 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     stdio.set_defaults(handler=_proxy_stdio, parser=stdio)
 
     tunnel_agent = commands.add_parser(
-        "proxy-tunnel", prog="vmcp proxy tunnel", help=argparse.SUPPRESS,
+        "proxy tunnel", prog="vmcp proxy tunnel",
+        help="expose an internal MCP server through a relay (vmcp tunnel relay)",
         description="Expose --target-uri through a relay (vmcp tunnel relay): connect out to "
                     "--relay-url and serve the relay's requests against the target, with the "
                     "remote-auth and header flags of 'vmcp proxy'.")
@@ -192,11 +198,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     tunnel_agent.add_argument("--tunnel-token-file", required=True, metavar="PATH",
                               help="file holding this tunnel's token (vmcp tunnel token)")
     tunnel_agent.add_argument("--metrics-host", default="127.0.0.1",
-                              help="address of the agent's /health and /metrics (default: "
+                              help="address of the agent's probes and /metrics (default: "
                                    "%(default)s)")
     tunnel_agent.add_argument("--metrics-port", type=int, metavar="PORT",
-                              help="serve the agent's /health (503 while not connected) and "
-                                   "/metrics on this port (default: none)")
+                              help="serve the agent's /health, /readyz (503 while not "
+                                   "connected) and /metrics on this port (default: none)")
     tunnel_agent.add_argument("server_name", metavar="SERVER_NAME",
                               help="the tunnel's name (clients use {relay}/t/SERVER_NAME/...)")
     proxy_flags.configure_parser(tunnel_agent, duration=_seconds, incoming=False)
@@ -223,9 +229,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                        help="also route the host NAME.DOMAIN to tunnel NAME (whole path)")
     relay.add_argument("--tls-cert", metavar="PEM", help="certificate chain for HTTPS/WSS")
     relay.add_argument("--tls-key", metavar="PEM", help="private key for HTTPS/WSS")
-    relay.add_argument("--log-format", choices=("text", "json"), default="text",
-                       help="log format (default: %(default)s)")
-    relay.add_argument("--debug", action="store_true", help="debug logging")
+    add_log_flags(relay)
     proxy_flags.configure_incoming(relay)
     relay.set_defaults(handler=_tunnel_relay, parser=relay)
     token = tunnel_commands.add_parser(
@@ -241,7 +245,43 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                     "VMCP_SECRET_<NAME> variables).")
     secret_command.configure_parser(secret)
     secret.set_defaults(handler=_secret, parser=secret)
+
+    version = commands.add_parser("version", help="print the version and the git revision",
+                                  description="Print the version and the git revision of the "
+                                              "source it runs (the same as vmcp --version).")
+    version.set_defaults(handler=_version, parser=version)
+    completion = commands.add_parser(
+        "completion", help="print a shell completion script (bash or zsh)",
+        description="Print a completion script for bash or zsh. bash: source <(vmcp completion "
+                    "bash), or save it in ~/.local/share/bash-completion/completions/vmcp. zsh: "
+                    "save it as _vmcp in a folder of $fpath.")
+    completion.add_argument("shell", choices=SHELLS, help="the shell")
+    completion.set_defaults(handler=_completion, parser=completion)
     return parser, serve
+
+
+class _Version(argparse.Action):
+    """``--version``: what ``vmcp version`` prints (the revision is looked up only then)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        _version(namespace, parser)
+        parser.exit()
+
+
+def _version(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .runtime.build import VERSION, revision
+
+    print(f"vmcp {VERSION} (revision {revision()})")
+    return EXIT_OK
+
+
+def _completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    sys.stdout.write(completion_script(args.shell, build_parser()[0]))
+    return EXIT_OK
 
 
 def _seconds(text: str) -> float:
@@ -260,7 +300,7 @@ def _print_result(result: ValidationResult, name: str | None, fmt: str, out: Tex
     plans = result.plans
     missing_name = False
     if name is not None and result.ok:
-        plans = tuple(p for p in plans if p.name == name)
+        plans = tuple(p for p in plans if p.answers_to(name))
         missing_name = not plans
     if fmt == "json":
         json.dump({
@@ -297,24 +337,34 @@ def _print_result(result: ValidationResult, name: str | None, fmt: str, out: Tex
 
 def _load_options(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]
                   ) -> LoadOptions:
+    """What ``--api-group``, ``--namespace`` and ``--backend-url-template`` say, once
+    ``--name`` (``NAME`` or ``NAMESPACE/NAME``) is checked against ``--namespace``."""
     from .resources import LoadOptions
     from .resources.resolver import check_url_template
 
+    if args.name is not None:
+        namespace, slash, name = args.name.rpartition("/")
+        if not name or (slash and not namespace) or "/" in namespace:
+            usage_error(f"--name must be NAME or NAMESPACE/NAME, not {args.name[:200]!r}")
+        if slash and args.namespace is not None and namespace != args.namespace:
+            usage_error(f"--name {args.name} and --namespace {args.namespace} name different "
+                        "namespaces")
     problem = check_url_template(args.backend_url_template)
     if problem is not None:
         usage_error(f"--backend-url-template {problem}")
-    return LoadOptions(api_group=args.api_group, namespace=args.namespace,
+    return LoadOptions(api_group=args.api_group, namespace=args.namespace or DEFAULT_NAMESPACE,
                        backend_url_template=args.backend_url_template)
 
 
 def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .resources import ConfigPathError, validate_paths
 
-    options = _load_options(args, parser.error)
+    usage_error = _usage_errors("vmcp validate")
+    options = _load_options(args, usage_error)
     try:
         result = validate_paths(args.config, options)
     except ConfigPathError as exc:
-        parser.error(f"--config {exc}")
+        usage_error(f"--config {exc}")
     return _print_result(result, args.name, args.output, sys.stdout)
 
 
@@ -322,10 +372,9 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .app.serve import ConfigSource, serve
     from .auth.incoming.build import AuthSettings
     from .gateway.settings import GatewaySettings
-    from .runtime.logs import configure_logging
 
-    configure_logging(args.log_format, debug=args.debug)
-    usage_error = _usage_errors(args, parser, "vmcp serve")
+    _start_logging(args)
+    usage_error = _usage_errors("vmcp serve")
     _check_listener(args, usage_error)
     for flag in ("max_sessions", "max_sessions_per_client", "max_requests_per_session",
                  "max_stdio_calls_per_session", "max_body_bytes", "max_batch"):
@@ -361,10 +410,10 @@ def _proxy(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from .app.proxy import run_proxy
     from .app.running import run_server
     from .proxy.options import settings_from
-    from .runtime.logs import configure_logging, say
+    from .runtime.logs import say
 
-    configure_logging(args.log_format, debug=args.debug)
-    usage_error = _usage_errors(args, parser, "vmcp proxy")
+    _start_logging(args)
+    usage_error = _usage_errors("vmcp proxy")
     settings = settings_from(args, error=usage_error,
                              warn=lambda text: say(f"vmcp proxy: warning: {text}",
                                                    level="warning"))
@@ -384,10 +433,10 @@ def _proxy_stdio(args: argparse.Namespace, parser: argparse.ArgumentParser) -> i
     from .app.proxy import run_stdio
     from .proxy.options import settings_from
     from .runtime import tracing
-    from .runtime.logs import configure_logging, say
+    from .runtime.logs import say
 
-    configure_logging(args.log_format, debug=args.debug)
-    usage_error = _usage_errors(args, parser, "vmcp proxy stdio")
+    _start_logging(args)
+    usage_error = _usage_errors("vmcp proxy stdio")
     settings = settings_from(args, error=usage_error,
                              warn=lambda text: say(f"vmcp proxy stdio: warning: {text}",
                                                    level="warning"))
@@ -406,10 +455,10 @@ def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     from .app.running import run_server
     from .app.tunnel import run_agent
     from .proxy.options import settings_from
-    from .runtime.logs import configure_logging, say
+    from .runtime.logs import say
 
-    configure_logging(args.log_format, debug=args.debug)
-    usage_error = _usage_errors(args, parser, "vmcp proxy tunnel")
+    _start_logging(args)
+    usage_error = _usage_errors("vmcp proxy tunnel")
     if not args.relay_url.startswith(("ws://", "wss://")):
         usage_error("--relay-url must be a ws:// or wss:// URL")
     try:
@@ -430,7 +479,7 @@ def _proxy_tunnel(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return run_server(partial(run_agent, settings, args.relay_url, token,
                                status_listener=status,
                                on_status_ready=lambda urls: say(
-                                   f"vmcp proxy tunnel: /health and /metrics at {urls[0]}",
+                                   f"vmcp proxy tunnel: /health, /readyz and /metrics at {urls[0]}",
                                    url=urls[0])),
                        "vmcp proxy tunnel")
 
@@ -441,11 +490,11 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     from .app.running import run_server
     from .app.tunnel import build_relay, run_relay
     from .proxy.options import incoming_from
-    from .runtime.logs import configure_logging, say
+    from .runtime.logs import say
     from .tunnel.tokens import TokenFileError, TunnelTokens
 
-    configure_logging(args.log_format, debug=args.debug)
-    usage_error = _usage_errors(args, parser, "vmcp tunnel relay")
+    _start_logging(args)
+    usage_error = _usage_errors("vmcp tunnel relay")
     _check_listener(args, usage_error)
     try:
         tokens = TunnelTokens.load(args.tokens)
@@ -484,6 +533,13 @@ def _tunnel_token(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
 
 
 
+def _start_logging(args: argparse.Namespace) -> None:
+    """A server command's logging, from its ``--log-format``, ``--log-level`` and ``--debug``."""
+    from .runtime.logs import configure_logging
+
+    configure_logging(args.log_format, level=chosen_level(args))
+
+
 def _check_listener(args: argparse.Namespace, usage_error: Callable[[str], NoReturn]) -> None:
     """A server's ``--port`` and ``--tls-cert``/``--tls-key``."""
     if bool(args.tls_cert) != bool(args.tls_key):
@@ -501,17 +557,15 @@ def _configure_traces(usage_error: Callable[[str], NoReturn]) -> None:
         usage_error(str(exc))
 
 
-def _usage_errors(args: argparse.Namespace, parser: argparse.ArgumentParser,
-                  command: str) -> Callable[[str], NoReturn]:
-    """A server command's usage error: exit 2 with one line (one JSON object with
+def _usage_errors(command: str) -> Callable[[str], NoReturn]:
+    """A usage error found once the flags are parsed (a value that cannot work, files that
+    are not there): exit 2 with one line, ``COMMAND: error: ...`` (one JSON object with
     ``--log-format json``)."""
     from .runtime.logs import say
 
     def usage_error(message: str) -> NoReturn:
-        if args.log_format == "json":
-            say(f"{command}: error: {message}", level="error")
-            raise SystemExit(EXIT_USAGE)
-        parser.error(message)
+        say(f"{command}: error: {message}", level="error")
+        raise SystemExit(EXIT_USAGE)
 
     return usage_error
 
@@ -611,7 +665,7 @@ def _parse(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.N
     from_environment = _environment(serve, environ)
     words = list(sys.argv[1:] if argv is None else argv)
     if words[:2] in (["proxy", "stdio"], ["proxy", "tunnel"]):
-        words[:2] = [f"proxy-{words[1]}"]
+        words[:2] = [f"proxy {words[1]}"]
     args = parser.parse_args(words)
     if args.command != "serve":
         return args
@@ -624,6 +678,9 @@ def _parse(argv: Sequence[str] | None, environ: Mapping[str, str]) -> argparse.N
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # SIGUSR1 asks a running server for a memory census; one that arrives while it starts,
+    # before its handler is installed, is ignored instead of ending the process (its default).
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     args = _parse(argv, os.environ)
     # A handler gets its own subparser, so its usage errors print that command's usage.
     try:

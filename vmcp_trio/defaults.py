@@ -3,9 +3,9 @@ command line can show them in ``--help`` without loading the stacks that use the
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_API_GROUP", "DEFAULT_BACKEND_URL_TEMPLATE", "DEFAULT_PROXY_PORT",
-           "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "HMAC_FILE", "SERVICE_ACCOUNT_DIR",
-           "SIGNING_KEY_FILE"]
+__all__ = ["DEFAULT_API_GROUP", "DEFAULT_BACKEND_URL_TEMPLATE", "DEFAULT_NAMESPACE",
+           "DEFAULT_PROXY_PORT", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "HMAC_FILE",
+           "SERVICE_ACCOUNT_DIR", "SIGNING_KEY_FILE"]
 
 DEFAULT_API_GROUP = "toolhive.stacklok.dev"
 """The API group of the resources' ``apiVersion`` (ToolHive's, so its manifests load)."""
@@ -13,6 +13,9 @@ DEFAULT_API_GROUP = "toolhive.stacklok.dev"
 DEFAULT_BACKEND_URL_TEMPLATE = "http://mcp-{name}-proxy.{namespace}.svc.cluster.local:{port}"
 """Where an MCPServer without ``url`` or ``command`` is reached: the Service ToolHive's operator
 creates for it. ``/mcp`` (or ``/sse`` for ``transport: sse``) is appended."""
+
+DEFAULT_NAMESPACE = "default"
+"""The namespace of documents without ``metadata.namespace`` when ``--namespace`` is not given."""
 
 DEFAULT_PROXY_PORT = 8080
 

@@ -8,11 +8,19 @@ tasks (the issuer's key refreshers, the remote login and its refresher), then dr
 serve``: new requests are still forwarded for ``drain_delay``, then refused with 503; those in
 flight have until ``shutdown_grace`` (a stream still open then is cut); a second signal stops at
 once. Exit 0.
+
+Ctrl-C at a terminal stops at once instead (no drain): a SIGINT while the proxy is its
+controlling terminal's foreground job (:func:`from_terminal`) comes from a person who wants it
+gone, and no load balancer is waiting to be told. The contract keeps the drain for SIGTERM and
+for a SIGINT sent by a supervisor (``--drain-delay``, default 5s); ``--drain-delay 0s`` skips
+its wait there too. SIGHUP is logged, and re-reads ``--remote-auth-bearer-token-file``
+(:mod:`vmcp_trio.proxy.token_file`, which also re-reads it when it changes).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -38,11 +46,12 @@ from ..proxy.remote_login import RemoteLogin
 from ..proxy.server import ProxyApp
 from ..proxy.settings import ProxySettings
 from ..proxy.stdio_bridge import StdioBridge, standard_streams
+from ..proxy.token_file import BearerTokenFile
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import NamedTask, RestartPolicy, Supervisor
 
-__all__ = ["ProxyProcess", "build_proxy", "outgoing_credentials", "run_proxy", "run_stdio",
-           "serve_proxy"]
+__all__ = ["ProxyProcess", "build_proxy", "from_terminal", "outgoing_credentials", "run_proxy",
+           "run_stdio", "serve_proxy"]
 
 log = logging.getLogger("vmcp.proxy")
 
@@ -57,6 +66,8 @@ class ProxyProcess:
     app: ProxyApp
     supervised: list[NamedTask] = field(default_factory=list)
     """The long-lived tasks of the parts, for the supervisor."""
+    token_file: BearerTokenFile | None = None
+    """``--remote-auth-bearer-token-file``'s credential, re-read on SIGHUP."""
 
 
 def build_proxy(settings: ProxySettings, *,
@@ -83,17 +94,22 @@ def build_proxy(settings: ProxySettings, *,
                           max_body_bytes=settings.max_body_bytes)
     app = ProxyApp(forwarder, boundary, OriginGuard(settings.host, settings.allowed_origins),
                    body_timeout=settings.body_timeout)
-    return ProxyProcess(settings, http, authenticator, app, supervised)
+    token_file = next((c for c in credentials if isinstance(c, BearerTokenFile)), None)
+    return ProxyProcess(settings, http, authenticator, app, supervised, token_file)
 
 
 def outgoing_credentials(settings: ProxySettings, http: HttpClient, *,
                          open_url: Callable[[str, float], None] | None = None
                          ) -> tuple[list[RemoteCredential], list[NamedTask]]:
     """What the remote is sent (a bearer token, the remote login, token exchange), and the
-    long-lived tasks of the remote login."""
+    long-lived tasks of the remote login and of the bearer token's file."""
     credentials: list[RemoteCredential] = []
     supervised: list[NamedTask] = []
-    if settings.bearer_token is not None:
+    if settings.bearer_token is not None and settings.bearer_token_file is not None:
+        token_file = BearerTokenFile(settings.bearer_token_file, settings.bearer_token)
+        credentials.append(token_file)
+        supervised += token_file.supervised()
+    elif settings.bearer_token is not None:
         credentials.append(StaticBearer(settings.bearer_token))
     if settings.remote_auth is not None:
         login = RemoteLogin(settings.remote_auth, target=settings.target_uri,
@@ -182,6 +198,7 @@ async def drain(process: ProxyProcess) -> None:
     settings, app = process.settings, process.app
     grace = settings.shutdown_grace
     deadline = trio.current_time() + grace
+    app.draining = True
     log.info("draining: requests are refused after %gs; those in flight have %gs to finish",
              min(settings.drain_delay, grace), grace)
     await trio.sleep_until(min(trio.current_time() + settings.drain_delay, deadline))
@@ -193,18 +210,51 @@ async def drain(process: ProxyProcess) -> None:
                     grace, app.active)
 
 
+def from_terminal() -> bool:
+    """Whether this process is the foreground job of its controlling terminal: where a SIGINT
+    is a person's Ctrl-C."""
+    try:
+        terminal = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False  # no controlling terminal: a service, a container without -t
+    try:
+        return os.tcgetpgrp(terminal) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(terminal)
+
+
+async def _reread(process: ProxyProcess) -> None:
+    """SIGHUP: re-read ``--remote-auth-bearer-token-file``, the one thing that can change."""
+    if process.token_file is None:
+        say("vmcp proxy: SIGHUP: nothing to re-read (only --remote-auth-bearer-token-file is)",
+            signal="SIGHUP")
+        return
+    say(f"vmcp proxy: SIGHUP, re-reading --remote-auth-bearer-token-file "
+        f"{process.token_file.path}", signal="SIGHUP")
+    await process.token_file.reload()
+
+
 async def run_proxy(settings: ProxySettings, *,
                     on_ready: Callable[[list[str]], None] | None = None) -> None:
-    """Serve until SIGINT or SIGTERM, then drain; a second signal stops at once."""
+    """Serve until SIGINT or SIGTERM, then drain (Ctrl-C at a terminal, or a second signal,
+    stops at once); SIGHUP re-reads the bearer token's file."""
     process = build_proxy(settings)
     first = trio.Event()
     async with trio.open_nursery() as nursery:
 
         async def watch_signals() -> None:
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM,
+                                           signal.SIGHUP) as signals:
                 async for signum in signals:
                     name = signal.Signals(signum).name
-                    if not first.is_set():
+                    if signum == signal.SIGHUP:
+                        nursery.start_soon(_reread, process)
+                    elif not first.is_set() and signum == signal.SIGINT and from_terminal():
+                        say("vmcp proxy: Ctrl-C, stopping", signal=name)
+                        nursery.cancel_scope.cancel()
+                    elif not first.is_set():
                         say(f"vmcp proxy: {name}, draining (up to {settings.shutdown_grace:g}s; "
                             "a second signal stops at once)", signal=name)
                         first.set()

@@ -56,14 +56,17 @@ class ConfigSource:
 
 
 def choose(plans: Sequence[GatewayPlan], name: str | None) -> tuple[GatewayPlan | None, str]:
-    """The VirtualMCPServer to serve: the one of the files, or the one named; else None and
-    why."""
-    chosen = [p for p in plans if name is None or p.name == name]
+    """The VirtualMCPServer to serve: the one of the files, or the one named (``NAME`` or
+    ``NAMESPACE/NAME``); else None and why."""
+    chosen = [p for p in plans if name is None or p.answers_to(name)]
     if len(chosen) == 1:
         return chosen[0], ""
     found = ", ".join(f"{p.namespace}/{p.name}" for p in plans) or "none"
-    why = (f"no VirtualMCPServer named {name!r}" if name
-           else "several VirtualMCPServers; choose one with --name")
+    if not chosen:
+        why = f"no VirtualMCPServer named {name!r}"
+    else:
+        why = (f"several VirtualMCPServers named {name!r}" if name
+               else "several VirtualMCPServers") + "; choose one with --name NAMESPACE/NAME"
     return None, f"{why} (found: {found})"
 
 
@@ -84,19 +87,19 @@ def load(source: ConfigSource) -> Loaded:
     Raises :class:`ConfigPathError` (files that cannot be read)."""
     result = validate_paths(list(source.paths), source.options)
     if not result.ok:
-        return None, list(result.problems), None
+        return Loaded(None, list(result.problems), None, result.digest)
     chosen, reason = choose(result.plans, source.name)
-    return chosen, list(result.problems), reason
+    return Loaded(chosen, list(result.problems), reason, result.digest)
 
 
 def _reload(source: ConfigSource) -> Loaded:
     """:func:`load` for a reload: every finding a reason to keep the old configuration."""
     try:
-        plan, problems, why = load(source)
+        loaded = load(source)
     except ConfigPathError as exc:
-        return None, [], f"--config {exc}"
-    exposed = exposure(plan, source) if plan is not None else None
-    return (None, problems, exposed) if exposed is not None else (plan, problems, why)
+        return Loaded(None, [], f"--config {exc}")
+    exposed = exposure(loaded.plan, source) if loaded.plan is not None else None
+    return loaded._replace(plan=None, why=exposed) if exposed is not None else loaded
 
 
 def telemetry_environment(telemetry: TelemetryPlan) -> dict[str, str]:
@@ -135,7 +138,7 @@ def serve(source: ConfigSource, settings: GatewaySettings, *, tls_cert: str | No
           usage_error: Callable[[str], NoReturn]) -> int:
     """``vmcp serve`` from here on: its exit code."""
     try:
-        plan, problems, why = load(source)
+        plan, problems, why, digest = load(source)
     except ConfigPathError as exc:
         usage_error(f"--config {exc}")
     for found in problems:
@@ -158,7 +161,7 @@ def serve(source: ConfigSource, settings: GatewaySettings, *, tls_cert: str | No
         usage_error(str(exc))
     raise_open_file_limit()
     return run_server(partial(
-        run_gateway, plan, settings, tls_cert=tls_cert, tls_key=tls_key,
+        run_gateway, plan, settings, tls_cert=tls_cert, tls_key=tls_key, config_digest=digest,
         load=partial(_reload, source),
         fingerprint=partial(fingerprint, list(source.paths)) if watch else None,
         on_ready=_announce(plan, log_format)), "vmcp")

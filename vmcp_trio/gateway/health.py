@@ -8,7 +8,9 @@ again after a failure; with the backend's credential only when it is everyone's,
 ``headerInjection`` or ``bearerToken``: a probe calls for no user), through the shared process
 for a stdio backend. A backend is
 *unhealthy* after ``unhealthyThreshold`` consecutive failures and *healthy* again after one
-success; until its first probe it is *unknown* (and used).
+success; until its first probe it is *unknown* (and used). Its first check is logged either
+way: ``is healthy`` (INFO), or a WARNING naming why it failed (a backend down when the gateway
+starts, or added down by a reload, is said at once, not only once it is unhealthy).
 
 When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` calls
 ``on_change`` (the gateway's): sessions drop it from (or add it back to) their catalog and receive
@@ -147,6 +149,10 @@ class HealthMonitor:
                     f" ({health.last_error})" if health.last_error else "")
             if before != "unknown" or health.state == "unhealthy":
                 await self.on_change(health.name, health.usable)
+        elif health.state == "unknown" and health.consecutive_failures == 1:
+            log.warning("backend %s failed its first check (%s); it is marked unhealthy "
+                        "after %d failed checks in a row", health.name, health.last_error,
+                        threshold)
 
     async def _forget_link(self, name: str) -> None:
         link = self._links.pop(name, None)

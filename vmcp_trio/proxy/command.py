@@ -4,13 +4,15 @@ Only the flags: building the parser imports nothing heavy (``vmcp --help`` stays
 :mod:`.options` checks what they say and makes the settings. List flags (``--oidc-scopes``,
 ``--remote-auth-scopes``, ``--token-exchange-scopes``) take comma-separated values and may be
 repeated. Besides the seed's flags, the process flags ``vmcp serve`` has: ``--log-format``,
-``--drain-delay``, ``--shutdown-grace``, ``--max-body-bytes``.
+``--log-level``, ``--drain-delay``, ``--shutdown-grace``, ``--max-body-bytes``.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+
+from ..runtime.log_levels import add_log_flags
 
 __all__ = ["CLIENT_SECRET_VARIABLE", "SUBJECT_TOKEN_TYPES", "configure_incoming",
            "configure_listener", "configure_parser"]
@@ -27,9 +29,7 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
     ``duration`` reads a Go duration (``30s``, ``2m30s``) as seconds."""
     add = parser.add_argument
     add("--target-uri", required=True, metavar="URL", help="URI of the target MCP server")
-    add("--debug", action="store_true", help="debug logging")
-    add("--log-format", choices=("text", "json"), default="text",
-        help="log format (default: %(default)s)")
+    add_log_flags(parser)
     if incoming:
         configure_incoming(parser)
     remote = parser.add_argument_group("outgoing auth (to the remote server)")

@@ -127,9 +127,11 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
         incoming=incoming,
         scopes_supported=_scopes(getattr(args, "oidc_scopes", None)) or ("openid",),
         bearer_token=bearer, remote_auth=remote, token_exchange=exchange,
+        bearer_token_file=None if args.remote_auth_bearer_token
+        else args.remote_auth_bearer_token_file,
         injected_headers=injected, state_dir=state_dir(environ),
         max_body_bytes=args.max_body_bytes, drain_delay=args.drain_delay,
-        shutdown_grace=args.shutdown_grace, debug=args.debug)
+        shutdown_grace=args.shutdown_grace)
 
 
 def incoming_from(args: argparse.Namespace, *, error: Callable[[str], NoReturn],

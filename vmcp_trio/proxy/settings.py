@@ -47,6 +47,9 @@ class ProxySettings:
     scopes_supported: tuple[str, ...] = ("openid",)
     """``--oidc-scopes``, advertised in the RFC 9728 document."""
     bearer_token: str | None = field(default=None, repr=False)
+    bearer_token_file: str | None = None
+    """Where ``bearer_token`` was read (``--remote-auth-bearer-token-file``): it is re-read when
+    it changes (:mod:`.token_file`); None: the token is fixed (the flag itself)."""
     remote_auth: RemoteAuthSettings | None = None
     token_exchange: TokenExchangeAuth | None = None
     injected_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
@@ -62,4 +65,3 @@ class ProxySettings:
     idle_connection_seconds: float = 75.0
     drain_delay: float = 5.0
     shutdown_grace: float = 30.0
-    debug: bool = False

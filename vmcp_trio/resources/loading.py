@@ -5,11 +5,13 @@ What this module guarantees, so the rest of the package can trust its input:
 * Only YAML's safe constructors run (plain maps, lists, strings, numbers, booleans, null).
   Date-looking scalars stay strings, as they do in Kubernetes manifests.
 * A file larger than :data:`MAX_FILE_BYTES`, text that is not UTF-8, a YAML syntax error
-  (with line and column), a duplicate mapping key, a recursive alias, a document nested deeper
-  than :data:`MAX_DEPTH` or one whose aliases expand past :data:`MAX_NODES` (the "billion
-  laughs" bomb) each becomes a :class:`~vmcp_trio.resources.problems.Problem`, never an
-  exception. The expansion is measured on the composed node graph *before* any Python object is
-  built, so a bomb costs at most :data:`MAX_NODES` steps.
+  (one line: its line and column, what PyYAML found, and a hint where the mistake is a common
+  one: an indentation, a tab, a bracket or quote left open), a duplicate mapping key, a
+  recursive alias, a document nested deeper than :data:`MAX_DEPTH` or one whose aliases expand
+  past :data:`MAX_NODES` (the "billion laughs" bomb) each becomes a
+  :class:`~vmcp_trio.resources.problems.Problem`, never an exception. The expansion is
+  measured on the composed node graph *before* any Python object is built, so a bomb costs at
+  most :data:`MAX_NODES` steps.
 * Each document carries a map from field path to (line, column), so later checks can point at
   the exact line of the field they complain about.
 
@@ -322,6 +324,40 @@ class _Walk:
         return True
 
 
+_INDENTATION = "check the indentation of this line against the one above"
+_YAML_HINTS = (
+    ("mapping values are not allowed here",
+     _INDENTATION + " (or quote a value that holds ': ')", False),
+    ("expected <block end>", _INDENTATION, False),
+    ("did not find expected key", _INDENTATION, False),
+    ("did not find expected '-' indicator", _INDENTATION, False),
+    ("could not find expected ':'",
+     "a key needs ': ' after it (or this line is indented deeper than the one above)", True),
+    ("that cannot start any token", "indent with spaces: YAML does not allow a tab there",
+     False),
+    ("expected ',' or ']'", "a '[' opened before is not closed, or an item lacks its ','",
+     False),
+    ("expected ',' or '}'", "a '{' opened before is not closed, or an item lacks its ','",
+     False),
+    ("while scanning a quoted scalar", "this quote is not closed", True),
+)
+"""A hint for the mistakes behind PyYAML's most common complaints, by what the complaint (its
+problem and context) says; and whether the place to show is where PyYAML's context began (the
+key without its ':', the quote left open) rather than where it gave up."""
+
+
+def _yaml_reason(problem: str | None, context: str | None) -> tuple[str, bool]:
+    """PyYAML's complaint in one line, with a hint when it is a common mistake's; and whether
+    the place to show is where its context began (see :data:`_YAML_HINTS`)."""
+    lines = (problem or "").strip().splitlines()
+    reason = lines[0] if lines else "syntax error"
+    said = f"{problem or ''} {context or ''}"
+    for found, hint, at_start in _YAML_HINTS:
+        if found in said:
+            return f"{reason}; {hint}", at_start
+    return reason, False
+
+
 def _load_yaml(text: str, file: str) -> tuple[list[SourceDocument], list[Problem]]:
     docs: list[SourceDocument] = []
     problems: list[Problem] = []
@@ -344,9 +380,11 @@ def _load_yaml(text: str, file: str) -> tuple[list[SourceDocument], list[Problem
                 continue  # an empty document between separators
             docs.append(SourceDocument(file, number, body, walk.positions))
     except yaml.MarkedYAMLError as exc:
-        reason = exc.problem or "syntax error"
+        reason, at_start = _yaml_reason(exc.problem, exc.context)
         problems.append(_problem(file, f"is not valid YAML: {reason}", "yaml-syntax",
-                                 document=number or None, mark=exc.problem_mark))
+                                 document=number or None,
+                                 mark=exc.context_mark if at_start and exc.context_mark
+                                 else exc.problem_mark))
     except yaml.reader.ReaderError as exc:
         position = int(exc.position)
         line = text.count("\n", 0, position) + 1
@@ -356,8 +394,8 @@ def _load_yaml(text: str, file: str) -> tuple[list[SourceDocument], list[Problem
                                 f"is not valid YAML: character #x{code:04x} is not allowed",
                                 file=file, document=number or None, line=line, column=column))
     except yaml.YAMLError as exc:
-        problems.append(_problem(file, f"is not valid YAML: {exc}", "yaml-syntax",
-                                 document=number or None))
+        problems.append(_problem(file, f"is not valid YAML: {_yaml_reason(str(exc), None)[0]}",
+                                 "yaml-syntax", document=number or None))
     except RecursionError:
         problems.append(_problem(file, f"is nested deeper than {MAX_DEPTH} levels", "too-deep",
                                  document=number or None))

@@ -525,3 +525,6 @@ class GatewayPlan:
     """``telemetryConfigRef``'s OpenTelemetry settings (applied at start)."""
     """The composite tools the gateway offers beside its backends' (:mod:`.composite_plan`)."""
 
+    def answers_to(self, name: str) -> bool:
+        """Whether ``--name`` picks it: ``NAME``, or ``NAMESPACE/NAME`` as vmcp lists it."""
+        return name in (self.name, f"{self.namespace}/{self.name}")

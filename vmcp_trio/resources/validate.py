@@ -8,15 +8,22 @@ that has one.
 
 A document whose shape is wrong gets all its shape errors at once; the rules that relate it to
 other documents run once its shape is right (references to it are not reported as missing).
+
+The result also sums the documents up (:attr:`ValidationResult.digest`, a short sha256 of their
+parsed content: comments, layout and key order do not change it, file names neither), so that an
+operator can tell which configuration each replica runs (``vmcp_config_info{hash}``).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE
+import orjson
+
+from ..defaults import DEFAULT_API_GROUP, DEFAULT_BACKEND_URL_TEMPLATE, DEFAULT_NAMESPACE
 from .composite_rules import check_definitions
 from .gateway_rules import resolve_gateway
 from .loading import SourceDocument, load_paths
@@ -32,7 +39,7 @@ __all__ = ["LoadOptions", "ValidationResult", "validate_documents", "validate_pa
 @dataclass(frozen=True)
 class LoadOptions:
     api_group: str = DEFAULT_API_GROUP
-    namespace: str = "default"
+    namespace: str = DEFAULT_NAMESPACE
     """Namespace of documents that do not set ``metadata.namespace`` (as kubectl does)."""
     backend_url_template: str = DEFAULT_BACKEND_URL_TEMPLATE
     environ: Mapping[str, str] | None = None
@@ -48,6 +55,8 @@ class ValidationResult:
     document_count: int
     unchecked: int = 0
     """Resources whose field errors kept the cross-document rules from running on them."""
+    digest: str = ""
+    """A short sha256 of the documents' parsed content, in order (see the module)."""
 
     @property
     def errors(self) -> tuple[Problem, ...]:
@@ -81,7 +90,14 @@ def validate_documents(docs: Sequence[SourceDocument], options: LoadOptions = Lo
     ok = not any(p.is_error for p in problems)
     ordered = sorted(plans, key=lambda p: (p.namespace, p.name)) if ok else []
     unchecked = sum(1 for r in resources if r.spec is None)
-    return ValidationResult(problems, tuple(ordered), len(docs), unchecked)
+    return ValidationResult(problems, tuple(ordered), len(docs), unchecked, _digest(docs))
+
+
+def _digest(docs: Sequence[SourceDocument]) -> str:
+    """The first 12 hex digits of the sha256 of the documents' content, as canonical JSON."""
+    content = orjson.dumps([doc.body for doc in docs], default=str,
+                           option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return hashlib.sha256(content).hexdigest()[:12]
 
 
 def validate_paths(paths: Iterable[str | Path],

@@ -7,6 +7,9 @@ Rules kept here:
   (a traceback is their ``exc`` field), the operator's messages of :func:`say` (the banner, the
   validation problems, the shutdown lines), Python warnings, the access records. In text, log
   records carry a timestamp, level and logger, and :func:`say` prints the message as it is.
+* This is the one place logging is set up (:func:`configure_logging`, from the flags of
+  :mod:`.log_levels`): ``--log-level`` is the least severe record written, and above ``info``
+  the access records are dropped too; the operator's messages of :func:`say` are always written.
 * Every line logged while serving an HTTP request carries its request id (a context variable
   set by the HTTP layer, inherited by the tasks the request starts), without it being passed
   around.
@@ -39,6 +42,8 @@ REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request
 
 _json = False
 """The configured format: JSON lines (else text)."""
+_access_records = True
+"""Whether access records are written (the configured level is ``info`` or more verbose)."""
 
 
 @dataclass(slots=True)
@@ -117,14 +122,19 @@ class _TextFormatter(logging.Formatter):
         return f"{text} [req {request_id}]" if request_id else text
 
 
-def configure_logging(fmt: str = "text", *, debug: bool = False) -> None:
-    global _json
+def configure_logging(fmt: str = "text", *, level: str = "info") -> None:
+    """Set up the process's logging: ``fmt`` ``text`` or ``json``, and the least severe
+    ``level`` written (``debug``, ``info``, ``warning``, ``error``: the flags of
+    :mod:`.log_levels`). Above ``info`` the access records are not written either; the
+    operator's messages of :func:`say` always are."""
+    global _json, _access_records
     _json = fmt == "json"
+    _access_records = logging.getLevelName(level.upper()) <= logging.INFO
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_JsonFormatter() if _json else _TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.setLevel(level.upper())
     logging.captureWarnings(True)  # Python warnings are log records too
     for noisy in ("hypercorn.access",):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -185,7 +195,7 @@ def log_access(method: str, path: str, status: int, seconds: float,
                record: AccessRecord) -> None:
     """The access record of one HTTP request (path without its query string). A request that
     got no response (its client left first) has none: it is counted in the metrics."""
-    if not status:
+    if not status or not _access_records:
         return
     now = time.time()
     duration_ms = round(seconds * 1000, 2)
