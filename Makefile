@@ -31,7 +31,7 @@ test: lint pytest
 pytest: $(STAMP) peers mcp1 packages
 	$(BIN)/pytest
 
-## packages: Debian redis-server + redis-sentinel (7.0), haproxy and zsh for the tests that run
+## packages: Debian redis-server + redis-sentinel (7.0), haproxy, zsh and chromium for the tests that run
 ## them (no-op when installed)
 packages: $(STAMP)
 	$(BIN)/python scripts/system_packages.py
@@ -84,4 +84,4 @@ clean:
 ## run: the gateway on examples/quickstart.yaml at http://127.0.0.1:4483/mcp (Ctrl-C stops it)
 run: $(RUNTIME)
 	@$(BIN)/python scripts/foreground.py $(BIN)/vmcp serve --config examples/quickstart.yaml \
-		--drain-delay 0s
+		--drain-delay 0s --diagnostics-port 4484

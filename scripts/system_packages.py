@@ -1,6 +1,7 @@
 """Install the system programs the tests run for real: Redis and Sentinel (Debian
-`redis-server`, `redis-sentinel`), haproxy (the load balancer in front of the replicas) and zsh
-(whose completion of `vmcp` is tested as bash's is).
+`redis-server`, `redis-sentinel`), haproxy (the load balancer in front of the replicas), zsh
+(whose completion of `vmcp` is tested as bash's is) and Chromium (the headless browser that
+renders the status page).
 
 Idempotent: when every binary is on PATH it prints nothing and exits 0. Otherwise it runs
 `apt-get install` (and `apt-get update` only when the install fails without it), as root or
@@ -17,8 +18,8 @@ import subprocess
 import sys
 import time
 
-PACKAGES = ["redis-server", "redis-sentinel", "haproxy", "zsh"]
-BINARIES = ["redis-server", "redis-sentinel", "redis-cli", "haproxy", "zsh"]
+PACKAGES = ["redis-server", "redis-sentinel", "haproxy", "zsh", "chromium"]
+BINARIES = ["redis-server", "redis-sentinel", "redis-cli", "haproxy", "zsh", "chromium"]
 SERVICES = [("redis-sentinel", 26379), ("redis-server", 6379)]
 
 
@@ -82,8 +83,8 @@ def main() -> int:
         return 1
     if not shutil.which("apt-get"):
         print(f"packages: some of {', '.join(PACKAGES)} are missing and there is "
-              "no apt-get; install Redis 7 (redis-server, redis-sentinel, redis-cli), haproxy "
-              "and zsh by other means.",
+              "no apt-get; install Redis 7 (redis-server, redis-sentinel, redis-cli), haproxy, "
+              "zsh and Chromium by other means.",
               file=sys.stderr)
         return 1
     before = {port: _listening(port) for _, port in SERVICES}

@@ -502,3 +502,27 @@ async def test_a_2026_retry_at_another_replica_continues_the_parked_call(
         assert again.messages[-1]["error"]["code"] == -32602  # over: single use, everywhere
         await client.http.aclose()
         await retry_at.http.aclose()
+
+
+async def test_the_status_of_each_replica_lists_the_fleet(redis_port: int) -> None:
+    """The status view's fleet: every replica keeping its heartbeat, this one marked; a
+    session made on one replica and used on another is counted on both (each holds a copy)."""
+    from vmcp_trio.app.status import status_document
+
+    async with replicas(redis_port) as (running, _):
+        ids = sorted(process.shared.fleet.replica for _, process in running
+                     if process.shared is not None)
+        client = RawClient(running[0][0])
+        await client.initialize()
+        client.url = running[1][0]
+        await client.request("tools/list")
+        documents = [await status_document(process) for _, process in running]
+        for document, (_, process) in zip(documents, running, strict=True):
+            fleet = document["fleet"]
+            assert process.shared is not None and fleet["self"] == process.shared.fleet.replica
+            assert [member["id"] for member in fleet["replicas"]] == ids
+            assert all(0 <= member["secondsSinceHeartbeat"] <= 3 * fleet["heartbeatSeconds"]
+                       for member in fleet["replicas"])
+        assert [d["sessions"]["total"] for d in documents] == [1, 1, 0]
+        assert "numbers_add" in documents[1]["catalog"]["backends"]["numbers"]["tools"]
+        await client.aclose()

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from .app import status_command
 from .completion import SHELLS, completion_script
 from .defaults import (
     DEFAULT_API_GROUP,
@@ -86,6 +87,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     _add_resource_options(serve)
     serve.add_argument("--host", default="127.0.0.1", help="listen address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=4483, help="listen port (default: %(default)s)")
+    serve.add_argument("--diagnostics-port", type=int, metavar="PORT",
+                       help="serve the status view (/ and /status.json) and the probes on this "
+                            "port too (default: off; 0: a free port)")
+    serve.add_argument("--diagnostics-host", default="127.0.0.1", metavar="HOST",
+                       help="the status view's listen address (default: %(default)s)")
     serve.add_argument("--tls-cert", metavar="PEM", help="certificate chain for HTTPS")
     serve.add_argument("--tls-key", metavar="PEM", help="private key for HTTPS")
     add_log_flags(serve)
@@ -246,6 +252,14 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     secret_command.configure_parser(secret)
     secret.set_defaults(handler=_secret, parser=secret)
 
+    status = commands.add_parser(
+        "status", help="print a running gateway's status view",
+        description="Print what a running vmcp serve's status page shows (its backends, "
+                    "sessions, catalog, configuration, fleet and recent requests), read from "
+                    "its diagnostics listener (vmcp serve --diagnostics-port).")
+    status_command.configure_parser(status)
+    status.set_defaults(handler=_status, parser=status)
+
     version = commands.add_parser("version", help="print the version and the git revision",
                                   description="Print the version and the git revision of the "
                                               "source it runs (the same as vmcp --version).")
@@ -277,6 +291,10 @@ def _version(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
     print(f"vmcp {VERSION} (revision {revision()})")
     return EXIT_OK
+
+
+def _status(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    return status_command.run(args)
 
 
 def _completion(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -387,6 +405,7 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                           args.host, args.allow_anonymous_on_network)
     settings = GatewaySettings(
         host=args.host, port=args.port, session_idle_ttl=args.session_ttl,
+        diagnostics_host=args.diagnostics_host, diagnostics_port=args.diagnostics_port,
         max_sessions=args.max_sessions, max_body_bytes=args.max_body_bytes,
         max_sessions_per_client=args.max_sessions_per_client,
         max_requests_per_session=args.max_requests_per_session,
@@ -544,8 +563,10 @@ def _check_listener(args: argparse.Namespace, usage_error: Callable[[str], NoRet
     """A server's ``--port`` and ``--tls-cert``/``--tls-key``."""
     if bool(args.tls_cert) != bool(args.tls_key):
         usage_error("--tls-cert and --tls-key go together")
-    if not 0 <= args.port <= 65535:
-        usage_error("--port must be between 0 and 65535")
+    for flag in ("port", "diagnostics_port"):
+        port = getattr(args, flag, None)
+        if port is not None and not 0 <= port <= 65535:
+            usage_error(f"--{flag.replace('_', '-')} must be between 0 and 65535")
 
 
 def _configure_traces(usage_error: Callable[[str], NoReturn]) -> None:

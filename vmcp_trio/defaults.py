@@ -4,8 +4,8 @@ command line can show them in ``--help`` without loading the stacks that use the
 from __future__ import annotations
 
 __all__ = ["DEFAULT_API_GROUP", "DEFAULT_BACKEND_URL_TEMPLATE", "DEFAULT_NAMESPACE",
-           "DEFAULT_PROXY_PORT", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE", "HMAC_FILE",
-           "SERVICE_ACCOUNT_DIR", "SIGNING_KEY_FILE"]
+           "DEFAULT_PROXY_PORT", "DEFAULT_STATUS_URL", "EXIT_INVALID", "EXIT_OK", "EXIT_USAGE",
+           "HMAC_FILE", "SERVICE_ACCOUNT_DIR", "SIGNING_KEY_FILE"]
 
 DEFAULT_API_GROUP = "toolhive.stacklok.dev"
 """The API group of the resources' ``apiVersion`` (ToolHive's, so its manifests load)."""
@@ -18,6 +18,10 @@ DEFAULT_NAMESPACE = "default"
 """The namespace of documents without ``metadata.namespace`` when ``--namespace`` is not given."""
 
 DEFAULT_PROXY_PORT = 8080
+
+DEFAULT_STATUS_URL = "http://127.0.0.1:4484/"
+"""Where ``vmcp status`` looks without a URL: the status view ``make run`` serves
+(``--diagnostics-port 4484``)."""
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where a pod's service-account token and CA are mounted."""

@@ -26,6 +26,7 @@ from ..resources.plan import GatewayPlan
 from ..runtime.logs import say, write_access_log
 from ..runtime.memory_census import MemoryCensus
 from ..runtime.supervisor import Supervisor
+from .diagnostics import DiagnosticsApp
 from .parts import KEY_REFRESH, GatewayProcess, build_gateway, start_backend_tasks
 from .reload import Loaded, Reloader
 
@@ -90,12 +91,23 @@ async def serve_gateway(process: GatewayProcess, *,
                            idle_seconds=settings.idle_connection_seconds,
                            tls_cert=tls_cert, tls_key=tls_key)
     sockets = listen(config)  # before anything starts: an operator's mistake is one line
+    diagnostics = None
+    if settings.diagnostics_port is not None:
+        diagnostics = server_config(settings.diagnostics_host, settings.diagnostics_port,
+                                    max_header_bytes=settings.max_header_bytes,
+                                    idle_seconds=settings.idle_connection_seconds)
+        diagnostics_sockets = listen(diagnostics)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
         await nursery.start(_run_parts, process)
         served = trio.Event()
         binds: list[str] = await nursery.start(partial(
             serve, process.app, config, sockets, shutdown_trigger=stop.wait, served=served))
+        if diagnostics is not None:  # up until the end: a drain shows on it
+            status_binds: list[str] = await nursery.start(partial(
+                serve, DiagnosticsApp(process, settings.diagnostics_host), diagnostics,
+                diagnostics_sockets, shutdown_trigger=stop.wait))
+            process.status_url = status_binds[0] + "/"
         task_status.started([f"{bind}{MCP_PATH}" for bind in binds])
         await shutdown_trigger()
         await drain(process)
@@ -156,8 +168,7 @@ async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
     a memory census to the log (:mod:`~vmcp_trio.runtime.memory_census`). ``config_digest``:
     the short hash of the configuration ``plan`` was loaded from (``vmcp_config_info``)."""
     process = build_gateway(plan, settings)
-    if config_digest is not None:
-        process.metrics.config_loaded_now(config_digest)
+    process.config_loaded(config_digest)
     reloader = Reloader(process, load, fingerprint=fingerprint) if load is not None else None
     census = MemoryCensus()
     first = trio.Event()
@@ -197,4 +208,4 @@ async def run_gateway(plan: GatewayPlan, settings: GatewaySettings, *,
             assert process.supervisor is not None
             process.supervisor.start_soon("config reloader", reloader.run)
         if on_ready is not None:
-            on_ready(urls)
+            on_ready(urls + ([process.status_url] if process.status_url else []))

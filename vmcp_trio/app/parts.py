@@ -22,6 +22,7 @@ exactly those of a part it replaces.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -143,6 +144,24 @@ class GatewayProcess:
     tasks: dict[str, list[TaskHealth]] = field(default_factory=dict)
     """The supervised tasks of each part (``authenticator``, ``authserver``, ``stdio <name>``,
     ``health <name>``), for a reload to stop those of a part it replaces."""
+    started_at: float = field(default_factory=time.time)
+    status_url: str | None = None
+    """The status view's URL, when it has a listener (``--diagnostics-port``)."""
+    config_digest: str | None = None
+    """The short hash of the configuration serving now (``vmcp_config_info``)."""
+    config_loaded_at: float | None = None
+    last_reload: tuple[float, str] | None = None
+    """When the last reload was tried (Unix time), and its outcome."""
+
+    def config_loaded(self, digest: str | None) -> None:
+        """A configuration was loaded now: at start, or accepted by a reload."""
+        if digest is not None:
+            self.metrics.config_loaded_now(digest)
+        self.config_digest, self.config_loaded_at = digest, time.time()
+
+    def reload_tried(self, outcome: str) -> None:
+        self.metrics.reloads.labels(outcome).inc()
+        self.last_reload = (time.time(), outcome)
 
     async def start_tasks(self, part: str, tasks: Iterable[NamedTask], *,
                           policy: RestartPolicy = DEFAULT_POLICY, started: bool = True) -> None:

@@ -155,10 +155,9 @@ class Reloader:
         """Load, validate and apply the configuration; the outcome (also counted)."""
         loaded = await trio.to_thread.run_sync(self.load)
         outcome = await self._reload(loaded)
-        metrics = self.process.metrics
-        metrics.reloads.labels(outcome).inc()
+        self.process.reload_tried(outcome)
         if outcome in ("ok", "unchanged"):
-            metrics.config_loaded_now(loaded.digest)
+            self.process.config_loaded(loaded.digest)
         return outcome
 
     async def _reload(self, loaded: Loaded) -> str:

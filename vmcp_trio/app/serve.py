@@ -31,6 +31,7 @@ from typing import NoReturn
 
 from ..auth.ssrf import is_loopback_host
 from ..defaults import EXIT_INVALID, EXIT_USAGE
+from ..gateway.server import MCP_PATH
 from ..gateway.settings import GatewaySettings
 from ..resources import ConfigPathError, LoadOptions, validate_paths
 from ..resources.loading import fingerprint
@@ -119,13 +120,16 @@ def telemetry_environment(telemetry: TelemetryPlan) -> dict[str, str]:
 def _announce(plan: GatewayPlan, log_format: str) -> Callable[[list[str]], None]:
     def ready(urls: list[str]) -> None:
         backends = ", ".join(b.name for b in plan.backends)
+        status = next((url for url in urls if not url.endswith(MCP_PATH)), None)
         if log_format == "json":
             say(f"MCP endpoint: {urls[0]} (Streamable HTTP)", stream=sys.stdout, url=urls[0],
-                server=f"{plan.namespace}/{plan.name}", backends=[b.name for b in plan.backends])
+                server=f"{plan.namespace}/{plan.name}", backends=[b.name for b in plan.backends],
+                **({"status": status} if status else {}))
             return
         say(f"vmcp-trio: VirtualMCPServer {plan.namespace}/{plan.name} with "
             f"{len(plan.backends)} backend(s) ({backends})\n"
             f"  MCP endpoint: {urls[0]}  (Streamable HTTP)\n"
+            + (f"  Status page:  {status}  (vmcp status {status})\n" if status else "") +
             "  Connect an MCP client to that URL, for example:\n"
             f"    npx @modelcontextprotocol/inspector --cli {urls[0]} --transport http "
             "--method tools/list\n"

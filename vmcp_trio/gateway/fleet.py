@@ -42,6 +42,13 @@ CHANNEL = "fleet"
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """A message's bound (a parked call's reply passed back may be a whole tool result)."""
 Handler = Callable[[dict[str, Any]], None]
+MAX_LISTED = 100
+"""The most replicas :meth:`Fleet.members` lists."""
+
+
+def _glob_escaped(text: str) -> str:
+    """``text`` matched literally in a Redis ``MATCH`` pattern."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)
 
 
 def _own_channel(replica: str) -> str:
@@ -89,6 +96,28 @@ class Fleet:
             return True
         return bool(await self.redis.do(lambda r: r.exists([self.redis.key("replica",
                                                                            replica)])))
+
+    async def members(self) -> list[tuple[str, float]]:
+        """The replicas whose heartbeat is kept now, each with the seconds since its last
+        heartbeat (this one included), at most :data:`MAX_LISTED` (a SCAN, never ``KEYS``)."""
+        pattern = _glob_escaped(self.redis.key("replica", "")) + "*"
+        full = milliseconds(3 * self.heartbeat)
+
+        async def read(client: Any) -> list[tuple[str, float]]:
+            found: list[str] = []
+            async for key in client.scan_iter(match=pattern, count=100):
+                found.append(key)
+                if len(found) >= MAX_LISTED:
+                    break
+            out = []
+            for key in found:
+                left = await client.pttl(key)
+                if left > 0:
+                    out.append((key.rsplit(":", 1)[-1], max(0.0, (full - left) / 1000)))
+            return sorted(out)
+
+        members: list[tuple[str, float]] = await self.redis.do(read)
+        return members
 
     async def announce(self, kind: str, **fields: Any) -> None:
         """Tell every other replica (whoever listens now)."""

@@ -66,6 +66,11 @@ class SessionCatalog:
         self._lock: trio.Lock | None = None
         """Held while building (made when first needed: most sessions share a catalog)."""
 
+    @property
+    def built(self) -> Catalog | None:
+        """The catalog as last built, if it is still current (read by the status page)."""
+        return self._catalog
+
     def invalidate(self) -> None:
         self._generation += 1
         self._catalog = None

@@ -18,6 +18,10 @@ __all__ = ["GatewaySettings"]
 class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 4483
+    diagnostics_host: str = "127.0.0.1"
+    diagnostics_port: int | None = None
+    """The status view's and probes' own listener (:mod:`vmcp_trio.app.diagnostics`); None:
+    none (0: a free port, said at start)."""
     session_idle_ttl: float = 30 * 60.0
     max_sessions: int = 10_000
     max_sessions_per_client: int = 100

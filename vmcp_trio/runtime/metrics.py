@@ -32,6 +32,7 @@ from prometheus_client import (
 )
 
 from .build import VERSION, revision
+from .recent_calls import RecentCalls
 
 disable_created_metrics()  # type: ignore[no-untyped-call]  # process-wide: _created doubles it
 
@@ -67,6 +68,8 @@ class Metrics(ProcessMetrics):
                                 "(vmcp: answered by the gateway) and outcome",
                                 ["method", "backend", "outcome"], registry=self.registry)
         self._observed: dict[tuple[str, str, str], tuple[Any, Any]] = {}
+        self.recent = RecentCalls()
+        """The last minutes of requests, for the status page's chart."""
         """:meth:`observe`'s metric children by label values."""
         self.latency = Histogram("vmcp_request_duration_seconds", "Time to answer MCP requests",
                                  ["method", "backend"], buckets=_BUCKETS,
@@ -152,6 +155,7 @@ class Metrics(ProcessMetrics):
                 self._observed[method, backend, outcome] = children
         children[0].inc()
         children[1].observe(seconds)
+        self.recent.record(seconds, outcome != "ok")
 
     def count_restart(self, task: str) -> None:
         self.task_restarts.labels(task).inc()
