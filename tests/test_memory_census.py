@@ -12,8 +12,10 @@ import time
 import tracemalloc
 from pathlib import Path
 
+import pytest
 import trio
 
+from vmcp_trio.runtime import memory_trim
 from vmcp_trio.runtime.memory_census import MemoryCensus
 
 from .gateway_helpers import RawClient, quickstart_docs
@@ -55,6 +57,7 @@ async def test_sigusr1_writes_a_census_to_the_log_and_serving_goes_on(tmp_path: 
                     await trio.sleep(0.1)
         log = served.log()
         assert "vmcp: SIGUSR1, a memory census in the log" in log
+        assert "once the free memory was returned to the system" in log
         second = log[log.rindex("memory census: "):]
         assert " (+" in second or " (-" in second  # each count beside its change since the first
         reply = await client.request("tools/call", {"name": "clock_echo",
@@ -86,3 +89,25 @@ def test_sigusr1_while_the_server_starts_is_ignored_not_fatal(tmp_path: Path) ->
         assert process.poll() is None
     finally:
         stop_process(process, timeout=20)
+
+
+def test_a_census_returns_what_a_burst_left_free_to_the_system() -> None:
+    """A burst of mid-sized buffers, freed but for one in fifty: glibc keeps the freed pages,
+    so the resident size stays at the burst's high-water mark until they are returned."""
+    burst = [bytes(4000 + i % 100) for i in range(100_000)]  # ~400 MiB
+    kept = burst[::50]
+    del burst
+    line = next(line for line in MemoryCensus().lines() if line.startswith("  resident: "))
+    before, after = (float(part.split()[0].replace(",", "")) for part in
+                     line.removeprefix("  resident: ").split(", ")[:2])
+    assert before - after > 200, line  # MiB given back
+    assert len(kept) == 2_000
+
+
+async def test_the_trim_task_trims_on_its_schedule(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    monkeypatch.setattr(memory_trim, "TRIM_EVERY", 0.01)
+    monkeypatch.setattr(memory_trim, "_MALLOC_TRIM", lambda pad: calls.append(pad) or 1)
+    with trio.move_on_after(0.2):
+        await memory_trim.trim_forever()
+    assert len(calls) >= 5 and set(calls) == {0}

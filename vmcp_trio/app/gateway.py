@@ -25,6 +25,7 @@ from ..http.serving import listen, serve, server_config
 from ..resources.plan import GatewayPlan
 from ..runtime.logs import say, write_access_log
 from ..runtime.memory_census import MemoryCensus
+from ..runtime.memory_trim import trim_forever
 from ..runtime.supervisor import Supervisor
 from .diagnostics import DiagnosticsApp
 from .parts import KEY_REFRESH, GatewayProcess, build_gateway, start_backend_tasks
@@ -44,7 +45,8 @@ async def _run_parts(process: GatewayProcess, *,
     key refreshers and upstream-token refresher; one task per stdio backend process; one health
     checker per backend; the table of client sessions (each session then supervises its own
     backend links' streams), the watcher of answers that may turn into streams, the
-    idle-session reaper, the access log's writer."""
+    idle-session reaper, the access log's writer, the memory trim (:mod:`~vmcp_trio.runtime.
+    memory_trim`)."""
     await process.authenticator.prepare()
     try:
         async with trio.open_nursery() as nursery:
@@ -70,6 +72,7 @@ async def _run_parts(process: GatewayProcess, *,
             await supervisor.start("JSON windows", process.app.responder.watch_windows)
             supervisor.start_soon("idle-session reaper", gateway.reap_idle_sessions)
             supervisor.start_soon("idle connection expiry", process.http.expire_idle_forever)
+            supervisor.start_soon("memory trim", trim_forever)
             supervisor.start_soon("access log", write_access_log)
             task_status.started()
     finally:

@@ -11,6 +11,8 @@ Rules it keeps:
 * With allocation tracing on (``PYTHONTRACEMALLOC=25`` in the environment, or ``python -X
   tracemalloc=25``), also the source lines holding the most memory and their growth since the
   previous census. Tracing costs CPU on every allocation; it is never turned on here.
+* Also the resident size, before and after returning the free memory to the system
+  (:func:`~.memory_trim.trim`): a size that falls back is memory a burst left free, not a leak.
 * A census blocks the process while it counts (about a tenth of a second per hundred
   megabytes of objects): it is taken when asked, never on a schedule. It writes no value of any
   object, only type names, counts, sizes and source lines.
@@ -22,6 +24,8 @@ import gc
 import logging
 import tracemalloc
 from collections import Counter
+
+from .memory_trim import trim
 
 __all__ = ["MemoryCensus"]
 
@@ -50,6 +54,10 @@ class MemoryCensus:
             for growth, name in sorted(grown, reverse=True)[:10]:
                 out.append(f"  grew {growth:+,} {name}")
         self._types = types
+        before, after = trim() or (None, None)
+        if before is not None and after is not None:
+            out.append(f"  resident: {before / 2**20:,.1f} MiB, {after / 2**20:,.1f} MiB once "
+                       "the free memory was returned to the system (malloc_trim)")
         if tracemalloc.is_tracing():
             traced, _ = tracemalloc.get_traced_memory()
             tracing = tracemalloc.get_tracemalloc_memory()
