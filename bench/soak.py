@@ -85,7 +85,11 @@ REPLICAS = 3
 SETTLE = 2.0
 """Seconds a fault's window extends past its recovery."""
 QUIET_AFTER = 15.0
-"""Seconds between the clients leaving and the last sample."""
+"""Seconds between the priming clients leaving and the first sample."""
+SESSION_TTL = 120.0
+"""The replicas' ``--session-ttl``: a session whose client vanished without a DELETE (a call
+that timed out while opening it, a DELETE lost in a fault) is ended after it; the last sample
+is taken once it has passed, so "back to the baseline" includes the sessions."""
 
 
 def config_text(sdk_url: str, floor_url: str, cluster: RedisCluster, *, extra: bool) -> str:
@@ -241,7 +245,8 @@ def fleet(workdir: Path, replica_environment: dict[str, str]) -> Iterator[Fleet]
         for index, port in enumerate(ports):
             replica = Child(f"replica-{index}", [
                 sys.executable, "-m", "vmcp_trio", "serve", "--config", str(config),
-                "--port", str(port), "--drain-delay", "0s"], workdir / f"replica-{index}.log",
+                "--port", str(port), "--drain-delay", "0s", "--session-ttl",
+                str(SESSION_TTL)], workdir / f"replica-{index}.log",
                 lambda port=port: answers(f"http://127.0.0.1:{port}/readyz"),  # type: ignore[misc]
                 environment={**os.environ, **replica_environment})
             replica.start()
@@ -460,8 +465,15 @@ async def soak(fleet: Fleet, args: argparse.Namespace
         await load.run(until)
         nursery.cancel_scope.cancel()
     await load.close()
-    samples.append(await trio.to_thread.run_sync(sample, fleet, "left"))
-    await trio.sleep(QUIET_AFTER)
+    left = await trio.to_thread.run_sync(sample, fleet, "left")
+    samples.append(left)
+    before = next(s for s in samples if s["phase"] == "before")
+    held = max(r.get("vmcp_sessions", 0) for r in before["replicas"])
+    with trio.move_on_after(SESSION_TTL + 45):  # the reaper looks every 10 s
+        await trio.sleep(QUIET_AFTER)
+        while any(r.get("vmcp_sessions", 0) > held for r in left["replicas"]):
+            await trio.sleep(5)
+            left = await trio.to_thread.run_sync(sample, fleet, "left")
     samples.append(await trio.to_thread.run_sync(sample, fleet, "after"))
     return outcomes, samples, {"answers_resent_after_503": load.resent}
 
