@@ -6,6 +6,7 @@ keeps refusing its token) against ``vmcp tunnel relay`` as its command runs it
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ import trio
 from vmcp_trio.http.client import HttpClient, HttpError
 from vmcp_trio.runtime.build import VERSION, revision
 from vmcp_trio.tunnel.relay import TunnelRelay
-from vmcp_trio.tunnel.tokens import TunnelTokens
+from vmcp_trio.tunnel.tokens import TunnelTokens, new_token_line
 
 from .helpers import ROOT, free_port, stop_process
 from .tunnel_helpers import LINE, TOKEN, relay_running
@@ -70,7 +71,10 @@ async def test_the_agent_logs_why_it_cannot_reach_the_relay_and_its_probes_follo
             while f"127.0.0.1:{relay_port}" not in log_path.read_text():
                 assert agent.poll() is None, log_path.read_text()
                 await trio.sleep(0.1)
-        assert (await get(http, f"{probes}/health"))[0] == 200
+        with trio.fail_after(10):  # the listener may come up just after the first try
+            while (await get(http, f"{probes}/health"))[0] != 200:
+                assert agent.poll() is None, log_path.read_text()
+                await trio.sleep(0.1)
         status, body = await get(http, f"{probes}/readyz")
         assert status == 503 and orjson.loads(body) == {
             "status": "connecting", "tunnel": "demo", "connected": False}
@@ -129,3 +133,54 @@ async def test_the_relay_answers_its_probes_and_an_unknown_tunnel_is_404() -> No
     assert orjson.loads(answers["/readyz"][1]) == {"status": "ready", "tunnels": 0}
     metrics = answers["/metrics"][1].decode()
     assert BUILD_INFO in metrics and "process_cpu_seconds_total " in metrics
+
+
+async def test_sighup_reloads_the_relays_tokens_and_cuts_an_agent_no_longer_allowed(
+        tmp_path: Path) -> None:
+    """The relay re-reads its --tokens file on SIGHUP: a file that does not load leaves the old
+    tokens in force (one line says so); a new token for ``demo`` disconnects the agent that
+    connected with the old one, which the relay then refuses. SIGHUP to the agent is a line,
+    not its end."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(LINE + "\n", encoding="utf-8")
+    relay_port = free_port()
+    relay_log = tmp_path / "relay.log"
+    http = HttpClient()
+    with relay_log.open("wb") as out:
+        relay = subprocess.Popen(
+            [sys.executable, "-m", "vmcp_trio", "tunnel", "relay", "--host", "127.0.0.1",
+             "--port", str(relay_port), "--tokens", str(tokens)], cwd=ROOT,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        with agent_process(relay_port, TOKEN, tmp_path) as (agent, agent_log):
+            with trio.fail_after(20):
+                while "agent connected" not in relay_log.read_text():
+                    assert relay.poll() is None, relay_log.read_text()
+                    await trio.sleep(0.1)
+            agent.send_signal(signal.SIGHUP)
+            tokens.write_text("demo:sha256:not-hex\n", encoding="utf-8")
+            relay.send_signal(signal.SIGHUP)
+            with trio.fail_after(10):
+                while "the tokens file was not reloaded" not in relay_log.read_text():
+                    await trio.sleep(0.1)
+            assert "agent disconnected" not in relay_log.read_text()
+            _, new_line = new_token_line("demo")
+            tokens.write_text(f"{new_line}\nother:sha256:{'0' * 64}\n", encoding="utf-8")
+            relay.send_signal(signal.SIGHUP)
+            with trio.fail_after(30):  # cut, then refused three times: the agent gives up
+                while agent.poll() is None:
+                    await trio.sleep(0.1)
+            assert agent.returncode == 1
+            log = agent_log.read_text()
+            assert "SIGHUP: nothing to reload" in log and "refused the token" in log
+        text = relay_log.read_text()
+        assert ("SIGHUP: reloaded the tokens file: 2 tunnel(s); disconnected the agents of "
+                "demo (no longer allowed)") in text
+        assert TOKEN not in text
+        status, body = await get(http, f"http://127.0.0.1:{relay_port}/readyz")
+        assert status == 200 and orjson.loads(body)["tunnels"] == 0  # connected now
+    finally:
+        stop_process(relay)
+        await http.aclose()
+    assert relay.returncode == 0, relay_log.read_text()

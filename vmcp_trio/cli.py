@@ -534,7 +534,8 @@ def _tunnel_relay(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
                                                    level="warning"))
     relay = build_relay(tokens, incoming, domain=args.domain, public_url=args.public_url)
     return run_server(partial(run_relay, relay, args.host, args.port,
-                               tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready),
+                               tls_cert=args.tls_cert, tls_key=args.tls_key, on_ready=ready,
+                               load_tokens=partial(TunnelTokens.load, args.tokens)),
                        "vmcp tunnel relay")
 
 

@@ -27,17 +27,25 @@ from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import Supervisor
 from ..tunnel.agent import TunnelAgent, status_app
 from ..tunnel.relay import TunnelRelay
-from ..tunnel.tokens import TunnelTokens
+from ..tunnel.tokens import TokenFileError, TunnelTokens
 from .proxy import KEY_REFRESH, outgoing_credentials
 
 __all__ = ["build_relay", "run_agent", "run_relay"]
 
 
-async def _until_signal() -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _until_signal(on_hangup: Callable[[], None] | None = None) -> None:
+    """Until SIGINT or SIGTERM; SIGHUP calls ``on_hangup`` (or says there is nothing to
+    reload) and the process goes on."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
         async for signum in signals:
-            say(f"vmcp tunnel: {signal.Signals(signum).name}, stopping")
-            return
+            if signum != signal.SIGHUP:
+                say(f"vmcp tunnel: {signal.Signals(signum).name}, stopping")
+                return
+            if on_hangup is None:
+                say("vmcp tunnel: SIGHUP: nothing to reload (the tunnel token is read at "
+                    "start; a --remote-auth-bearer-token-file is read again when it changes)")
+            else:
+                on_hangup()
 
 
 def build_relay(tokens: TunnelTokens, incoming: OIDCIncoming | None, *, domain: str | None,
@@ -52,10 +60,12 @@ def build_relay(tokens: TunnelTokens, incoming: OIDCIncoming | None, *, domain: 
 
 async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str | None = None,
                     tls_key: str | None = None,
-                    on_ready: Callable[[list[str]], None] | None = None) -> None:
+                    on_ready: Callable[[list[str]], None] | None = None,
+                    load_tokens: Callable[[], TunnelTokens] | None = None) -> None:
     """Serve the relay until SIGINT or SIGTERM, with its incoming auth's key refreshers and the
     access log supervised (raises ListenError for a port or a certificate that cannot be had,
-    IncomingAuthError for an issuer that cannot be set up)."""
+    IncomingAuthError for an issuer that cannot be set up). SIGHUP reads the tokens file again
+    with ``load_tokens`` (:func:`reload_tokens`)."""
     hypercorn_tuning.install()
     hypercorn_guard.install()
     config = server_config(host, port, max_header_bytes=64 * 1024, tls_cert=tls_cert,
@@ -70,7 +80,8 @@ async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str |
         supervisor.start_soon("access log", write_access_log)
 
         async def stopping() -> None:
-            await _until_signal()
+            await _until_signal(partial(reload_tokens, relay, load_tokens)
+                                if load_tokens is not None else None)
             relay.stop()
 
         async def serving(*, task_status: trio.TaskStatus[list[str]]) -> None:
@@ -81,6 +92,20 @@ async def run_relay(relay: TunnelRelay, host: str, port: int, *, tls_cert: str |
         urls: list[str] = await nursery.start(serving)
         if on_ready is not None:
             on_ready(urls)
+
+
+def reload_tokens(relay: TunnelRelay, load_tokens: Callable[[], TunnelTokens]) -> None:
+    """SIGHUP on the relay: the tokens file again; a file that does not load leaves the old
+    tokens in force (one line says why); agents whose token it no longer holds are cut."""
+    try:
+        tokens = load_tokens()
+    except TokenFileError as exc:
+        say(f"vmcp tunnel relay: SIGHUP: the tokens file was not reloaded: {exc}; the old "
+            "tokens stay in force", level="error")
+        return
+    cut = relay.reload(tokens)
+    say(f"vmcp tunnel relay: SIGHUP: reloaded the tokens file: {len(tokens.names)} tunnel(s)"
+        + (f"; disconnected the agents of {', '.join(cut)} (no longer allowed)" if cut else ""))
 
 
 async def run_agent(settings: ProxySettings, relay_url: str, token: str, *,

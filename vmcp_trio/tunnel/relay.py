@@ -97,6 +97,9 @@ class _Agent:
     link: TunnelLink
     slots: trio.Semaphore
     """One per stream the protocol allows: an exchange past them waits for one."""
+    token: str = field(repr=False, default="")
+    """The token it connected with (checked again when the tokens file is reloaded; never
+    logged)."""
     gone: trio.Event = field(default_factory=trio.Event)
 
 
@@ -172,7 +175,7 @@ class TunnelRelay:
                 return frame if frame is not None else message.get("text", "")
 
             link = TunnelLink(protocol, send_frame)
-        agent = _Agent(name, link, trio.Semaphore(self.max_streams))
+        agent = _Agent(name, link, trio.Semaphore(self.max_streams), token)
         previous = self.agents.get(name)
         self.agents[name] = agent
         if previous is not None:
@@ -205,6 +208,19 @@ class TunnelRelay:
             if self.agents.get(name) is agent:
                 del self.agents[name]
             log.info("tunnel %s: agent disconnected", name)
+
+    def reload(self, tokens: TunnelTokens) -> list[str]:
+        """Use ``tokens`` from now on (a SIGHUP with a changed tokens file): an agent whose
+        tunnel is gone from it, or whose token it no longer holds, is disconnected (its
+        exchanges in flight get 502). The names of those disconnected."""
+        self.tokens = tokens
+        cut = sorted(name for name, agent in self.agents.items()
+                     if not tokens.allows(name, agent.token))
+        for name in cut:
+            agent = self.agents[name]
+            agent.link.close()
+            agent.gone.set()
+        return cut
 
     def stop(self) -> None:
         """The relay is stopping: every agent's connection is closed now (its exchanges in
