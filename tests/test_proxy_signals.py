@@ -18,6 +18,8 @@ import signal
 import subprocess
 import sys
 import termios
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -58,6 +60,22 @@ class Output:
 
 def proxy_command(target: str, *flags: str) -> list[str]:
     return [sys.executable, "-m", "vmcp_trio", "proxy", "--target-uri", target, *flags, "remote"]
+
+
+@asynccontextmanager
+async def running_proxy(target: str, *flags: str
+                        ) -> AsyncIterator[tuple[trio.Process, Output]]:
+    """``vmcp proxy`` to ``target`` in a session of its own, its output gathered, once it
+    printed where it listens."""
+    process = await trio.lowlevel.open_process(
+        proxy_command(target, *flags), cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    output = Output()
+    async with trio.open_nursery() as nursery:
+        assert process.stdout is not None
+        nursery.start_soon(output.gather_pipe, process.stdout)
+        await output.wait_for(" -> ")
+        yield process, output
 
 
 async def open_stream(url: str) -> None:
@@ -111,22 +129,15 @@ async def test_ctrl_c_at_a_terminal_stops_at_once_with_a_request_in_flight() -> 
 async def test_sigint_from_a_supervisor_still_drains() -> None:
     """Without a terminal, SIGINT drains as the contract says: requests are forwarded for the
     drain delay before the proxy stops."""
-    async with recording_remote() as (target, _):
-        process = await trio.lowlevel.open_process(
-            proxy_command(target, "--drain-delay", "2s"), cwd=ROOT, env=ENV,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        output = Output()
-        async with trio.open_nursery() as nursery:
-            assert process.stdout is not None
-            nursery.start_soon(output.gather_pipe, process.stdout)
-            await output.wait_for(" -> ")
-            sent = trio.current_time()
-            process.send_signal(signal.SIGINT)
-            await output.wait_for("draining")
-            status, _, _ = await fetch(output.url())  # still forwarded during the delay
-            with trio.fail_after(20):
-                await process.wait()
-            stopped_after = trio.current_time() - sent
+    async with recording_remote() as (target, _), \
+            running_proxy(target, "--drain-delay", "2s") as (process, output):
+        sent = trio.current_time()
+        process.send_signal(signal.SIGINT)
+        await output.wait_for("draining")
+        status, _, _ = await fetch(output.url())  # still forwarded during the delay
+        with trio.fail_after(20):
+            await process.wait()
+        stopped_after = trio.current_time() - sent
     assert status == 200
     assert process.returncode == 0 and stopped_after >= 1.9, (stopped_after, output.text)
     assert "vmcp proxy: SIGINT, draining" in output.text
@@ -136,35 +147,28 @@ async def test_sigint_from_a_supervisor_still_drains() -> None:
 async def test_sighup_and_a_changed_file_send_the_new_bearer_token(tmp_path: Path) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("token-1\n")
-    async with recording_remote() as (target, remote):
-        process = await trio.lowlevel.open_process(
-            proxy_command(target, "--remote-auth-bearer-token-file", str(token_file),
-                          "--drain-delay", "0s"), cwd=ROOT, env=ENV,
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-        output = Output()
-        async with trio.open_nursery() as nursery:
-            assert process.stdout is not None
-            nursery.start_soon(output.gather_pipe, process.stdout)
-            await output.wait_for(" -> ")
-            url = output.url()
-            await fetch(url)
-            # The same size and modification time: only SIGHUP can tell the proxy.
-            before = token_file.stat()
-            token_file.write_text("token-2\n")
-            os.utime(token_file, ns=(before.st_atime_ns, before.st_mtime_ns))
-            process.send_signal(signal.SIGHUP)
-            await output.wait_for("re-read: the new token is sent from now on")
-            await fetch(url)
-            # A new file, as a Secret volume's update makes it: noticed without a signal.
-            (tmp_path / "token.new").write_text("token-3\n")
-            os.replace(tmp_path / "token.new", token_file)
-            with trio.fail_after(10):
-                while output.text.count("new token is sent") < 2:
-                    await trio.sleep(0.05)
-            await fetch(url)
-            process.terminate()
-            with trio.fail_after(20):
-                await process.wait()
+    async with recording_remote() as (target, remote), \
+            running_proxy(target, "--remote-auth-bearer-token-file", str(token_file),
+                          "--drain-delay", "0s") as (process, output):
+        url = output.url()
+        await fetch(url)
+        # The same size and modification time: only SIGHUP can tell the proxy.
+        before = token_file.stat()
+        token_file.write_text("token-2\n")
+        os.utime(token_file, ns=(before.st_atime_ns, before.st_mtime_ns))
+        process.send_signal(signal.SIGHUP)
+        await output.wait_for("re-read: the new token is sent from now on")
+        await fetch(url)
+        # A new file, as a Secret volume's update makes it: noticed without a signal.
+        (tmp_path / "token.new").write_text("token-3\n")
+        os.replace(tmp_path / "token.new", token_file)
+        with trio.fail_after(10):
+            while output.text.count("new token is sent") < 2:
+                await trio.sleep(0.05)
+        await fetch(url)
+        process.terminate()
+        with trio.fail_after(20):
+            await process.wait()
     sent = [dict(seen["headers"])["authorization"] for seen in remote.seen]
     assert sent == ["Bearer token-1", "Bearer token-2", "Bearer token-3"]
     assert f"vmcp proxy: SIGHUP, re-reading --remote-auth-bearer-token-file {token_file}" \

@@ -57,6 +57,7 @@ __all__ = [
     "InputSchema",
     "crd_documents",
     "prose",
+    "schema_child",
     "spec_schema",
 ]
 
@@ -150,15 +151,22 @@ def spec_schema(model: type[Model], kind: str | None = None) -> dict[str, Any]:
     return schema
 
 
+def schema_child(node: dict[str, Any], part: str) -> dict[str, Any]:
+    """The schema below ``node`` for one part of a :func:`split_pattern` path: ``[]`` an array's
+    items, ``*`` a map's values, else the named property."""
+    if part == "[]":
+        child: dict[str, Any] = node["items"]
+    elif part == "*":
+        child = node["additionalProperties"]
+    else:
+        child = node["properties"][part]
+    return child
+
+
 def _admit(node: dict[str, Any], parts: list[str]) -> None:
     """Add the free-form field ``parts`` (a path of :func:`split_pattern`) to a schema node."""
     for part in parts[:-1]:
-        if part == "[]":
-            node = node["items"]
-        elif part == "*":
-            node = node["additionalProperties"]
-        else:
-            node = node["properties"][part]
+        node = schema_child(node, part)
     node.setdefault("properties", {})[parts[-1]] = dict(_ANY)
 
 

@@ -34,7 +34,7 @@ from pydantic.json_schema import JsonSchemaValue, models_json_schema
 from pydantic_core import core_schema
 
 from ..defaults import DEFAULT_API_GROUP
-from .crds import DESCRIPTIONS, SPEC_OPTIONAL, InputSchema, prose
+from .crds import DESCRIPTIONS, SPEC_OPTIONAL, InputSchema, prose, schema_child
 from .models import KIND_MODELS, EnvName, GroupRef, MCPServerSpec, Metadata, Model
 from .schema import API_VERSIONS, CORE_KINDS, IGNORED_KINDS
 from .toolhive_fields import (
@@ -208,13 +208,7 @@ def _admit(node: Schema, parts: list[str], field: Schema,
            definitions: dict[str, Schema]) -> None:
     """Add the field at the path ``parts`` (of :func:`split_pattern`) below ``node``."""
     for part in parts[:-1]:
-        node = _fields(node, definitions)
-        if part == "[]":
-            node = node["items"]
-        elif part == "*":
-            node = node["additionalProperties"]
-        else:
-            node = node["properties"][part]
+        node = schema_child(_fields(node, definitions), part)
     _fields(node, definitions).setdefault("properties", {})[parts[-1]] = copy.deepcopy(field)
 
 
