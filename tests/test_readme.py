@@ -1,9 +1,9 @@
 """The README's and docs/'s commands work as written: every ``sh`` block of README.md and of each
 page of docs/ runs, offline, from a folder that looks like a clone (``examples/`` and ``.venv/``
 of this one), with a configuration and state folder of its own, no ``VMCP_*`` variable of the
-caller's, and this checkout's ``vmcp`` on ``PATH`` as an installed one would be. A block that
-cannot run here (it needs a remote server, a relay, a real identity provider) is marked
-``text``: shown, not run. ``make run`` and ``make test`` are the two
+caller's, no OS keyring, and this checkout's ``vmcp`` on ``PATH`` as an installed one would
+be. A block that cannot run here (it needs a remote server, a relay, a real identity provider) is
+marked ``text``: shown, not run. ``make run`` and ``make test`` are the two
 commands CI and the quickstart tests already run; the client snippet runs against a quickstart
 gateway started here (on a free port instead of 4483, the only change).
 
@@ -59,7 +59,8 @@ def test_a_block_runs(block: str, tmp_path: Path) -> None:
     for name in ("examples", ".venv"):
         (tmp_path / name).symlink_to(ROOT / name)
     env = {key: value for key, value in os.environ.items() if not key.startswith("VMCP_")}
-    env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state")}
+    env |= {"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_STATE_HOME": str(tmp_path / "state"),
+            "PYTHON_KEYRING_BACKEND": "keyring.backends.fail.Keyring"}  # never the OS keyring
     # `vmcp` as an installed package puts it on PATH: this checkout's, beside the interpreter
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     run = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env,

@@ -1,5 +1,6 @@
 """The secrets manager (vmcp_trio/secrets): `vmcp secret set|get|list|delete` driven through
-`command.run` with in-memory streams, and the library API the proxy calls."""
+`command.run` with in-memory streams, and the library API the proxy calls. The key made on
+first use, the OS keyring and Secret references are tests/test_secrets_first_use.py's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from vmcp_trio.secrets import os_keyring
 from vmcp_trio.secrets.command import configure_parser, run
 from vmcp_trio.secrets.errors import (
     InvalidSecretName,
@@ -26,6 +28,12 @@ from vmcp_trio.secrets.names import env_variable
 
 PASSWORD = "correct horse battery staple"
 VALUE = "ghp_s3cr3t-Value-123"
+
+
+@pytest.fixture(autouse=True)
+def _no_os_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process never touches the OS keyring of the machine running the tests."""
+    monkeypatch.setattr(os_keyring, "_real_backend", lambda: None)
 
 
 def _environ(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -256,17 +264,12 @@ def test_wrong_password_is_one_line_exit_1(tmp_path: Path) -> None:
     assert _secret(env, "get", "token")[1] == VALUE + "\n"
 
 
-def test_no_key_refuses_set_and_delete_naming_both_variables(tmp_path: Path) -> None:
+def test_without_a_file_reads_and_delete_need_no_key_and_make_none(tmp_path: Path) -> None:
     env = _environ(tmp_path, VMCP_SECRETS_PASSWORD="")
-    for argv in (("set", "token"), ("delete", "token")):
-        code, _, err = _secret(env, *argv, stdin=VALUE)
-        assert code == 2
-        line = _one_error_line(err)
-        assert "VMCP_SECRETS_PASSWORD" in line and "VMCP_SECRETS_KEY_FILE" in line
-    assert not _file(env).exists()
-    # no file: reading finds nothing, without needing a key
     assert _secret(env, "get", "token")[0] == 1
     assert _secret(env, "list") == (0, "", "")
+    assert _secret(env, "delete", "token")[0] == 1
+    assert not (tmp_path / "home").exists()  # neither the file nor a key file was made
 
 
 def test_no_key_with_an_existing_file_is_a_usage_error_for_reads(tmp_path: Path) -> None:
@@ -434,7 +437,8 @@ def test_a_damaged_file_is_one_line_exit_1(tmp_path: Path, content: bytes) -> No
 # --- names ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["a b", "x" * 129, "a/b", "caf\u00e9", "new\nline", "../up"])
+@pytest.mark.parametrize("name", ["a b", "x" * 129, "a/b/c", "/key", "secret/", "caf\u00e9",
+                                  "new\nline", "../up", "s/" + "k" * 254])
 def test_invalid_name_is_exit_2(tmp_path: Path, name: str) -> None:
     env = _environ(tmp_path)
     for argv in (("set", name), ("get", name), ("delete", name)):

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from vmcp_trio.resources.problems import Severity
-from vmcp_trio.resources.resolver import secret_variable
 from vmcp_trio.resources.summary import describe_plan
+from vmcp_trio.secrets.names import env_variable, ref_name
 
 from .helpers import example_docs, expect_error, matching, resource, validate
 
@@ -134,7 +134,7 @@ def test_memory_ignores_redis_fields_with_a_warning() -> None:
 def test_a_secret_resolves_from_a_mounted_file_then_a_variable(tmp_path: Path) -> None:
     (tmp_path / "fleet").mkdir()
     (tmp_path / "fleet" / "hmac").write_text(FLEET + "-file")
-    variable = secret_variable("fleet", "hmac")
+    variable = env_variable(ref_name("fleet", "hmac"))
     assert variable == "VMCP_SECRET_FLEET__HMAC"
     environ = {"VMCP_SECRETS_DIR": str(tmp_path), variable: FLEET + "-env"}
     from_file = validate(gateway_with(REDIS), environ=environ)
@@ -149,10 +149,13 @@ def test_a_secret_resolves_from_a_mounted_file_then_a_variable(tmp_path: Path) -
 
 
 def test_a_secret_found_nowhere_names_every_place_it_was_looked_for(tmp_path: Path) -> None:
-    result = validate(gateway_with(REDIS), environ={"VMCP_SECRETS_DIR": str(tmp_path)})
+    store = tmp_path / "store.enc"
+    result = validate(gateway_with(REDIS), environ={"VMCP_SECRETS_DIR": str(tmp_path),
+                                                    "VMCP_SECRETS_FILE": str(store)})
     problem = expect_error(result, "reference", "spec.sessionStorage.hmacSecretRefs[0].name")
     assert f"the file {tmp_path}/fleet/hmac" in problem.message
     assert "the variable VMCP_SECRET_FLEET__HMAC" in problem.message
+    assert f"the name fleet/hmac in the vmcp secret store {store}" in problem.message
 
 
 def test_a_base64_secret_document_still_decodes() -> None:

@@ -246,9 +246,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     token.set_defaults(handler=_tunnel_token, parser=token)
 
     secret = commands.add_parser(
-        "secret", help="the secrets manager behind --remote-forward-headers-secret",
-        description="Store, read, list and delete secrets (an encrypted file, overridden by "
-                    "VMCP_SECRET_<NAME> variables).")
+        "secret", help="the secrets manager behind --remote-forward-headers-secret and "
+                       "Secret references",
+        description="Store, read, list and delete secrets (an encrypted file whose key the "
+                    "first set makes, overridden by VMCP_SECRET_<NAME> variables).")
     secret_command.configure_parser(secret)
     secret.set_defaults(handler=_secret, parser=secret)
 

@@ -8,8 +8,10 @@ every VirtualMCPServer that uses them shares one resolution and one set of messa
 
 A Secret reference resolves, in this order, from a ``kind: Secret`` document of the
 configuration, from the file ``$VMCP_SECRETS_DIR/<name>/<key>`` (the layout of a Kubernetes
-Secret mounted as a volume), or from the environment variable ``VMCP_SECRET_<NAME>__<KEY>``; so a
-deployment keeps secrets out of its configuration files.
+Secret mounted as a volume), or from the secrets manager under the name ``<name>/<key>``: the
+environment variable ``VMCP_SECRET_<NAME>__<KEY>``, then the ``vmcp secret`` store
+(:mod:`vmcp_trio.secrets.manager`, opened only when asked); so a deployment keeps secrets out of
+its configuration files.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..defaults import DEFAULT_BACKEND_URL_TEMPLATE, DEFAULT_PROXY_PORT
+from ..secrets.errors import SecretNotFound, SecretsError
+from ..secrets.manager import SecretsManager
+from ..secrets.names import env_variable, ref_name
 from . import models as m
 from . import remote_rules
 from .plan import (
@@ -44,7 +49,7 @@ from .report import Report, Resource, ResourceKey
 if TYPE_CHECKING:
     from .composite_plan import WorkflowPlan
 
-__all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template", "secret_variable"]
+__all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template"]
 
 _TEMPLATE_FIELDS = frozenset({"name", "namespace", "port"})
 
@@ -74,17 +79,6 @@ def check_url_template(template: str) -> str | None:
     return None
 
 
-def secret_variable(name: str, key: str) -> str:
-    """The environment variable a Secret reference may resolve from: ``VMCP_SECRET_`` then the
-    name and the key, upper case, every other character than a letter or digit as ``_``, joined
-    by ``__`` (Secret ``vmcp-redis``, key ``password``: ``VMCP_SECRET_VMCP_REDIS__PASSWORD``)."""
-
-    def part(text: str) -> str:
-        return "".join(c if c.isalnum() else "_" for c in text.upper())
-
-    return f"VMCP_SECRET_{part(name)}__{part(key)}"
-
-
 def _command_problem(command: str, env: Mapping[str, str], working_dir: str | None) -> str | None:
     """Why vmcp could not start ``command`` on this machine, or None: a path (with a slash)
     must name an executable file (relative to ``workingDir``); a bare name must be found on
@@ -109,6 +103,8 @@ class Resolver:
         """Where Secret references not in the configuration are looked up (and
         ``VMCP_SECRETS_DIR``)."""
         self.secrets_dir = self.environ.get("VMCP_SECRETS_DIR") or None
+        self._secrets: SecretsManager | None = None
+        """The secrets manager of ``environ``, made when a reference first needs it."""
         self.report = report
         self.resources = resources
         self.index: dict[ResourceKey, Resource] = {r.key: r for r in resources if r.name}
@@ -145,15 +141,13 @@ class Resolver:
                ref: m.SecretKeyRef) -> SecretValue | None:
         """The value a Secret reference names: a ``kind: Secret`` document of the
         configuration, else the file ``$VMCP_SECRETS_DIR/<name>/<key>`` (a mounted Kubernetes
-        Secret), else the variable ``VMCP_SECRET_<NAME>__<KEY>`` (see :func:`secret_variable`);
-        reported at ``path`` when none has it."""
+        Secret), else the secrets manager's ``<name>/<key>`` (the variable
+        ``VMCP_SECRET_<NAME>__<KEY>``, then the ``vmcp secret`` store); reported at ``path``,
+        naming every place looked, when none has it."""
         if ("Secret", owner.namespace or "", ref.name) not in self.index:
-            found = self._secret_outside(ref)
+            found, where = self._secret_outside(ref)
             if found is not None:
                 return found
-            where = [f"the variable {secret_variable(ref.name, ref.key)}"]
-            if self.secrets_dir:
-                where.insert(0, f"the file {Path(self.secrets_dir) / ref.name / ref.key}")
             self.report.error(owner, (*path, "name"), "reference",
                               f"refers to Secret {owner.namespace}/{ref.name}, which is neither "
                               "a document of the configuration (references resolve within the "
@@ -174,18 +168,26 @@ class Resolver:
                           f"Secret {target.namespace}/{ref.name} has no key {ref.key!r} ({have})")
         return None
 
-    def _secret_outside(self, ref: m.SecretKeyRef) -> SecretValue | None:
+    def _secret_outside(self, ref: m.SecretKeyRef) -> tuple[SecretValue | None, list[str]]:
+        """The value from outside the configuration, or None and where it was looked for."""
+        where = []
         if self.secrets_dir:
             path = Path(self.secrets_dir) / ref.name / ref.key
             try:
-                return SecretValue(f"file {path}", path.read_bytes())
+                return SecretValue(f"file {path}", path.read_bytes()), []
             except OSError:
-                pass
-        variable = secret_variable(ref.name, ref.key)
-        value = self.environ.get(variable)
-        if value is not None:
-            return SecretValue(f"variable {variable}", value.encode("utf-8"))
-        return None
+                where.append(f"the file {path}")
+        name = ref_name(ref.name, ref.key)
+        if self._secrets is None:
+            self._secrets = SecretsManager.from_environment(self.environ)
+        store = f"the name {name} in the vmcp secret store {self._secrets.path}"
+        try:
+            value, source = self._secrets.find(name)
+        except SecretNotFound:
+            return None, [*where, f"the variable {env_variable(name)}", store]
+        except SecretsError as exc:  # the store does not open: say why, in its one line
+            return None, [*where, f"the variable {env_variable(name)}", f"{store}: {exc}"]
+        return SecretValue(source, value.encode("utf-8")), []
 
     def require_https(self, owner: Resource, path: Sequence[PathPart], url: str | None,
                       allowed: bool, switch: str, *, blame: bool = True) -> None:

@@ -9,6 +9,8 @@ Rules kept here:
   else prints a value, and no message carries one.
 * ``list`` prints one line per secret, its name and the provider that answers for it (``file``,
   or ``env`` with the variable), never a value.
+* The ``set`` that creates the file's key says where the key went, in one line on standard
+  error (a new key file, or the OS keyring); no later command repeats it.
 * Exit codes: 0 done; 1 not found, wrong key, damaged or unwritable file; 2 usage or operator
   error (a bad name, no key configured, an unreadable key file). Every error is one line on
   standard error starting ``vmcp secret: ``, never a traceback.
@@ -36,10 +38,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
     if parser.epilog is None:
         parser.epilog = (
-            "Secrets are looked up in the environment first (VMCP_SECRET_<NAME>: the name upper-"
-            "cased, other characters as '_'), then in the encrypted file (VMCP_SECRETS_FILE, "
-            "default $XDG_CONFIG_HOME/vmcp/secrets.json.enc), whose key comes from "
-            "VMCP_SECRETS_KEY_FILE or VMCP_SECRETS_PASSWORD.")
+            "Secrets are looked up in the environment first (VMCP_SECRET_<NAME>, or "
+            "VMCP_SECRET_<SECRET>__<KEY> for SECRET/KEY: upper-cased, other characters as '_'), "
+            "then in the encrypted file (VMCP_SECRETS_FILE, default "
+            "$XDG_CONFIG_HOME/vmcp/secrets.json.enc). Its key comes from VMCP_SECRETS_KEY_FILE, "
+            "else VMCP_SECRETS_PASSWORD, else the OS keyring or the key file "
+            "$XDG_CONFIG_HOME/vmcp/secrets.key, made by the first set. vmcp serve reads a "
+            "Secret reference {name, key} of its configuration as NAME/KEY from here too.")
     commands = parser.add_subparsers(dest="secret_command", required=True, metavar="COMMAND")
     name_help = f"the secret's name: {NAME_RULE}"
     store = commands.add_parser(
@@ -51,8 +56,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     store.add_argument("stray", nargs="*", help=argparse.SUPPRESS)
     show = commands.add_parser(
         "get", help="print a secret's value",
-        description="Print a secret's value and a newline: from VMCP_SECRET_<NAME> when set, "
-                    "else from the encrypted file. Exit 1 when neither holds it.")
+        description="Print a secret's value and a newline: from its VMCP_SECRET_ variable "
+                    "when set, else from the encrypted file. Exit 1 when neither holds it.")
     show.add_argument("name", metavar="NAME", help=name_help)
     commands.add_parser(
         "list", help="list the secrets' names and providers (never values)",
@@ -110,6 +115,8 @@ def _run(args: argparse.Namespace, stdin: TextIO, stdout: TextIO, stderr: TextIO
             return _fail(stderr, f"cancelled: {name!r} not stored", EXIT_USAGE)
         manager.set(name, value)
         stdout.write(f"stored {name!r} in {manager.path}\n")
+        if manager.new_key is not None:
+            stderr.write(f"{PREFIX}{manager.new_key}\n")
         variable = manager.overriding_variable(name)
         if variable is not None:
             stderr.write(f"{PREFIX}note: {variable} is set in this environment and overrides "

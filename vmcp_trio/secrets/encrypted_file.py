@@ -2,19 +2,21 @@
 
 Rules kept here:
 
-* The file is ``VMCP_SECRETS_FILE`` when set, else ``$XDG_CONFIG_HOME/vmcp/secrets.json.enc``
-  (an ``XDG_CONFIG_HOME`` that is not absolute is ignored, as the XDG spec says), else
-  ``~/.config/vmcp/secrets.json.enc``. Its format is :mod:`vmcp_trio.secrets.file_format`'s.
+* The file is ``VMCP_SECRETS_FILE`` when set, else ``secrets.json.enc`` in vmcp's
+  configuration folder (:func:`~vmcp_trio.secrets.private_files.config_folder`:
+  ``$XDG_CONFIG_HOME/vmcp``, else ``~/.config/vmcp``). Its format is
+  :mod:`vmcp_trio.secrets.file_format`'s.
 * Reading a file that does not exist finds nothing and needs no key. Reading one that exists
-  needs the key its header names (:mod:`vmcp_trio.secrets.keys`). Writing always needs a key,
-  even to create the file.
+  needs the key its header names; writing needs a key, which creating the file may make
+  (:mod:`vmcp_trio.secrets.keys`). Deleting from a file that does not exist needs none.
 * A write is a read-modify-write under an exclusive ``flock`` on ``<file>.lock``, so two
   ``vmcp secret set`` at once both land. The new content goes to a temporary file in the same
   folder (mode 0600 from its creation), is flushed to disk, then renamed over the old one with
   ``os.replace``: a reader sees the old file or the new one, never half of one, and a crash
   leaves the old one. The folder is fsynced after the rename.
 * A folder the provider creates is made mode 0700; an existing folder is left as it is (it may
-  be the operator's own choice, such as a mounted volume).
+  be the operator's own choice, such as a mounted volume): see
+  :mod:`vmcp_trio.secrets.private_files`.
 * Every failure is a :class:`~vmcp_trio.secrets.errors.SecretsError` naming the file; none
   carries a value or a key.
 """
@@ -24,13 +26,13 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from .errors import DecryptError, NoKeyConfigured, SecretsFileError
+from .errors import DecryptError, SecretsFileError
 from .file_format import FormatError, Kdf, WrongKey, open_sealed, parse, seal
-from .keys import BOTH, KeySource
+from .keys import KeySource
+from .private_files import config_folder, fsync_folder, make_private_folder, write_temporary
 
 __all__ = ["FILE_VAR", "EncryptedFileProvider", "default_path"]
 
@@ -43,13 +45,7 @@ def default_path(environ: Mapping[str, str]) -> Path:
     explicit = environ.get(FILE_VAR)
     if explicit:
         return Path(explicit).expanduser()
-    xdg = environ.get("XDG_CONFIG_HOME")
-    if xdg and os.path.isabs(xdg):
-        base = Path(xdg)
-    else:
-        home = environ.get("HOME") or os.path.expanduser("~")
-        base = Path(home) / ".config"
-    return base / "vmcp" / "secrets.json.enc"
+    return config_folder(environ) / "secrets.json.enc"
 
 
 class EncryptedFileProvider:
@@ -59,7 +55,7 @@ class EncryptedFileProvider:
 
     def __init__(self, path: Path, keys: KeySource) -> None:
         self.path = path
-        self._keys = keys
+        self.keys = keys
 
     def exists(self) -> bool:
         return self.path.exists()
@@ -75,7 +71,6 @@ class EncryptedFileProvider:
         return sorted(self.load())
 
     def set(self, name: str, value: str) -> None:
-        self._require_key()
         with self._locked():
             secrets, kdf = self._read()
             secrets[name] = value
@@ -83,7 +78,6 @@ class EncryptedFileProvider:
 
     def delete(self, name: str) -> bool:
         """Remove ``name``; False when the file does not hold it."""
-        self._require_key()
         if not self.path.exists():
             return False
         with self._locked():
@@ -93,10 +87,6 @@ class EncryptedFileProvider:
             del secrets[name]
             self._write(secrets, kdf)
         return True
-
-    def _require_key(self) -> None:
-        if not self._keys.configured:
-            raise NoKeyConfigured(f"no key to write {self.path}: set {BOTH}")
 
     def _read(self) -> tuple[dict[str, str], Kdf | None]:
         try:
@@ -110,31 +100,27 @@ class EncryptedFileProvider:
             raise SecretsFileError(f"cannot read {self.path}: larger than {_MAX_FILE} bytes")
         try:
             sealed = parse(data)
-            key = self._keys.for_reading(sealed.kdf, self.path)
-            return open_sealed(sealed, key), sealed.kdf
+            for key in self.keys.for_reading(sealed.kdf, self.path):
+                with contextlib.suppress(WrongKey):
+                    return open_sealed(sealed, key), sealed.kdf
         except FormatError as exc:
             raise SecretsFileError(f"cannot read {self.path}: {exc}") from None
-        except WrongKey:
-            raise DecryptError(f"cannot decrypt {self.path}: wrong VMCP_SECRETS_PASSWORD or key "
-                               "file (or the file was altered)") from None
+        raise DecryptError(f"cannot decrypt {self.path}: wrong VMCP_SECRETS_PASSWORD or key "
+                           "file (or the file was altered)")
 
     def _write(self, secrets: Mapping[str, str], current: Kdf | None) -> None:
-        kdf, key = self._keys.for_writing(current, self.path)
+        kdf, key = self.keys.for_writing(current, self.path)
         data = seal(secrets, kdf, key)
         folder = self.path.parent
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=folder)
+            tmp = write_temporary(self.path, data)
             try:
-                with os.fdopen(fd, "wb") as fh:
-                    fh.write(data)
-                    fh.flush()
-                    os.fsync(fh.fileno())
                 os.replace(tmp, self.path)
             except BaseException:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
                 raise
-            _fsync_folder(folder)
+            fsync_folder(folder)
         except OSError as exc:
             raise SecretsFileError(f"cannot write {self.path}: {_why(exc)}") from None
 
@@ -143,7 +129,7 @@ class EncryptedFileProvider:
         folder = self.path.parent
         lock_path = self.path.with_name(self.path.name + ".lock")
         try:
-            _make_folder(folder)
+            make_private_folder(folder)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise SecretsFileError(f"cannot write {self.path}: {_why(exc)}") from None
@@ -152,24 +138,6 @@ class EncryptedFileProvider:
             yield
         finally:
             os.close(fd)  # closing releases the lock
-
-
-def _make_folder(folder: Path) -> None:
-    """Create ``folder`` (and its parents) when missing; the folder itself gets mode 0700
-    whatever the umask."""
-    try:
-        folder.mkdir(mode=0o700, parents=True)
-    except FileExistsError:
-        return
-    os.chmod(folder, 0o700)
-
-
-def _fsync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _why(exc: OSError) -> str:

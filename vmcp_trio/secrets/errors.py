@@ -18,6 +18,7 @@ __all__ = [
     "InvalidSecretName",
     "InvalidSecretValue",
     "KeyFileError",
+    "KeyringFailure",
     "NoKeyConfigured",
     "SecretNotFound",
     "SecretsError",
@@ -44,12 +45,18 @@ class InvalidSecretValue(SecretsUsageError, ValueError):
 
 
 class NoKeyConfigured(SecretsUsageError):
-    """The encrypted file must be opened or written, and neither a password nor a key file
-    is configured (or not the one the file was sealed with)."""
+    """The encrypted file must be opened, and the key it was sealed with is not at hand (its
+    password is not set, its key file is neither configured nor at the default path)."""
 
 
 class KeyFileError(SecretsUsageError):
-    """``VMCP_SECRETS_KEY_FILE`` names a file that cannot be read or does not hold a key."""
+    """A key file (``VMCP_SECRETS_KEY_FILE``, or the default one) cannot be read or does not
+    hold a key."""
+
+
+class KeyringFailure(SecretsUsageError):
+    """The OS keyring should hold the key, and cannot give it: there is none here, it
+    refused, or its entry is not a key."""
 
 
 class SecretNotFound(SecretsError, LookupError):

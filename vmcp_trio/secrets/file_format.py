@@ -6,7 +6,9 @@ Format, version 1: one JSON object on one line (UTF-8, newline-terminated)::
      "kdf": {"name": "scrypt", "salt": "<base64, 16 bytes>", "n": 32768, "r": 8, "p": 1},
      "nonce": "<base64, 12 bytes>", "ciphertext": "<base64: ciphertext and 16-byte tag>"}
 
-``kdf`` is ``{"name": "key-file"}`` when the key is the 32 bytes of a key file. The plaintext is
+``kdf`` is ``{"name": "key-file"}`` when the key is the 32 bytes of a key file, and
+``{"name": "keyring", "account": "secrets-<32 hex>"}`` when it is kept in the OS keyring under
+that account (:mod:`vmcp_trio.secrets.os_keyring`). The plaintext is
 the JSON object ``{name: value, ...}``: names are sealed too, so the file tells nothing but its
 size. The associated data is the header (every field but ``nonce`` and ``ciphertext``) as
 canonical JSON, so a change to the version or the KDF parameters fails authentication as a
@@ -32,19 +34,22 @@ import base64
 import binascii
 import json
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["KEY_BYTES", "KEY_FILE", "SCRYPT", "SCRYPT_N", "SCRYPT_P", "SCRYPT_R", "FormatError",
-           "Kdf", "Sealed", "WrongKey", "derive_key", "new_salt", "open_sealed", "parse", "seal"]
+__all__ = ["KEYRING", "KEY_BYTES", "KEY_FILE", "SCRYPT", "SCRYPT_N", "SCRYPT_P", "SCRYPT_R",
+           "FormatError", "Kdf", "Sealed", "WrongKey", "derive_key", "new_salt", "open_sealed",
+           "parse", "seal"]
 
 FORMAT, VERSION, CIPHER = "vmcp-secrets", 1, "AES-256-GCM"
-SCRYPT, KEY_FILE = "scrypt", "key-file"
+SCRYPT, KEY_FILE, KEYRING = "scrypt", "key-file", "keyring"
 KEY_BYTES, NONCE_BYTES, SALT_BYTES = 32, 12, 16
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**15, 8, 1
 """Defaults for new files: 32 MiB and some 60 ms per derivation; fits a small container."""
 _MAX_N, _MAX_R, _MAX_P = 2**20, 16, 16
+_ACCOUNT = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class FormatError(Exception):
@@ -57,14 +62,15 @@ class WrongKey(Exception):
 
 @dataclass(frozen=True)
 class Kdf:
-    """Where the AES key comes from: ``scrypt`` (a password, this salt and cost) or
-    ``key-file`` (the key itself)."""
+    """Where the AES key comes from: ``scrypt`` (a password, this salt and cost), ``key-file``
+    (the key itself) or ``keyring`` (the OS keyring's entry of this account)."""
 
     name: str
     salt: bytes = b""
     n: int = 0
     r: int = 0
     p: int = 0
+    account: str = ""
 
     @classmethod
     def scrypt(cls, salt: bytes | None = None) -> Kdf:
@@ -75,9 +81,15 @@ class Kdf:
     def key_file(cls) -> Kdf:
         return cls(KEY_FILE)
 
+    @classmethod
+    def keyring(cls, account: str) -> Kdf:
+        return cls(KEYRING, account=account)
+
     def header(self) -> dict[str, Any]:
         if self.name == KEY_FILE:
             return {"name": KEY_FILE}
+        if self.name == KEYRING:
+            return {"name": KEYRING, "account": self.account}
         return {"name": SCRYPT, "salt": _b64(self.salt), "n": self.n, "r": self.r, "p": self.p}
 
 
@@ -170,6 +182,11 @@ def _kdf(raw: object) -> Kdf:
         raise FormatError("damaged file (no kdf)")
     if raw.get("name") == KEY_FILE:
         return Kdf.key_file()
+    if raw.get("name") == KEYRING:
+        account = raw.get("account")
+        if not (isinstance(account, str) and _ACCOUNT.fullmatch(account)):
+            raise FormatError("damaged file (no keyring account)")
+        return Kdf.keyring(account)
     if raw.get("name") != SCRYPT:
         raise FormatError(f"unknown kdf {str(raw.get('name'))[:40]!r}")
     n, r, p = raw.get("n"), raw.get("r"), raw.get("p")

@@ -3,10 +3,15 @@
 Rules kept here:
 
 * ``get`` asks the environment provider, then the encrypted file: a ``VMCP_SECRET_<NAME>``
-  variable overrides the file (a deployment's override wins over what an operator stored).
+  variable (``VMCP_SECRET_<SECRET>__<KEY>`` for a name ``SECRET/KEY``) overrides the file (a
+  deployment's override wins over what an operator stored). ``vmcp secret get``, the proxy's
+  ``--remote-forward-headers-secret`` and the configuration's Secret references
+  (:meth:`vmcp_trio.resources.resolver.Resolver.secret`) all look a name up here.
   The file is opened only when the environment does not answer, so a process given all its
   secrets as variables needs no key, even if a file exists.
-* ``set`` and ``delete`` change the encrypted file only; the environment is read-only.
+* ``set`` and ``delete`` change the encrypted file only; the environment is read-only. The
+  first ``set`` may make the file's key (:mod:`vmcp_trio.secrets.keys`): :attr:`new_key` says
+  where it went.
 * ``list`` gives names and the provider that answers for each (``env`` or ``file``), never a
   value: a name the file holds and a variable overrides is listed once, as ``env``.
 * Every name is checked (:mod:`vmcp_trio.secrets.names`) before a provider is asked.
@@ -57,16 +62,27 @@ class SecretsManager:
         """The encrypted file's path (it may not exist)."""
         return self.file.path
 
+    @property
+    def new_key(self) -> str | None:
+        """Where the key this manager made for a new file is, in one line (None: none made)."""
+        return self.file.keys.created
+
     def get(self, name: str) -> str:
         """The value of ``name``, or :class:`SecretNotFound`."""
+        return self.find(name)[0]
+
+    def find(self, name: str) -> tuple[str, str]:
+        """The value of ``name`` and where it was found (``variable VMCP_SECRET_...`` or
+        ``encrypted file PATH``), or :class:`SecretNotFound`."""
         check_name(name)
+        variable = f"environment variable {self.environment.variable(name)}"
         value = self.environment.get(name)
+        if value is not None:
+            return value, variable
+        value = self.file.get(name)
         if value is None:
-            value = self.file.get(name)
-        if value is None:
-            raise SecretNotFound(name, (f"environment variable {self.environment.variable(name)}",
-                                        f"encrypted file {self.file.path}"))
-        return value
+            raise SecretNotFound(name, (variable, f"encrypted file {self.file.path}"))
+        return value, f"encrypted file {self.file.path}"
 
     def overriding_variable(self, name: str) -> str | None:
         """The variable that overrides the file for ``name``, when one is set."""
