@@ -443,6 +443,9 @@ def test_token_response_mapping() -> None:
     deep = TokenResponseMappingPlan(access_token_path="data." + "9" * 5000)
     with pytest.raises(TokenEndpointError, match="no access token at"):
         parse_token_response({"data": ["x"]}, deep, now=0)
+    # Leading zeros name the same index, however many (what fuzz_token_response found).
+    zeros = TokenResponseMappingPlan(access_token_path="data." + "0" * 47 + ".value")
+    assert parse_token_response({"data": [{"value": "2"}]}, zeros, now=0).access_token == "2"
 
 
 # --- the authorization request and PKCE --------------------------------------------------------

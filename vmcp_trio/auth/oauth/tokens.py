@@ -113,8 +113,11 @@ def _dig(document: object, path: str) -> object:
     for part in path.split("."):
         if isinstance(node, dict):
             node = node.get(part)
-        elif isinstance(node, list) and part.isascii() and part.isdigit() and len(part) < 19:
-            index = int(part)  # (longer digit runs index nothing, and int() refuses 4,300)
+        elif isinstance(node, list) and part.isascii() and part.isdigit():
+            digits = part.lstrip("0") or "0"  # leading zeros name the same index, as in gjson
+            if len(digits) >= 19:  # past any array (and int() refuses 4,300 digits)
+                return None
+            index = int(digits)
             node = node[index] if index < len(node) else None
         else:
             return None
