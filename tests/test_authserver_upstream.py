@@ -39,11 +39,13 @@ from .fixtures.nested_token_server import NestedTokenServer, running_nested_toke
 from .helpers import free_port
 
 TIMEOUT = 5.0
+ERIN_OID = "4f1c2a9e-0d7b-4c55-9a7e-erin"
+"""The ``oid`` claim of account erin's ID tokens (Entra ID's stable user id)."""
 
 
 @pytest.fixture(scope="module")
 def idp() -> Iterator[Idp]:
-    with running_idp() as running:
+    with running_idp(account_claims={"erin": {"oid": ERIN_OID}}) as running:
         yield running
 
 
@@ -153,6 +155,18 @@ async def test_oidc_login_gives_tokens_and_the_subject(idp: Idp, http: HttpClien
     assert abs(tokens.expires_at - (time.time() + idp.access_token_ttl)) < 30
     assert tokens.scope is not None and "openid" in tokens.scope.split()
     assert tokens.access_token not in repr(tokens) and tokens.refresh_token not in repr(tokens)
+
+
+async def test_oidc_subject_claim_names_the_user(idp: Idp, http: HttpClient) -> None:
+    """``oidcConfig.subjectClaim`` (Entra ID's ``oid``): the user is that claim of the ID
+    token, not ``sub``; a token without it fails the login rather than fall back to ``sub``."""
+    provider = upstream(oidc_plan(idp, subject_claim="oid"), http)
+    code, leg = await login(provider, "erin")
+    _, identity = await finish(provider, code, leg)
+    assert identity.subject == ERIN_OID
+    code, leg = await login(provider, "alice")
+    with pytest.raises(UpstreamError, match="the ID token has no oid"):
+        await finish(provider, code, leg)
 
 
 async def test_oidc_public_client_sends_its_id_in_the_form(idp: Idp, http: HttpClient) -> None:

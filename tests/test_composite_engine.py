@@ -588,7 +588,7 @@ def test_builder_detects_cycles_and_missing_defaults() -> None:
 def test_builder_defaults_and_pruned_fields() -> None:
     plan = build_plan({"name": "wf", "description": "d", "failureMode": "abort", "steps": [
         {"id": "a", "tool": "t", "onError": {"action": "retry", "retryCount": 50,
-                                             "maxRetries": 2}}]})  # fmt: skip
+                                             "retryPolicy": {}}}]})  # fmt: skip
     step = plan.steps[0]
     assert (plan.timeout, step.timeout, step.on_error.retry_count, step.on_error.retry_delay) == (
         1800.0,
@@ -596,7 +596,7 @@ def test_builder_defaults_and_pruned_fields() -> None:
         10,
         1.0,
     )
-    assert [path for path, _ in plan.warnings] == ["failureMode", "steps[0].onError.maxRetries"]
+    assert [path for path, _ in plan.warnings] == ["failureMode", "steps[0].onError.retryPolicy"]
     legacy = build_plan(
         {
             "name": "wf",
@@ -609,11 +609,31 @@ def test_builder_defaults_and_pruned_fields() -> None:
                                      "properties": {"env": {"type": "string"}}}  # fmt: skip
 
 
+async def test_max_retries_is_retry_count_under_its_v0_6_name(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """ToolHive v0.6's ``onError: {action: retry, maxRetries: 2, retryDelay: 30s}``: two
+    retries after the first attempt, 30 s then 45 s apart, as ``retryCount: 2`` would be."""
+    on_error = {"action": "retry", "maxRetries": 2, "retryDelay": "30s"}
+    plan = plan_of([{"id": "f", "tool": "flaky", "onError": on_error}])
+    assert (plan.steps[0].on_error.retry_count, plan.steps[0].on_error.retry_delay) == (2, 30.0)
+    assert plan.warnings == ()
+    backend = Backend(flaky=failing(99))
+    start = trio.current_time()
+    assert "backend down" in error_text(await run_workflow(plan, {}, backend.ports()))
+    assert len(backend.calls) == 3
+    assert trio.current_time() - start == pytest.approx(30.0 + 45.0)
+    recovering = Backend(flaky=failing(2))
+    assert structured(await run_workflow(plan, {}, recovering.ports())) == {"attempt": 3}
+    both = problems_of({"name": "wf", "description": "d", "steps": [
+        {"id": "f", "tool": "t", "onError": {**on_error, "retryCount": 3}}]})  # fmt: skip
+    assert "differs from retryCount" in both["spec.steps[0].onError.maxRetries"]
+
+
 # --- every composite tool of the collected ToolHive manifests
 
-# Definitions that ToolHive rejects too: documentation skeletons, negative tests, and guides
-# that write ``onError.maxRetries`` (not a CRD field; the API server drops it and retry then
-# has no retryCount).
+# Definitions that ToolHive rejects too: documentation skeletons, negative tests, and a guide
+# without a description.
 KNOWN_BAD = {
     ("docs-website-v1alpha1/guides-vmcp-composite-tools-01.yaml", "my_workflow"): "skeleton",
     ("docs-website/guides-vmcp-composite-tools-01.yaml", "my_workflow"): "skeleton",
@@ -623,9 +643,7 @@ KNOWN_BAD = {
      "deploy_app"): "skeleton",
     ("toolhive-chainsaw/vmcp.extracted.yaml", "invalid_duplicate"): "negative test",
     ("toolhive-chainsaw/vmcp.extracted.yaml", "circular_workflow"): "negative test",
-    ("toolhive-docs/operator-advanced-workflow-patterns-02.yaml", None): "maxRetries",
-    ("toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-03.yaml", None):
-        "maxRetries",
+    ("toolhive-docs/operator-advanced-workflow-patterns-02.yaml", None): "no description",
 }  # fmt: skip
 
 

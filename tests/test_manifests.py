@@ -1,4 +1,5 @@
-"""Every real ToolHive manifest of ../shared/toolhive/manifests loads, or fails only as listed.
+"""Every real ToolHive manifest of ../shared/toolhive/manifests (and of
+tests/fixtures/toolhive-manifests, found since: its NOTICE.md) loads, or fails only as listed.
 
 Each file is validated alone, as a user would validate it, plus companions for what it names but
 keeps elsewhere: a Secret for every Secret reference the loader reports missing (placeholder
@@ -25,10 +26,14 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from vmcp_trio.resources import LoadOptions, ValidationResult, validate_documents
 from vmcp_trio.resources.loading import SourceDocument, load_paths, load_text
 
-from .helpers import TOOLHIVE_MANIFESTS
+from .helpers import ROOT, TOOLHIVE_MANIFESTS
 
 MANIFESTS = TOOLHIVE_MANIFESTS
-FILES = sorted(p for p in MANIFESTS.rglob("*") if p.suffix in (".yaml", ".yml"))
+MORE = ROOT / "tests" / "fixtures" / "toolhive-manifests"
+"""Real manifests the shared corpus does not hold (their NOTICE.md says where from), named
+``vmcp-trio/<path>``."""
+FILES = sorted(p for root in (MANIFESTS, MORE) for p in root.rglob("*")
+               if p.suffix in (".yaml", ".yml"))
 OPTIONS = LoadOptions(environ={})
 """Nothing from the environment of the machine running the tests."""
 
@@ -77,8 +82,10 @@ EXPECTED: dict[str, Expected] = {
         "a snippet whose spec is elided ('# ...'): an MCPServer needs a spec",
         ('MCPServer my-server: spec [required]',)),
     'docs-website/guides-k8s-rate-limiting-05-vmcp-ratelimit.yaml': Mistake(
-        'the placeholder <YOUR_REDIS_ADDRESS> is not host:port',
-        ('VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
+        'the placeholder <YOUR_REDIS_ADDRESS> is not host:port; an incomplete snippet: names an '
+        'MCPOIDCConfig that no document defines',
+        ('VirtualMCPServer shared-toolkit: spec.incomingAuth.oidcConfigRef.name [reference]',
+         'VirtualMCPServer shared-toolkit: spec.sessionStorage.address [host-port]',)),
     'docs-website/guides-registry-configuration-01-mcp-server-with-claims.yaml': Mistake(
         'a snippet showing only metadata: an MCPServer needs a spec',
         ('MCPServer deploy-helper: spec [required]',)),
@@ -105,6 +112,13 @@ EXPECTED: dict[str, Expected] = {
         'an incomplete snippet: names MCPTelemetryConfig shared-otel, which '
         'guides-vmcp-telemetry-and-metrics-01 defines',
         ('VirtualMCPServer my-vmcp: spec.telemetryConfigRef.name [reference]',)),
+    'docs-website/integrations-aws-sts-01-aws-sts-auth-config.yaml': Mistake(
+        'the placeholders <YOUR_AWS_REGION> and <YOUR_AWS_ACCOUNT_ID> where a region and ARNs '
+        'belong',
+        ('MCPExternalAuthConfig aws-mcp-sts-auth: spec.awsSts.fallbackRoleArn [pattern]',
+         'MCPExternalAuthConfig aws-mcp-sts-auth: spec.awsSts.region [pattern]',
+         'MCPExternalAuthConfig aws-mcp-sts-auth: spec.awsSts.roleMappings[0].roleArn '
+         '[pattern]',)),
     'docs-website/integrations-aws-sts-03-aws-mcp-remote-proxy.yaml': Mistake(
         ('an incomplete snippet: names MCPExternalAuthConfig aws-mcp-sts-auth, defined in '
          'another page of the guide'),
@@ -213,27 +227,31 @@ EXPECTED: dict[str, Expected] = {
          'VirtualMCPServer reporting-gateway: spec.authServerConfig.upstreamProviders [required]',
          'VirtualMCPServer reporting-gateway: spec.incomingAuth [required]',)),
     'toolhive-docs/operator-advanced-workflow-patterns-02.yaml': Mistake(
-        'no description, and onError.maxRetries, which is no field (retryCount is): ToolHive '
-        'prunes it and then refuses retry without retries',
-        ('VirtualMCPCompositeToolDefinition robust-deployment: spec.description [composite-tool]',
-         'VirtualMCPCompositeToolDefinition robust-deployment: '
-         'spec.steps[0].onError.retryCount [composite-tool]',)),
+        'no description (its onError.maxRetries is retryCount under its name up to v0.6)',
+        ('VirtualMCPCompositeToolDefinition robust-deployment: spec.description '
+         '[composite-tool]',)),
     'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-01.yaml': Mistake(
         "a skeleton whose steps are elided: a composite tool needs at least one step (ToolHive's "
         "validation too)",
         ('VirtualMCPCompositeToolDefinition deploy-app: spec.steps [composite-tool]',)),
-    'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-03.yaml': Mistake(
-        'onError.maxRetries, which is no field (retryCount is): ToolHive prunes it and then '
-        'refuses retry without retries',
-        ('VirtualMCPCompositeToolDefinition deploy-and-verify: '
-         'spec.steps[1].onError.retryCount [composite-tool]',)),
     'toolhive-docs/operator-virtualmcpcompositetooldefinition-guide-06.yaml': Mistake(
         "no spec.incomingAuth (required by ToolHive's CRD too)",
         ('VirtualMCPServer production-vmcp: spec.incomingAuth [required]',)),
     'toolhive-docs/operator-virtualmcpserver-api-02.yaml': Mistake(
         'outgoingAuth backend type service_account (no such type in any release) with a '
-        'serviceAccount field; also outgoingAuth.default is not implemented yet',
-        ('VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.serviceAccount '
+        'serviceAccount field; an incomplete snippet: names backends, an MCPOIDCConfig and an '
+        'MCPToolConfig that no document defines; also outgoingAuth.default is not implemented '
+        'yet',
+        ('VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[0].workload '
+         '[group-member]',
+         'VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[1].toolConfigRef.name '
+         '[reference]',
+         'VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[1].workload '
+         '[group-member]',
+         'VirtualMCPServer engineering-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',
+         'VirtualMCPServer engineering-vmcp: spec.operational.timeouts.perWorkload.github '
+         '[group-member]',
+         'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.serviceAccount '
          '[unknown-field]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.type [enum]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.default [not-implemented]',)),
@@ -275,6 +293,23 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-examples-v0.6.17/mcpremoteproxy_with_inline_oidc_secretref.yaml': Mistake(
         ("upstreamURL, a field of no release's CRD (the URL was remoteURL then)"),
         ('MCPRemoteProxy github-proxy: spec.upstreamURL [unknown-field]',)),
+    'vmcp-trio/docs-website/guides-k8s-remote-mcp-proxy-06.yaml': Mistake(
+        'an incomplete snippet: names MCPExternalAuthConfig external-auth-config, which the '
+        "page's previous block defines",
+        ('MCPRemoteProxy analytics-proxy: spec.externalAuthConfigRef.name [reference]',)),
+    'vmcp-trio/docs-website/guides-vmcp-backend-discovery-02.yaml': Mistake(
+        'an incomplete snippet: names MCPExternalAuthConfig github-token-config, which no block '
+        'of the page defines',
+        ('VirtualMCPServer my-vmcp: spec.outgoingAuth.backends.github-mcp.externalAuthConfigRef'
+         '.name [reference]',)),
+    'vmcp-trio/docs-website/guides-vmcp-embedded-auth-server-vmcp-07-virtualmcpserver.yaml':
+        Mistake(
+        "an incomplete snippet: the page's previous blocks define its backends, MCPOIDCConfig "
+        'and MCPExternalAuthConfigs',
+        ('VirtualMCPServer my-vmcp: spec.incomingAuth.oidcConfigRef.name [reference]',
+         'VirtualMCPServer my-vmcp: spec.outgoingAuth.backends.backend-github [group-member]',
+         'VirtualMCPServer my-vmcp: spec.outgoingAuth.backends.backend-github'
+         '.externalAuthConfigRef.name [reference]',)),
     'toolhive-examples-v0.6.17/mcpserver_with_external_auth.yaml': Mistake(
         ('names MCPExternalAuthConfig oauth-token-exchange, which no file defines (an '
          'incomplete example)'),
@@ -352,6 +387,8 @@ def error_keys(result: ValidationResult) -> tuple[str, ...]:
 
 
 def name_of(path: Path) -> str:
+    if path.is_relative_to(MORE):
+        return "vmcp-trio/" + path.relative_to(MORE).as_posix()
     return path.relative_to(MANIFESTS).as_posix()
 
 
@@ -379,8 +416,10 @@ def test_every_entry_names_a_manifest() -> None:
 def test_the_corpus_is_all_there() -> None:
     """220 files in 9 folders (their NOTICE.md): a missing file would pass unnoticed."""
     assert MANIFESTS.is_dir(), f"{MANIFESTS} is missing: ../shared must be beside the repository"
-    assert len(FILES) == 220
-    assert len({p.relative_to(MANIFESTS).parts[0] for p in FILES}) == 9
+    shared = [p for p in FILES if p.is_relative_to(MANIFESTS)]
+    assert len(shared) == 220
+    assert len({p.relative_to(MANIFESTS).parts[0] for p in shared}) == 9
+    assert len(FILES) - len(shared) == 23
 
 
 def test_companions_are_made_for_missing_references_only() -> None:

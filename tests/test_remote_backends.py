@@ -223,8 +223,6 @@ def test_the_entrys_external_auth_config_is_its_outgoing_strategy() -> None:
 
 
 @pytest.mark.parametrize(("backend", "path", "what"), [
-    (proxy(authzConfig={"type": "configMap", "configMap": {"name": "a"}}), "spec.authzConfig",
-     "authorization (Cedar policies)"),
     (proxy(rateLimiting={"shared": {"maxTokens": 5}}), "spec.rateLimiting", "rate limiting"),
 ])
 def test_security_fields_are_not_implemented(backend: dict[str, Any], path: str,

@@ -234,6 +234,32 @@ def test_oidc_provider_scopes_need_openid(embedded: Docs) -> None:
     expect_error(validate(embedded), "scopes", f"{PROVIDERS}[0].oidcConfig.scopes")
 
 
+def test_oidc_provider_subject_claim_names_the_user(embedded: Docs) -> None:
+    """``subjectClaim`` (ToolHive's, for Entra ID's ``oid``): the ID token's claim that names
+    the user, a claim name (ToolHive's pattern)."""
+    set_field(vmcp(embedded), f"{PROVIDERS}.0.oidcConfig.subjectClaim", "oid")
+    result = validate(embedded)
+    assert result.ok, result.problems
+    auth_server = result.plans[0].auth_server
+    assert auth_server is not None and auth_server.providers[0].subject_claim == "oid"
+    set_field(vmcp(embedded), f"{PROVIDERS}.0.oidcConfig.subjectClaim", "oid.sub")
+    expect_error(validate(embedded), "pattern", f"{PROVIDERS}[0].oidcConfig.subjectClaim")
+
+
+def test_provider_redirect_uri_is_the_gateways_callback(embedded: Docs) -> None:
+    """``redirectUri`` (ToolHive's; its default is the callback): vmcp serves the callback at
+    ``{issuer}/oauth/callback``, so that is the one it may name."""
+    issuer = vmcp(embedded)["spec"]["authServerConfig"]["issuer"]
+    set_field(vmcp(embedded), f"{PROVIDERS}.0.oidcConfig.redirectUri", f"{issuer}/oauth/callback")
+    set_field(vmcp(embedded), f"{PROVIDERS}.1.oauth2Config.redirectUri",
+              f"{issuer}/oauth/callback")
+    assert validate(embedded).ok
+    set_field(vmcp(embedded), f"{PROVIDERS}.1.oauth2Config.redirectUri",
+              "https://elsewhere.example.com/callback")
+    expect_error(validate(embedded), "redirect-uri", f"{PROVIDERS}[1].oauth2Config.redirectUri",
+                 contains=f"must be {issuer}/oauth/callback")
+
+
 def test_provider_urls_need_https_unless_switched(embedded: Docs) -> None:
     set_field(vmcp(embedded), f"{PROVIDERS}.0.oidcConfig.issuerUrl", "http://127.0.0.1:9000")
     expect_error(validate(embedded), "https", f"{PROVIDERS}[0].oidcConfig.issuerUrl",
@@ -1017,15 +1043,15 @@ def test_kubernetes_workload_fields_get_one_warning(anonymous: Docs) -> None:
         "podTemplateSpec, replicas, serviceType: ignored outside Kubernetes")
 
 
-@pytest.mark.parametrize("auth_type", ["embeddedAuthServer", "awsSts", "obo", "xaa"])
-def test_external_auth_types_not_implemented_yet(embedded: Docs, auth_type: str) -> None:
-    """Refused where a backend would use one; a definition nothing uses is a warning."""
+def test_the_embedded_auth_server_type_is_not_a_gateways(embedded: Docs) -> None:
+    """Refused where a backend would use one; a definition nothing uses is a warning. (The
+    other types' rules: tests/test_external_auth_rules.py.)"""
     config = resource(embedded, EXT, "github-inject")
-    config["spec"] = {"type": auth_type, auth_type: {"anything": "here"}}
+    config["spec"] = {"type": "embeddedAuthServer", "embeddedAuthServer": {"anything": "here"}}
     result = validate(embedded)
     expect_error(result, "not-implemented",
                  "spec.outgoingAuth.backends.github-tools.externalAuthConfigRef.name",
-                 kind=VMCP, contains=f"of type {auth_type}, which is not implemented yet")
+                 kind=VMCP, contains="of type embeddedAuthServer, which is not implemented yet")
     (note,) = matching(result, rule="auth-type-unused")
     assert note.severity is Severity.WARNING and note.path == "spec.type"
     del vmcp(embedded)["spec"]["outgoingAuth"]["backends"]["github-tools"]

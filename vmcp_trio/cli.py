@@ -340,8 +340,8 @@ def _print_result(result: ValidationResult, name: str | None, fmt: str, out: Tex
             out.write(f"invalid: {errors} error(s), {warnings} warning(s) in "
                       f"{result.document_count} document(s)\n")
             if result.unchecked:
-                out.write(f"note: {result.unchecked} resource(s) have field errors, so the "
-                          "rules between resources did not run on them yet; fix these and "
+                out.write(f"note: {result.unchecked} resource(s) have field errors where "
+                          "the rules between resources cannot read past them; fix these and "
                           "run again\n")
         elif missing_name:
             out.write(f"invalid: no VirtualMCPServer named {name!r} in the given files\n")

@@ -13,6 +13,7 @@
 //   scopes          optional; default openid offline_access mcp:tools mcp:admin
 //   groups          optional; {account: ["group", ...]}: those accounts' tokens carry a `groups`
 //                   claim (JWT access tokens and ID tokens), as a directory's group claim would
+//   grants          optional; the on-behalf-of and ID-JAG stand-ins of grants.mjs (see there)
 //   tokenExchange   optional; enables the RFC 8693 grant below:
 //                   {trustedIssuers: [{issuer, jwksUri}],
 //                    audiences: {AUDIENCE: {scope: "a b", accessTokenTTL: seconds}}}
@@ -56,6 +57,8 @@ import { randomBytes } from 'node:crypto';
 import * as jose from 'jose'; // oidc-provider's own dependency
 import Provider, { errors } from 'oidc-provider';
 
+import { ID_JAG, registerGrants } from './grants.mjs';
+
 // oidc-provider prints NOTICEs with console.info (stdout) and WARNINGs with console.warn: keep
 // stdout for the ready line, and drop the known quick-start noise.
 const NOISE = [
@@ -78,6 +81,9 @@ const defaultTTL = config.accessTokenTTL ?? 600;
 const tokenExchange = config.tokenExchange ?? null;
 const groups = config.groups ?? {};
 const groupsOf = (account) => (account && Object.hasOwn(groups, account) ? groups[account] : null);
+// More ID-token claims of some accounts (Entra ID's `oid`, say): {account: {claim: value}}.
+const accountClaims = config.accountClaims ?? {};
+const extraClaimNames = [...new Set(Object.values(accountClaims).flatMap(Object.keys))];
 // This provider's public keys (before oidc-provider takes the private JWKS), for (b) and (c).
 const PRIVATE_MEMBERS = new Set(['d', 'p', 'q', 'dp', 'dq', 'qi', 'k']);
 const ownKeys = jose.createLocalJWKSet({
@@ -90,7 +96,7 @@ const configuration = {
   jwks: config.jwks,
   clients: config.clients ?? [],
   scopes: config.scopes ?? ['openid', 'offline_access', 'mcp:tools', 'mcp:admin'],
-  claims: { openid: ['sub', 'groups'] },
+  claims: { openid: ['sub', 'groups', ...extraClaimNames] },
   conformIdTokenClaims: false, // an account's groups are in its ID token, not only at userinfo
   cookies: { keys: [randomBytes(32).toString('base64url')] },
   clientDefaults: { id_token_signed_response_alg: alg },
@@ -105,7 +111,10 @@ const configuration = {
     const accountGroups = groupsOf(id);
     return {
       accountId: id,
-      async claims() { return accountGroups ? { sub: id, groups: accountGroups } : { sub: id }; },
+      async claims() {
+        const extra = Object.hasOwn(accountClaims, id) ? accountClaims[id] : {};
+        return accountGroups ? { ...extra, sub: id, groups: accountGroups } : { ...extra, sub: id };
+      },
     };
   },
   features: {
@@ -152,12 +161,16 @@ provider.use(async (ctx, next) => {
   }
   await next();
 });
-if (tokenExchange) registerTokenExchange(provider, tokenExchange);
+// The delegation grants (on-behalf-of, ID-JAG): our stand-ins of tests/peers/grants.mjs.
+const delegation = config.grants
+  ? registerGrants(provider, config.grants, { ownKeys, signingKey: config.jwks.keys[0], alg, defaultTTL })
+  : { idJag: null };
+if (tokenExchange || delegation.idJag) registerTokenExchange(provider, tokenExchange ?? {}, delegation.idJag);
 provider.on('server_error', (_ctx, err) => process.stderr.write(`server_error: ${err?.stack ?? err}\n`));
 
 // --- RFC 8693 token exchange (our stand-in, see the header) -------------------------------------
 
-function registerTokenExchange(provider, { trustedIssuers = [], audiences = {} }) {
+function registerTokenExchange(provider, { trustedIssuers = [], audiences = {} }, idJag = null) {
   const GRANT = 'urn:ietf:params:oauth:grant-type:token-exchange';
   const ACCESS_TOKEN = 'urn:ietf:params:oauth:token-type:access_token';
   const ID_TOKEN = 'urn:ietf:params:oauth:token-type:id_token';
@@ -226,6 +239,10 @@ function registerTokenExchange(provider, { trustedIssuers = [], audiences = {} }
 
   async function tokenExchangeHandler(ctx) {
     const { client, params } = ctx.oidc;
+    if (idJag && params.requested_token_type === ID_JAG) {
+      await idJag(ctx); // Cross-App Access: tests/peers/grants.mjs
+      return;
+    }
     stats.attempts += 1;
     if (behaviour.mode === 'slow') {
       await new Promise((resolve) => { setTimeout(resolve, behaviour.delaySeconds * 1000); });

@@ -32,14 +32,14 @@ from ..auth.incoming.authenticator import Authenticator
 from ..auth.incoming.build import build_authenticator
 from ..auth.outgoing.exchange import TokenExchanger
 from ..auth.outgoing.shared_exchange import SharedExchangeCache
-from ..auth.outgoing.strategies import OutgoingStrategy, build_strategy
+from ..auth.outgoing.strategies import BackendStrategy, build_strategy
 from ..auth.policy.cedar import CedarPolicies
 from ..auth.policy.rate_limits import LocalRateLimiter, RedisRateLimiter
 from ..authserver.server import AuthorizationServer
 from ..authserver.storage import Storage
 from ..authserver.storage.memory import MemoryStorage
 from ..authserver.storage.redis import RedisStorage
-from ..gateway.admission import Gate
+from ..gateway.admission import BackendPolicies, Gate
 from ..gateway.backends.links import BackendLinks
 from ..gateway.backends.stdio import StdioProcess
 from ..gateway.call_log import CallLog
@@ -50,7 +50,13 @@ from ..gateway.session_records import SessionRecords
 from ..gateway.settings import GatewaySettings
 from ..gateway.sharing import SessionSharing
 from ..http.client import HttpClient
-from ..resources.plan import BackendPlan, EmbeddedIncoming, GatewayPlan, StdioEndpoint
+from ..resources.plan import (
+    AuthzPlan,
+    BackendPlan,
+    EmbeddedIncoming,
+    GatewayPlan,
+    StdioEndpoint,
+)
 from ..resources.plan import RedisStorage as RedisStoragePlan
 from ..runtime.audit import AuditLog
 from ..runtime.metrics import Metrics
@@ -219,7 +225,7 @@ def authenticator_for(plan: GatewayPlan, settings: GatewaySettings, client: Http
 def strategies_for(plan: GatewayPlan, settings: GatewaySettings, client: HttpClient,
                    authserver: AuthorizationServer | None,
                    exchangers: dict[tuple[str, str | None], TokenExchanger],
-                   shared: SharedParts | None) -> dict[str, OutgoingStrategy]:
+                   shared: SharedParts | None) -> dict[str, BackendStrategy]:
     """Boundary 2: each backend's strategy (exchange caches shared per exchange service, kept
     across reloads, and shared by the replicas when they share a Redis)."""
     return {backend.name: build_strategy(backend.outgoing, client=client, exchangers=exchangers,
@@ -332,21 +338,27 @@ def audit_log_for(plan: GatewayPlan, metrics: Metrics) -> AuditLog:
     return AuditLog(plan.audit, on_drop=metrics.audit_dropped.inc)
 
 
+def _cedar(authz: AuthzPlan, server_name: str) -> CedarPolicies:
+    """The Cedar engine of policies whose resources are under ``MCP::"<server_name>"``."""
+    return CedarPolicies(list(authz.policies), authz.entities_json, server_name=server_name,
+                         group_claim_name=authz.group_claim_name,
+                         role_claim_name=authz.role_claim_name,
+                         group_entity_type=authz.group_entity_type)
+
+
 def gate_for(process: GatewayProcess) -> Gate | None:
-    """The authorization policies and rate limits of the plan (None: neither)."""
+    """The authorization policies (the gateway's and its backends' own) and rate limits of the
+    plan (None: none of them)."""
     plan = process.plan
-    policies = None
-    if plan.authz is not None:
-        policies = CedarPolicies(list(plan.authz.policies), plan.authz.entities_json,
-                                 server_name=plan.name,
-                                 group_claim_name=plan.authz.group_claim_name,
-                                 role_claim_name=plan.authz.role_claim_name,
-                                 group_entity_type=plan.authz.group_entity_type)
-    if policies is None and plan.rate_limits is None:
+    policies = _cedar(plan.authz, plan.name) if plan.authz is not None else None
+    backends = {backend.name: BackendPolicies(_cedar(backend.authz, backend.name),
+                                              backend.authz.primary_upstream_provider)
+                for backend in plan.backends if backend.authz is not None}
+    if policies is None and plan.rate_limits is None and not backends:
         return None
     gate = Gate(policies, None, process.metrics,
                 primary_upstream=plan.authz.primary_upstream_provider if plan.authz else None,
-                tokens=process.authserver)
+                tokens=process.authserver, backends=backends)
     if plan.rate_limits is not None:
         gate.limiter = (RedisRateLimiter(process.shared.redis, plan.rate_limits,
                                          on_unavailable=gate.rate_limit_unavailable)

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import trio
 
 from ..auth.incoming.build import IncomingAuthError
 from ..gateway.backends.stdio import StdioProcess
-from ..resources.plan import GatewayPlan, StdioEndpoint
+from ..resources.plan import AuthzPlan, GatewayPlan, StdioEndpoint
 from ..resources.problems import Problem
 from ..runtime.logs import say
 from ..runtime.supervisor import TaskHealth
@@ -79,7 +79,7 @@ class Changes:
     other: bool
     """Aggregation or operational settings, or the composite tools."""
     policies: bool = False
-    """Authorization policies or rate limits."""
+    """Authorization policies (the gateway's or a backend's own) or rate limits."""
     audit: bool = False
 
     @property
@@ -104,18 +104,25 @@ class Changes:
         return "; ".join(parts)
 
 
+def _own_policies(plan: GatewayPlan) -> dict[str, AuthzPlan]:
+    """The backends that have policies of their own, and theirs."""
+    return {b.name: b.authz for b in plan.backends if b.authz is not None}
+
+
 def changes(old: GatewayPlan, new: GatewayPlan) -> Changes:
     before = {b.name: b for b in old.backends}
     after = {b.name: b for b in new.backends}
     return Changes(
         added=frozenset(after.keys() - before.keys()),
         removed=frozenset(before.keys() - after.keys()),
-        changed=frozenset(n for n in before.keys() & after.keys() if before[n] != after[n]),
+        changed=frozenset(n for n in before.keys() & after.keys()
+                          if replace(before[n], authz=None) != replace(after[n], authz=None)),
         incoming=old.incoming != new.incoming,
         auth_server=old.auth_server != new.auth_server,
         other=(old.aggregation, old.operational, old.name, old.composite_tools) != (
             new.aggregation, new.operational, new.name, new.composite_tools),
-        policies=(old.authz, old.rate_limits) != (new.authz, new.rate_limits),
+        policies=(old.authz, old.rate_limits, _own_policies(old)) != (
+            new.authz, new.rate_limits, _own_policies(new)),
         audit=old.audit != new.audit)
 
 

@@ -10,9 +10,11 @@ Two kinds of provider, as ToolHive has them:
 
 * ``oidc``: endpoints and signing keys come from the issuer's discovery document, fetched lazily
   at first use (a provider that is down at startup does not stop the server); the user is the
-  ``sub`` of the ID token, which is checked fully (signature with the provider's JWKS, ``iss`` =
-  the discovered issuer, ``aud`` contains our client id, ``azp``, ``exp``, the leg's ``nonce``,
-  and ``at_hash`` when present).
+  ``sub`` of the ID token (or the claim ``subjectClaim`` names, such as Entra ID's ``oid``: a
+  non-empty string, else the login fails rather than key the user by another claim, as
+  ToolHive), which is checked fully (signature with the provider's JWKS, ``iss`` = the
+  discovered issuer, ``aud`` contains our client id, ``azp``, ``exp``, the leg's ``nonce``, and
+  ``at_hash`` when present).
 * ``oauth2``: explicit endpoints; the user comes from the ``userInfo`` endpoint through its
   ``fieldMapping`` (ordered candidate fields, the first non-empty one wins, numbers become
   integer strings as GitHub's numeric ``id`` needs). ``tokenResponseMapping`` reads tokens that a
@@ -396,9 +398,11 @@ class UpstreamProvider:
             raise self._error(f"the ID token was refused: {exc.reason}") from None
         self._check_id_token_bindings(token, tokens.access_token, nonce)
         claims = token.claims
-        subject = claims.get("sub")
+        claim = self.plan.subject_claim if isinstance(self.plan, OIDCProvider) else "sub"
+        subject = claims.get(claim)
         if not isinstance(subject, str) or not subject.strip():
-            raise self._error("the ID token has no sub")
+            raise self._error(f"the ID token has no {claim} (the claim that names the user) "
+                              "or it is not a non-empty string")
         email = claims.get("email")
         return UpstreamIdentity(subject, first_text(claims, ("name",)),
                                 email if isinstance(email, str) and email.strip() else None)

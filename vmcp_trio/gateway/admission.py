@@ -1,7 +1,9 @@
 """What a caller's request must pass before the gateway works on it: policies, then rate limits.
 
 One job: for one request of one identity, say whether it goes on or the refusal it gets, and
-which list items the identity may see. The rules it keeps:
+which list items the identity may see; and the same for a backend's own policies (an
+MCPRemoteProxy's ``authzConfig``: what ToolHive's proxy pod in front of it enforces). The rules
+it keeps:
 
 * Authorization policies (:mod:`~vmcp_trio.auth.policy.cedar`) first: the checks a request
   needs (:mod:`~vmcp_trio.auth.policy.mcp_checks`) must all allow it; a denial is JSON-RPC
@@ -12,6 +14,11 @@ which list items the identity may see. The rules it keeps:
   ToolHive): -32029 with ``retryAfterSeconds``, HTTP 429 with ``Retry-After``. A denied call
   takes no token. Redis unreachable lets calls through, counted in
   ``vmcp_rate_limit_unavailable_total`` with a warning at most once a minute.
+* A backend's own policies decide the requests routed to it, under its own names (before the
+  gateway's prefix or renames, as the pod sees them), with ``MCP::"<backend>"`` as their
+  server, after the gateway's: a denial is the same JSON-RPC error 403, and the items of that
+  backend they do not let the caller use are left out of lists. They see the claims the
+  gateway's policies see (the gateway's caller is whom vmcp calls the backend for).
 * Whose claims the policies see: the token's, or with ``primaryUpstreamProvider`` the claims of
   the identity's upstream login at that provider (the embedded authorization server's stored
   access token when it is a JWT, as ToolHive; else the stored ID token; else the token's own
@@ -34,14 +41,15 @@ from typing import Any, Protocol
 from ..auth.identity import ANONYMOUS, Identity
 from ..auth.jwt import TokenError, parse_jws
 from ..auth.outgoing.strategies import UpstreamTokens
-from ..auth.policy.cedar import CedarPolicies
+from ..auth.policy.cedar import CedarCheck, CedarPolicies
 from ..auth.policy.mcp_checks import DENIED, checks_for, denial_message, item_check
 from ..auth.policy.rate_limits import Admission, refusal, retry_after_seconds
 from ..protocol.jsonrpc import TOO_BUSY, ErrorObject, ErrorResponse, Request
 from ..runtime.metrics import Metrics
 from ..runtime.redis import StorageUnavailable
+from .aggregation import Catalog
 
-__all__ = ["Gate", "RateLimiter", "Refusal"]
+__all__ = ["BackendPolicies", "Gate", "RateLimiter", "Refusal"]
 
 log = logging.getLogger("vmcp.admission")
 
@@ -66,6 +74,15 @@ class Refusal:
     headers: tuple[tuple[str, str], ...] = ()
 
 
+@dataclass(frozen=True)
+class BackendPolicies:
+    """A backend's own policies, and the upstream login whose claims they see (None: the
+    token's)."""
+
+    policies: CedarPolicies
+    primary_upstream: str | None = None
+
+
 def _jwt_claims(token: str) -> dict[str, Any] | None:
     """The payload of a JWT-shaped token, unverified (see the module docstring); None when it
     is not one."""
@@ -80,53 +97,67 @@ class Gate:
 
     def __init__(self, policies: CedarPolicies | None, limiter: RateLimiter | None,
                  metrics: Metrics, *, primary_upstream: str | None = None,
-                 tokens: UpstreamTokens | None = None) -> None:
+                 tokens: UpstreamTokens | None = None,
+                 backends: Mapping[str, BackendPolicies] | None = None) -> None:
         self.policies = policies
         self.limiter = limiter
         self.metrics = metrics
         self.primary_upstream = primary_upstream
         self.tokens = tokens
+        self.backends: Mapping[str, BackendPolicies] = backends or {}
+        """The backends that have policies of their own, by name."""
         self._allowed = metrics.authz_decisions.labels("allowed")
         """The counter of allowed decisions (labels() costs ~2 µs: once, not per call)."""
-        self._upstream_claims: OrderedDict[str, tuple[float, dict[str, Any] | None]] = \
-            OrderedDict()
+        self._upstream_claims: OrderedDict[tuple[str, str],
+                                           tuple[float, dict[str, Any] | None]] = OrderedDict()
         self._warned_at = -WARN_EVERY
 
-    @property
-    def active(self) -> bool:
-        return self.policies is not None or self.limiter is not None
-
-    async def claims(self, identity: Identity) -> Mapping[str, Any] | None:
-        """The claims the policies see for ``identity`` (None: none can be had: deny)."""
+    async def claims(self, identity: Identity,
+                     primary_upstream: str | None = None) -> Mapping[str, Any] | None:
+        """The claims policies see for ``identity`` (None: none can be had: deny), those of
+        the login at ``primary_upstream`` (default: the gateway's policies')."""
         if identity is ANONYMOUS:
             return ANONYMOUS_CLAIMS
+        provider = primary_upstream or self.primary_upstream
         session = identity.claims.get("tsid")
-        if self.primary_upstream is None or self.tokens is None or not isinstance(session, str):
+        if provider is None or self.tokens is None or not isinstance(session, str):
             return identity.claims
         now = time.monotonic()
-        kept = self._upstream_claims.get(session)
+        key = (session, provider)
+        kept = self._upstream_claims.get(key)
         if kept is None or kept[0] <= now:
-            kept = (now + UPSTREAM_CLAIMS_SECONDS, await self._read_upstream(session))
-            self._upstream_claims[session] = kept
+            kept = (now + UPSTREAM_CLAIMS_SECONDS, await self._read_upstream(session, provider))
+            self._upstream_claims[key] = kept
             while len(self._upstream_claims) > MAX_UPSTREAM_CLAIMS:
                 self._upstream_claims.popitem(last=False)
-        self._upstream_claims.move_to_end(session)
+        self._upstream_claims.move_to_end(key)
         upstream = kept[1]
         if upstream is None:
             return None
         return upstream or identity.claims
 
-    async def _read_upstream(self, session: str) -> dict[str, Any] | None:
+    async def _read_upstream(self, session: str, provider: str) -> dict[str, Any] | None:
         """The upstream login's claims; {} for "the token's own"; None: no such login."""
-        assert self.tokens is not None and self.primary_upstream is not None
-        access = await self.tokens.upstream_access_token(session, self.primary_upstream)
+        assert self.tokens is not None
+        access = await self.tokens.upstream_access_token(session, provider)
         if not access:
             return None
         claims = _jwt_claims(access)
         if claims is None:
-            id_token = await self.tokens.upstream_id_token(session, self.primary_upstream)
+            id_token = await self.tokens.upstream_id_token(session, provider)
             claims = _jwt_claims(id_token) if id_token else None
         return claims or {}
+
+    def _denied(self, request: Request, policies: CedarPolicies,
+                claims: Mapping[str, Any] | None, checks: Sequence[CedarCheck]) -> Refusal | None:
+        """The refusal when a check is not allowed (counted either way)."""
+        for check in checks:
+            if claims is None or not policies.allowed(claims, check):
+                self.metrics.authz_decisions.labels("denied").inc()
+                return Refusal(ErrorResponse(request.id, ErrorObject(
+                    DENIED, denial_message(check))), DENIED)
+        self._allowed.inc()
+        return None
 
     async def refuse(self, identity: Identity, request: Request,
                      annotations: Callable[[str], Mapping[str, Any]]) -> Refusal | None:
@@ -138,17 +169,10 @@ class Gate:
                 try:
                     claims = await self.claims(identity)
                 except StorageUnavailable as exc:
-                    log.warning("authorization cannot be decided now: %s", exc)
-                    return Refusal(ErrorResponse(request.id, ErrorObject(
-                        TOO_BUSY, "authorization cannot be decided now (the login's storage "
-                                  "is unreachable); try again shortly")), 503,
-                        (("retry-after", "5"),))
-                for check in checks:
-                    if claims is None or not self.policies.allowed(claims, check):
-                        self.metrics.authz_decisions.labels("denied").inc()
-                        return Refusal(ErrorResponse(request.id, ErrorObject(
-                            DENIED, denial_message(check))), DENIED)
-                self._allowed.inc()
+                    return _undecided(request, exc)
+                denied = self._denied(request, self.policies, claims, checks)
+                if denied is not None:
+                    return denied
         if self.limiter is not None and request.method == "tools/call":
             name = params.get("name")
             admission = await self.limiter.admit(
@@ -171,13 +195,69 @@ class Gate:
                         "unlimited; counted in vmcp_rate_limit_unavailable_total)")
 
     async def visible(self, identity: Identity, list_method: str,
-                      items: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The items of a list the identity may use."""
-        if self.policies is None:
-            return list(items)
-        claims = await self.claims(identity)
-        if claims is None:
-            return []
-        policies = self.policies
-        return [item for item in items if policies.allowed(claims, item_check(list_method, item))]
+                      items: Sequence[dict[str, Any]], catalog: Catalog) -> list[dict[str, Any]]:
+        """The items of a list the identity may use: by the gateway's policies, then by the
+        own policies of the backend each comes from (``catalog`` says which, and its name
+        there)."""
+        kept = list(items)
+        if self.policies is not None:
+            claims = await self.claims(identity)
+            policies = self.policies
+            kept = [] if claims is None else [
+                item for item in kept if policies.allowed(claims, item_check(list_method, item))]
+        if not self.backends:
+            return kept
+        seen: dict[str, Mapping[str, Any] | None] = {}
+        out = []
+        for item in kept:
+            backend, own_item = _backends_own(catalog, list_method, item)
+            own = self.backends.get(backend)
+            if own is None:
+                out.append(item)
+                continue
+            if backend not in seen:
+                seen[backend] = await self.claims(identity, own.primary_upstream)
+            claims = seen[backend]
+            if claims is not None and own.policies.allowed(claims,
+                                                           item_check(list_method, own_item)):
+                out.append(item)
+        return out
+
+    async def refuse_at(self, identity: Identity, backend: str, request: Request,
+                        params: Mapping[str, Any],
+                        hints: Mapping[str, Any]) -> ErrorResponse | None:
+        """``backend``'s own policies on ``request`` as routed to it (``params``: under the
+        backend's own names; ``hints``: the tool's annotations): None when they allow it."""
+        own = self.backends.get(backend)
+        checks = checks_for(request.method, params, lambda _: hints) if own else []
+        if own is None or not checks:
+            return None
+        try:
+            claims = await self.claims(identity, own.primary_upstream)
+        except StorageUnavailable as exc:
+            return _undecided(request, exc).reply
+        denied = self._denied(request, own.policies, claims, checks)
+        return None if denied is None else denied.reply
+
+
+
+def _backends_own(catalog: Catalog, list_method: str,
+                  item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The backend a listed item comes from ("" for the gateway's own, a composite tool) and
+    the item under the backend's own name."""
+    if list_method in ("tools/list", "prompts/list"):
+        routes = catalog.tool_routes if list_method == "tools/list" else catalog.prompt_routes
+        route = routes.get(str(item.get("name")))
+        return ("", item) if route is None else (route.backend, {**item, "name": route.name})
+    if list_method == "resources/templates/list":
+        return catalog.template_owners.get(str(item.get("uriTemplate")), ""), item
+    return catalog.resource_routes.get(str(item.get("uri")), ""), item
+
+
+def _undecided(request: Request, exc: StorageUnavailable) -> Refusal:
+    """503 to try again: the login's storage is unreachable (never an allow)."""
+    log.warning("authorization cannot be decided now: %s", exc)
+    return Refusal(ErrorResponse(request.id, ErrorObject(
+        TOO_BUSY, "authorization cannot be decided now (the login's storage is unreachable); "
+                  "try again shortly")), 503, (("retry-after", "5"),))
 

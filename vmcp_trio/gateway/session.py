@@ -79,6 +79,7 @@ from ..runtime.audit import mcp_event
 from ..runtime.logs import ACCESS, REQUEST_ID, note
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .admission import Refusal
+from .aggregation import Catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .call_log import LOST, LoggedCall
@@ -124,6 +125,14 @@ Reply = Response | ErrorResponse
 
 def _error(request_id: RequestId | None, code: int, message: str) -> ErrorResponse:
     return ErrorResponse(request_id, ErrorObject(code, message))
+
+
+def _hints(catalog: Catalog | None, request: Request) -> Mapping[str, Any]:
+    """The annotations of the tool ``request`` calls, as ``catalog`` lists it (none when it
+    lists no such tool)."""
+    tool = catalog.tool((request.params or {}).get("name")) if catalog is not None else None
+    hints = tool.get("annotations") if tool is not None else None
+    return hints if isinstance(hints, dict) else NO_ANNOTATIONS
 
 
 class ClientSession:
@@ -421,13 +430,7 @@ class ClientSession:
         catalog = None
         if request.method == "tools/call" and gate.policies is not None:
             catalog = await self.catalog.get()
-
-        def annotations(name: str) -> Mapping[str, Any]:
-            tool = catalog.tool(name) if catalog is not None else None
-            hints = tool.get("annotations") if tool is not None else None
-            return hints if isinstance(hints, dict) else NO_ANNOTATIONS
-
-        refusal = await gate.refuse(self.identity, request, annotations)
+        refusal = await gate.refuse(self.identity, request, lambda _: _hints(catalog, request))
         if refusal is not None:
             self.audit(request, refusal.reply, status=refusal.status)
         return refusal
@@ -565,12 +568,17 @@ class ClientSession:
                                      "while a backend that is up fails)")
         items: list[dict[str, Any]] = list(getattr(catalog, key))
         if self.services.gate is not None:
-            items = await self.services.gate.visible(self.identity, request.method, items)
+            items = await self.services.gate.visible(self.identity, request.method, items,
+                                                     catalog)
         return Response(request.id, {result_key: items})
 
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
                        call: Call) -> Reply:
         call.backend = link.name
+        refused = await self.links.refused(link.name, request, params,
+                                           _hints(self.catalog.built, request))
+        if refused is not None:  # the backend's own policies
+            return refused
         if not link.revision.stateless:
             params = params_for_handshake(params) or {}
         target = params.get("name")

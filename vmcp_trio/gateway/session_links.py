@@ -15,6 +15,9 @@ name) and, for each it could not, why (``failed``). The rules it keeps:
   :meth:`calling`) are done, or after the backend's timeout.
 * :meth:`link` is the one way a request gets a link: a backend that is not connected raises
   :class:`~.backends.base.BackendError` naming it and why.
+* A backend's own policies (an MCPRemoteProxy's ``authzConfig``, what ToolHive's proxy pod in
+  front of it enforces) stand between the session's caller and the backend: :meth:`refused`
+  says what they say to a request sent to it (:meth:`~.admission.Gate.refuse_at`).
 
 It is handed what it uses of its session (the owner's id, the client's capabilities, the
 caller, the sink of a backend's unrelated messages, the record it joined), never the session.
@@ -25,12 +28,14 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Callable, ItemsView, Iterator, ValuesView
+from collections.abc import Callable, ItemsView, Iterator, Mapping, ValuesView
 from typing import Any
 
 import trio
 
 from ..auth.caller import Caller
+from ..auth.policy.mcp_checks import NO_ANNOTATIONS
+from ..protocol.jsonrpc import ErrorResponse, Request
 from ..protocol.revisions import revision
 from ..runtime.supervisor import Supervisor
 from .backends.base import BackendError, BackendLink, Sink
@@ -105,6 +110,18 @@ class SessionLinks:
         """``with links.calling(link)``: count a call in flight on ``link`` for the block (what
         retiring it waits for)."""
         return _Calling(self._calls_on, link)
+
+    # --- the backends' own policies ---------------------------------------------------------------
+
+    async def refused(self, backend: str, request: Request, params: Mapping[str, Any],
+                      hints: Mapping[str, Any] = NO_ANNOTATIONS) -> ErrorResponse | None:
+        """``backend``'s own policies on ``request`` for this session's caller, as sent to it
+        (``params``: under the backend's names; ``hints``: the tool's annotations); None: it
+        may go."""
+        gate = self.services.gate
+        if gate is None:
+            return None
+        return await gate.refuse_at(self._caller().identity, backend, request, params, hints)
 
     # --- connecting -------------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 Checked here: https (unless ``insecureAllowHTTP``), an issuer usable in RFC 8414 discovery,
 signing keys that load and are strong enough, HMAC secrets of at least 32 bytes, token
 lifespans within sane ranges, upstream providers (unique DNS-label names, the block matching
-``type``, their Secrets), and the storage block. The result is an
+``type``, their Secrets, a ``redirectUri`` that is vmcp's callback ``{issuer}/oauth/callback``,
+an OIDC ``subjectClaim``), and the storage block. The result is an
 :class:`~vmcp_trio.resources.plan.AuthServerPlan` with ToolHive's defaults filled in.
 """
 
@@ -210,6 +211,12 @@ def _providers(resolver: Resolver, owner: Resource,
         if present[other] is not None:
             resolver.report.error(owner, (*path, other), "unused-field",
                                   f"must not be set when type is {provider.type}")
+        block = present[wanted]
+        callback = f"{config.issuer}/oauth/callback"
+        if block is not None and block.redirect_uri not in (None, callback):
+            resolver.report.error(owner, (*path, wanted, "redirectUri"), "redirect-uri",
+                                  f"must be {callback}, where vmcp serves the login's callback "
+                                  "(its default: it may be left out)")
         if provider.type == "oidc" and provider.oidc_config is not None:
             plan: ProviderPlan | None = _oidc_provider(resolver, owner, path, provider.name,
                                                       provider.oidc_config, https)
@@ -235,7 +242,8 @@ def _oidc_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart]
         resolver.report.error(owner, (*here, "scopes"), "scopes",
                               "must include 'openid' for an OIDC provider (without it no ID "
                               "token is issued; use type oauth2 for plain OAuth 2.0)")
-    return OIDCProvider(name, config.issuer_url, config.client_id, secret, scopes)
+    return OIDCProvider(name, config.issuer_url, config.client_id, secret, scopes,
+                        config.subject_claim or "sub")
 
 
 def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,

@@ -10,7 +10,9 @@ Rules it keeps:
   at least one step required; unique step ids; ``dependsOn`` naming existing steps and no cycle;
   ``type`` one of tool/elicitation/forEach (default tool); a tool step needs ``tool`` matching
   ``^[a-zA-Z0-9][a-zA-Z0-9._-]*$``; an elicitation step needs ``message``; ``onError.action``
-  abort/continue/retry with ``retryCount >= 1`` for retry (capped at 10, as ToolHive caps it);
+  abort/continue/retry with ``retryCount >= 1`` for retry (capped at 10, as ToolHive caps it;
+  ``maxRetries``, its name up to ToolHive v0.6, means the same: v0.7 renamed it with no
+  transition, so no deprecation to warn of; both given and different is a problem);
   onDecline/onCancel actions skip_remaining/abort/continue; forEach needs ``collection`` and a
   tool inner ``step``, ``itemVar`` an identifier other than ``index``, ``maxParallel`` 0..50,
   ``maxIterations`` 0..1000; ``parameters`` a JSON Schema of ``type: object``; durations in Go
@@ -19,8 +21,8 @@ Rules it keeps:
   fields in ``defaultResults``; at most 100 steps.
 * Every template is compiled here (:mod:`vmcp_trio.composite.templates`), so one that
   does not parse is a load-time error naming its field, line and column.
-* Fields the CRD does not define (``failureMode``, ``onError.maxRetries`` in some examples) are
-  dropped as the Kubernetes API server prunes them, and listed in :attr:`WorkflowPlan.warnings`.
+* Fields the CRD does not define (``failureMode`` in some examples) are dropped as the
+  Kubernetes API server prunes them, and listed in :attr:`WorkflowPlan.warnings`.
 * Defaults are ToolHive's: workflow timeout 30m, step timeout 5m, retry delay 1s, forEach
   ``itemVar`` ``item``, ``maxIterations`` 100, ``maxParallel`` 10.
 """
@@ -416,15 +418,20 @@ class _Builder:
         if not isinstance(raw, Mapping):
             self.problem(path, "must be an object")
             return OnError()
-        self.unknown(raw, {"action", "retryCount", "retryDelay"}, path)
+        self.unknown(raw, {"action", "retryCount", "maxRetries", "retryDelay"}, path)
         action = raw.get("action") or "abort"
         if action not in ("abort", "continue", "retry"):
             self.problem(_join(path, "action"), "must be one of: abort, continue, retry")
             return OnError()
         count = self.integer(raw, "retryCount", path, 0, 1_000_000)
+        if raw.get("maxRetries") is not None:  # retryCount's name up to ToolHive v0.6
+            legacy = self.integer(raw, "maxRetries", path, 0, 1_000_000)
+            if raw.get("retryCount") is not None and legacy != count:
+                self.problem(_join(path, "maxRetries"), "differs from retryCount (maxRetries is "
+                             "its name up to ToolHive v0.6): set only retryCount")
+            count = count or legacy
         if action == "retry" and count < 1:
-            hint = " (maxRetries is not a field: write retryCount)" if "maxRetries" in raw else ""
-            self.problem(_join(path, "retryCount"), f"must be at least 1 for retry{hint}")
+            self.problem(_join(path, "retryCount"), "must be at least 1 for retry")
         delay = self.duration(raw, "retryDelay", path, DEFAULT_RETRY_DELAY)
         retries = min(count, MAX_RETRY_COUNT) if action == "retry" else 0
         return OnError(action, retries, delay)  # type: ignore[arg-type]

@@ -1,9 +1,11 @@
 """Rules of a VirtualMCPServer, and its resolution into a :class:`GatewayPlan`.
 
-The backends are the MCPServers whose ``groupRef`` names the gateway's group, in name order.
-Incoming auth is resolved to one of four modes (anonymous, external OIDC, Kubernetes service
-accounts, the embedded authorization server); each backend gets an outgoing strategy by the
-seed's rules:
+The backends are the MCPServers, MCPServerEntries and MCPRemoteProxies whose ``groupRef`` names
+the gateway's group, and the static ones of ``spec.config.backends`` (:mod:`.static_backends`:
+one named like a member is that member, at the URL listed), in name order; an MCPRemoteProxy's
+own Cedar policies go with it. Incoming auth is resolved
+to one of four modes (anonymous, external OIDC, Kubernetes service accounts, the embedded
+authorization server); each backend gets an outgoing strategy by the seed's rules:
 
 * ``source: discovered``: the backend's own ``externalAuthConfigRef``; none means no auth.
 * ``source: inline``: only the backends listed under ``backends`` get a strategy (``type:
@@ -32,7 +34,9 @@ from .plan import (
     DEFAULT_SERVICE_ACCOUNT_AUDIENCE,
     AggregationPlan,
     AnonymousIncoming,
+    AwsStsAuth,
     BackendPlan,
+    CrossAppAccessAuth,
     EmbeddedIncoming,
     Endpoint,
     GatewayPlan,
@@ -41,6 +45,7 @@ from .plan import (
     KubernetesIncoming,
     NoOutgoingAuth,
     OIDCIncoming,
+    OnBehalfOfAuth,
     OperationalPlan,
     OutgoingPlan,
     SecretValue,
@@ -55,6 +60,7 @@ from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
 from .session_rules import resolve_session_storage
+from .static_backends import static_backends
 from .telemetry_rules import resolve_telemetry
 
 __all__ = ["resolve_gateway"]
@@ -74,11 +80,13 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     group, group_path = settings.group.value, settings.group.path
     group_ok = resolver.ref(gateway, group_path, "MCPGroup", group) is not None
     members = _members(resolver, gateway, group)
-    if group_ok and not members:
+    static = static_backends(report, gateway, (spec.config or m.GatewayConfig()).backends,
+                             ("spec", "config", "backends"))
+    if group_ok and not members and not static:
         report.warn(gateway, group_path, "empty-group",
                     f"MCPGroup {gateway.namespace}/{group} has no MCPServers yet: the gateway "
                     "starts with no backends")
-    member_names = [r.name or "" for r in members]
+    member_names = sorted({*(r.name or "" for r in members), *static})
 
     auth_server = None
     if spec.auth_server_config is not None:
@@ -91,13 +99,24 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
                     "there are refused (use oidcConfigRef to an MCPOIDCConfig with issuer "
                     f"{spec.auth_server_config.issuer})")
     _check_backend_entries(resolver, gateway, spec.outgoing_auth, group, member_names)
+    embedded = spec.auth_server_config if isinstance(incoming, EmbeddedIncoming) else None
     backends: list[BackendPlan] = []
     for member in members:
-        outgoing = _outgoing(resolver, gateway, spec, member, incoming)
-        endpoint = resolver.endpoints.get(member.key)
+        outgoing = _outgoing(resolver, gateway, spec, member.name or "", member, incoming)
+        endpoint = _static_or_own(static, member.name or "", resolver.endpoints.get(member.key))
+        authz = None
+        if isinstance(member.spec, m.RemoteProxySpec):
+            authz = resolve_authz(resolver, gateway, member.spec.authz_config,
+                                  member.spec.authz_config_ref, embedded, owner=member,
+                                  at=("spec",))
         if outgoing is not None and endpoint is not None and _headers_fit(
                 resolver, gateway, member, endpoint, outgoing):
-            backends.append(BackendPlan(member.name or "", endpoint, outgoing))
+            backends.append(BackendPlan(member.name or "", endpoint, outgoing, authz))
+    for name, static_endpoint in static.items():
+        outgoing = _outgoing(resolver, gateway, spec, name, None, incoming)
+        if outgoing is not None and static_endpoint is not None and all(
+                r.name != name for r in members):
+            backends.append(BackendPlan(name, static_endpoint, outgoing))
     aggregation = _aggregation(resolver, gateway, settings.aggregation.value,
                                settings.aggregation.path, group, member_names)
     if aggregation is not None:
@@ -108,8 +127,8 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     shared = resolve_session_storage(resolver, gateway, settings.session_storage.value,
                                      auth_server.hmac_secrets if auth_server else (),
                                      settings.session_storage.path)
-    authz = resolve_authz(resolver, gateway, spec.incoming_auth, spec.auth_server_config
-                          if isinstance(incoming, EmbeddedIncoming) else None)
+    authz = resolve_authz(resolver, gateway, spec.incoming_auth.authz_config,
+                          spec.incoming_auth.authz_config_ref, embedded)
     rate_limits = resolve_rate_limits(
         resolver, gateway, settings.rate_limiting,
         authenticated=spec.incoming_auth.type == "oidc",
@@ -121,7 +140,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     telemetry = resolve_telemetry(resolver, gateway, spec.telemetry_config_ref)
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
-            or operational is None or len(backends) != len(members) or shared is None
+            or operational is None or len(backends) != len(member_names) or shared is None
             or audit is None or composites is None
             or (spec.auth_server_config is not None and auth_server is None)):
         return None
@@ -131,7 +150,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         namespace=gateway.namespace or "",
         group=group,
         incoming=incoming,
-        backends=tuple(backends),
+        backends=tuple(sorted(backends, key=lambda backend: backend.name)),
         aggregation=aggregation,
         auth_server=auth_server,
         operational=operational,
@@ -167,6 +186,18 @@ def _members(resolver: Resolver, gateway: Resource, group: str) -> list[Resource
                 continue
             found[r.name or ""] = r
     return [found[name] for name in sorted(found)]
+
+
+def _static_or_own(static: dict[str, HttpEndpoint | None], name: str,
+                   own: Endpoint | None) -> Endpoint | None:
+    """Where a member is reached: at the URL ``spec.config.backends`` lists for its name (with
+    its own static headers), else at its own endpoint; None when either is broken."""
+    if name not in static:
+        return own
+    listed = static[name]
+    if listed is None or own is None:
+        return None
+    return replace(listed, headers=own.headers) if isinstance(own, HttpEndpoint) else listed
 
 
 def _headers_fit(resolver: Resolver, gateway: Resource, member: Resource, endpoint: Endpoint,
@@ -373,21 +404,24 @@ def _check_backend_entries(resolver: Resolver, gateway: Resource, outgoing: m.Ou
                          "externalAuthConfigRef applies)")
 
 
-def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpec,
-              member: Resource, incoming: IncomingPlan | None) -> OutgoingPlan | None:
-    """The backend's strategy; None when what it refers to is invalid (already reported)."""
+def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpec, name: str,
+              member: Resource | None, incoming: IncomingPlan | None) -> OutgoingPlan | None:
+    """The strategy of backend ``name`` (``member``: its resource; None for a static backend,
+    which has no ``externalAuthConfigRef`` of its own); None when what it refers to is invalid
+    (already reported)."""
     outgoing = spec.outgoing_auth
-    own = member.spec.external_auth_config_ref
-    where: tuple[Resource, tuple[PathPart, ...]] = (member, ("spec", "externalAuthConfigRef"))
+    own = member.spec.external_auth_config_ref if member is not None else None
+    where: tuple[Resource, tuple[PathPart, ...]] = (member or gateway,
+                                                    ("spec", "externalAuthConfigRef"))
     if outgoing.source == "discovered":
         ref = own
     else:
-        entry = outgoing.backends.get(member.name or "")
+        entry = outgoing.backends.get(name)
         if entry is None:
             return NoOutgoingAuth()
         ref = own if entry.type == "discovered" else entry.external_auth_config_ref
         if entry.type != "discovered":
-            where = (gateway, ("spec", "outgoingAuth", "backends", member.name or "",
+            where = (gateway, ("spec", "outgoingAuth", "backends", name,
                                "externalAuthConfigRef"))
     if ref is None:
         return NoOutgoingAuth()
@@ -395,15 +429,20 @@ def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpe
     if config is not None and config.key in resolver.unimplemented_auth:
         resolver.report.error(
             where[0], (*where[1], "name"), "not-implemented",
-            f"backend {member.name!r} would use MCPExternalAuthConfig {config.namespace}/"
+            f"backend {name!r} would use MCPExternalAuthConfig {config.namespace}/"
             f"{config.name} of type {resolver.unimplemented_auth[config.key]}, which is not "
             "implemented yet: refused rather than sent without its credentials")
         return None
     if config is None or not config.usable or config.key not in resolver.strategies:
         return None
     strategy = resolver.strategies[config.key]
-    if not _check_strategy_context(resolver, gateway, spec, member.name or "", config, strategy,
-                                   incoming):
+    auth_server = spec.auth_server_config
+    if (isinstance(strategy, CrossAppAccessAuth | AwsStsAuth)
+            and strategy.subject_provider is None
+            and auth_server is not None and auth_server.upstream_providers):
+        # As ToolHive's operator fills it in: the first upstream provider's token.
+        strategy = replace(strategy, subject_provider=auth_server.upstream_providers[0].name)
+    if not _check_strategy_context(resolver, gateway, spec, name, config, strategy, incoming):
         return None
     return strategy
 
@@ -417,14 +456,16 @@ def _check_strategy_context(resolver: Resolver, gateway: Resource,
     needs: list[tuple[str, tuple[PathPart, ...]]] = []
     if isinstance(strategy, UpstreamInjectAuth):
         needs.append((strategy.provider, ("spec", "upstreamInject", "providerName")))
-    elif isinstance(strategy, TokenExchangeAuth):
+    elif isinstance(strategy, TokenExchangeAuth | AwsStsAuth | OnBehalfOfAuth
+                    | CrossAppAccessAuth):
         if strategy.subject_provider is not None:
-            needs.append((strategy.subject_provider,
-                          ("spec", "tokenExchange", "subjectProviderName")))
+            needs.append((strategy.subject_provider, strategy.subject_field))
+        elif isinstance(strategy, CrossAppAccessAuth):  # its subject is a login's ID token
+            needs.append(("", strategy.subject_field))
         elif isinstance(incoming, AnonymousIncoming):
             report.error(gateway, (*INCOMING, "type"), "subject-token",
-                         f"must not be anonymous: {uses} (tokenExchange), which exchanges the "
-                         "caller's token, and anonymous callers have none")
+                         f"must not be anonymous: {uses} ({strategy.strategy}), which exchanges "
+                         "the caller's token, and anonymous callers have none")
     if not needs:
         return report.error_count == errors_before
     auth_server = spec.auth_server_config

@@ -11,17 +11,19 @@ ToolHive's fields that vmcp accepts without acting on them (Kubernetes workload 
 not implemented yet) are not here: :mod:`.toolhive_fields` sets them aside before these models run.
 Where ToolHive has a field the seed does not mention and we act on it,
 it is here under ToolHive's name (``jwksAllowPrivateIP``, ``insecureAllowHTTP``, ``proxyPort``,
-``subjectTokenType`` ...). Our standalone extensions are marked "extension".
+``subjectTokenType`` ...). Our standalone extensions are marked "extension". The base model is
+:mod:`.base_model`'s, and MCPExternalAuthConfig's blocks are in :mod:`.external_auth_models`.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict
-from pydantic.alias_generators import to_camel
+from pydantic import BeforeValidator, ConfigDict, Field, Strict
 from pydantic_core import PydanticCustomError
 
+from .base_model import Model, Scopes, SecretKeyRef
+from .external_auth_models import ExternalAuthConfigSpec
 from .fields import (
     Bool,
     DnsLabel,
@@ -51,6 +53,7 @@ __all__ = [
     "KubernetesOIDC",
     "MCPServerSpec",
     "Metadata",
+    "Model",
     "OIDCConfigSpec",
     "OutgoingAuth",
     "RemoteProxySpec",
@@ -59,27 +62,12 @@ __all__ = [
     "ServerEntrySpec",
     "ServiceAccountOIDC",
     "SharedInlineOIDC",
+    "StaticBackend",
     "TelemetryConfigSpec",
     "ToolConfigSpec",
     "UpstreamProvider",
     "VirtualMCPServerSpec",
 ]
-
-
-class Model(BaseModel):
-    """camelCase names only, unknown fields refused, immutable once built."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        validate_by_alias=True,
-        validate_by_name=False,
-        hide_input_in_errors=True,
-    )
-
-
-Scopes = tuple[NonEmpty, ...]
 
 
 class NameRef(Model):
@@ -93,17 +81,6 @@ def _name_or_ref(value: object) -> object:
 
 GroupRef = Annotated[NameRef, BeforeValidator(_name_or_ref)]
 """A reference to an MCPGroup, written as an object ``{name}`` or as the name alone."""
-
-FreeForm = dict[Str, Any]
-"""A block whose inner fields vmcp does not check yet (its feature is not implemented)."""
-
-
-class SecretKeyRef(Model):
-    """``{name, key}`` of a Secret in the same namespace."""
-
-    name: DnsSubdomain
-    key: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[-._a-zA-Z0-9]+$")]
-
 
 # --- metadata and envelope -------------------------------------------------------------------
 
@@ -315,67 +292,6 @@ class OutgoingAuth(Model):
     backends: dict[Str, BackendAuth] = Field(default_factory=dict)
 
 
-SubjectTokenType = Literal[
-    "access_token",
-    "id_token",
-    "jwt",
-    "urn:ietf:params:oauth:token-type:access_token",
-    "urn:ietf:params:oauth:token-type:id_token",
-    "urn:ietf:params:oauth:token-type:jwt",
-]
-"""ToolHive's short forms and the RFC 8693 URNs they stand for."""
-
-
-class TokenExchange(Model):
-    token_url: UrlText
-    audience: NonEmpty
-    client_id: NonEmpty | None = None
-    client_secret_ref: SecretKeyRef | None = None
-    scopes: Scopes = ()
-    subject_token_type: SubjectTokenType = "access_token"
-    subject_provider_name: DnsLabel | None = None
-    external_token_header_name: Annotated[
-        str, Field(min_length=1, max_length=256, pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-    ] | None = None
-    insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
-
-
-class UpstreamInject(Model):
-    provider_name: DnsLabel
-
-
-class HeaderInjection(Model):
-    """``headerInjection``: one header whose value is a Secret's, on every request."""
-
-    header_name: Annotated[str, Strict(), Field(pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
-                                                 min_length=1, max_length=256)]
-    value_secret_ref: SecretKeyRef
-
-
-class BearerToken(Model):
-    """``bearerToken``: ``Authorization: Bearer <a Secret's value>`` on every request."""
-
-    token_secret_ref: SecretKeyRef
-
-
-ExternalAuthType = Literal["upstreamInject", "tokenExchange", "unauthenticated",
-                           "headerInjection", "bearerToken", "embeddedAuthServer", "awsSts",
-                           "obo", "xaa"]
-"""ToolHive's nine types; the rules say which are not implemented yet."""
-
-
-class ExternalAuthConfigSpec(Model):
-    type: ExternalAuthType
-    upstream_inject: UpstreamInject | None = None
-    token_exchange: TokenExchange | None = None
-    header_injection: HeaderInjection | None = None
-    bearer_token: BearerToken | None = None
-    embedded_auth_server: FreeForm | None = None
-    aws_sts: FreeForm | None = None
-    obo: FreeForm | None = None
-    xaa: FreeForm | None = None
-
-
 # --- embedded authorization server --------------------------------------------------------------
 
 
@@ -409,6 +325,8 @@ class OAuth2Upstream(Model):
     scopes: Scopes = ()
     user_info: UserInfo | None = None
     token_response_mapping: TokenResponseMapping | None = None
+    redirect_uri: UrlText | None = None
+    """Where the provider sends the user back: ``{issuer}/oauth/callback``, vmcp's callback."""
 
 
 class OIDCUpstream(Model):
@@ -416,6 +334,11 @@ class OIDCUpstream(Model):
     client_id: NonEmpty
     client_secret_ref: SecretKeyRef | None = None
     scopes: Scopes | None = None
+    redirect_uri: UrlText | None = None
+    """Where the provider sends the user back: ``{issuer}/oauth/callback``, vmcp's callback."""
+    subject_claim: Annotated[str, Strict(), Field(pattern=r"^([a-zA-Z_][a-zA-Z0-9_]*)?$",
+                                                  max_length=128)] | None = None
+    """The ID token's claim that names the user (default ``sub``; Entra ID's ``oid``)."""
 
 
 class UpstreamProvider(Model):
@@ -546,6 +469,20 @@ class Operational(Model):
 # --- kinds -------------------------------------------------------------------------------------
 
 
+class StaticBackend(Model):
+    """``config.backends[]``: a backend at a URL, written in the configuration (ToolHive's
+    static mode) rather than found by its ``groupRef``; it joins the group's backends."""
+
+    name: DnsSubdomain
+    url: UrlText
+    transport: Literal["sse", "streamable-http"]
+    type: Literal["entry", ""] = ""
+    ca_bundle_path: NonEmpty | None = None
+    """PEM CA certificates (a file on the gateway's machine) for an ``entry`` backend."""
+    metadata: dict[Str, Str] = Field(default_factory=dict)
+    """Free labels of the backend; nothing is done with them."""
+
+
 class GatewayConfig(Model):
     """``spec.config``: ToolHive's embedded vMCP configuration (since v0.6.17). The settings it
     shares with ``spec`` mean the same in either place (:mod:`.gateway_config` merges them)."""
@@ -559,6 +496,7 @@ class GatewayConfig(Model):
     composite_tools: tuple[dict[Str, Any], ...] | None = None
     """Checked field by field by :mod:`.composite_plan` (its rules, its paths)."""
     composite_tool_refs: tuple[NameRef, ...] | None = None
+    backends: tuple[StaticBackend, ...] = ()
 
 
 class TelemetryConfigRef(Model):
@@ -677,6 +615,9 @@ class RemoteProxySpec(RemoteBackendSpec):
     """``remoteURL``, the field's name up to ToolHive v0.15."""
     transport: Literal["streamable-http", "sse"] = "streamable-http"
     tool_config_ref: NameRef | None = None
+    authz_config: AuthzConfig | None = None
+    """Cedar policies for the calls to this backend (the pod's, in ToolHive)."""
+    authz_config_ref: NameRef | None = None
 
 
 class ToolAnnotations(Model):

@@ -15,7 +15,7 @@ import hmac
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 from urllib.parse import quote
 
 from .durations import Duration
@@ -28,7 +28,9 @@ __all__ = [
     "AggregationPlan",
     "AnonymousIncoming",
     "AuthServerPlan",
+    "AwsStsAuth",
     "BackendPlan",
+    "CrossAppAccessAuth",
     "EmbeddedIncoming",
     "Endpoint",
     "GatewayPlan",
@@ -40,10 +42,12 @@ __all__ = [
     "OAuth2Provider",
     "OIDCIncoming",
     "OIDCProvider",
+    "OnBehalfOfAuth",
     "OperationalPlan",
     "OutgoingPlan",
     "ProviderPlan",
     "RedisStorage",
+    "RoleRule",
     "SecretValue",
     "StaticHeader",
     "StdioEndpoint",
@@ -181,6 +185,7 @@ class TokenExchangeAuth:
     header_name: str | None = None
     """Header carrying the exchanged token; ``None`` replaces ``Authorization``."""
     strategy: Literal["tokenExchange"] = "tokenExchange"
+    subject_field: ClassVar[tuple[str, ...]] = ("spec", "tokenExchange", "subjectProviderName")
 
 
 @dataclass(frozen=True)
@@ -195,7 +200,79 @@ class StaticCredentialAuth:
     strategy: Literal["headerInjection", "bearerToken"] = "headerInjection"
 
 
-OutgoingPlan = NoOutgoingAuth | UpstreamInjectAuth | TokenExchangeAuth | StaticCredentialAuth
+@dataclass(frozen=True)
+class RoleRule:
+    """An ``awsSts.roleMappings`` rule: ``role_arn`` when the caller's role claim holds
+    ``claim``."""
+
+    claim: str
+    role_arn: str
+
+
+@dataclass(frozen=True)
+class AwsStsAuth:
+    """AssumeRoleWithWebIdentity at ``sts_url`` with the caller's token (or ``subject_provider``'s
+    stored access token), then every request SigV4-signed for ``service`` in ``region``."""
+
+    config: str
+    region: str
+    service: str
+    sts_url: str
+    role_rules: tuple[RoleRule, ...]
+    """In the order they are tried (by ``priority``, then as written): the first match wins."""
+    fallback_role_arn: str | None
+    role_claim: str = "groups"
+    session_duration: int = 3600
+    session_name_claim: str = "sub"
+    subject_provider: str | None = None
+    """None in an MCPExternalAuthConfig's own plan: a gateway with ``authServerConfig`` fills in
+    its first upstream, else the caller's token is the web identity."""
+    strategy: Literal["awsSts"] = "awsSts"
+    subject_field: ClassVar[tuple[str, ...]] = ("spec", "awsSts", "subjectProviderName")
+
+
+@dataclass(frozen=True)
+class OnBehalfOfAuth:
+    """Entra ID's on-behalf-of grant (RFC 7523 JWT bearer, ``requested_token_use=on_behalf_of``)
+    at ``token_url``: the caller's token (or ``subject_provider``'s) for one for ``scope``."""
+
+    config: str
+    token_url: str
+    client_id: str
+    client_secret: SecretValue
+    scope: str
+    subject_provider: str | None = None
+    cache_skew: float | None = None
+    """Seconds before expiry a cached token stops being used; None: the cache's default."""
+    strategy: Literal["obo"] = "obo"
+    subject_field: ClassVar[tuple[str, ...]] = ("spec", "obo", "subjectTokenProviderName")
+
+
+@dataclass(frozen=True)
+class CrossAppAccessAuth:
+    """Cross-App Access: the user's ID token of ``subject_provider`` exchanged at the IdP for an
+    ID-JAG (RFC 8693), then the ID-JAG for an access token at the resource's authorization
+    server (RFC 7523)."""
+
+    config: str
+    idp_token_url: str
+    target_token_url: str
+    audience: str
+    idp_client_id: str | None = None
+    idp_client_secret: SecretValue | None = None
+    target_client_id: str | None = None
+    target_client_secret: SecretValue | None = None
+    resource: str | None = None
+    scopes: tuple[str, ...] = ()
+    subject_provider: str | None = None
+    """None in an MCPExternalAuthConfig's own plan: a gateway fills in its first upstream."""
+    subject_token_type: str = "urn:ietf:params:oauth:token-type:id_token"
+    strategy: Literal["xaa"] = "xaa"
+    subject_field: ClassVar[tuple[str, ...]] = ("spec", "xaa", "subjectProviderName")
+
+
+OutgoingPlan = (NoOutgoingAuth | UpstreamInjectAuth | TokenExchangeAuth | StaticCredentialAuth
+                | AwsStsAuth | OnBehalfOfAuth | CrossAppAccessAuth)
 
 
 # --- backends ----------------------------------------------------------------------------------
@@ -242,6 +319,9 @@ class BackendPlan:
     name: str
     endpoint: Endpoint
     outgoing: OutgoingPlan = NoOutgoingAuth()
+    authz: AuthzPlan | None = None
+    """The backend's own policies (an MCPRemoteProxy's ``authzConfig``), for the calls routed
+    to it, besides the gateway's."""
 
 
 # --- embedded authorization server -------------------------------------------------------------
@@ -272,6 +352,9 @@ class OIDCProvider:
     client_id: str
     client_secret: SecretValue | None = None
     scopes: tuple[str, ...] = ("openid", "offline_access")
+    subject_claim: str = "sub"
+    """The ID token's claim that names the user (``oidcConfig.subjectClaim``: Entra ID's
+    ``oid``, whose ``sub`` differs per application)."""
     type: Literal["oidc"] = "oidc"
 
 
@@ -384,8 +467,9 @@ class OperationalPlan:
 
 @dataclass(frozen=True)
 class AuthzPlan:
-    """Cedar authorization (``incomingAuth.authzConfig``, ``authzConfigRef``), as ToolHive
-    configures its ``cedarv1`` authorizer (:mod:`vmcp_trio.auth.policy.cedar` decides)."""
+    """Cedar authorization (``incomingAuth.authzConfig``, ``authzConfigRef``, or a backend's
+    ``authzConfig``), as ToolHive configures its ``cedarv1`` authorizer
+    (:mod:`vmcp_trio.auth.policy.cedar` decides)."""
 
     policies: tuple[str, ...]
     entities_json: str = "[]"

@@ -1,8 +1,9 @@
 """Rules of a VirtualMCPServer's policies: Cedar authorization, rate limits and audit.
 
-One job: check ``incomingAuth.authzConfig`` / ``authzConfigRef``, ``config.rateLimiting`` and
-``audit`` (``spec.config.audit`` or ``spec.audit``) and resolve them into their plans, each
-problem at its field. The rules kept, ToolHive's where it has them:
+One job: check ``incomingAuth.authzConfig`` / ``authzConfigRef`` (and a backend's own, an
+MCPRemoteProxy's ``authzConfig`` / ``authzConfigRef``), ``config.rateLimiting`` and ``audit``
+(``spec.config.audit`` or ``spec.audit``) and resolve them into their plans, each problem at its
+field. The rules kept, ToolHive's where it has them:
 
 * Authorization: ``authzConfig`` and ``authzConfigRef`` exclude each other; ``authzConfig.type``
   names the block given (``inline`` <-> ``inline``, ``configMap`` <-> ``configMap``). A
@@ -15,7 +16,9 @@ problem at its field. The rules kept, ToolHive's where it has them:
 * Whose claims: with the embedded authorization server, the upstream login of
   ``authServerConfig.primaryUpstreamProvider``, else of the deprecated
   ``inline.primaryUpstreamProvider``, else of the first upstream provider (ToolHive's operator
-  resolves it so); it must be a declared provider. Without it, the token's own claims.
+  resolves it so); it must be a declared provider. Without it, the token's own claims. A
+  backend's policies see the same claims (the gateway's caller is who calls it), with its own
+  ``inline.primaryUpstreamProvider`` naming one of the gateway's providers, if it wants another.
 * Rate limits: ``shared`` or its newer name ``global``, not both; ``perUser`` limits need
   authenticated callers (``incomingAuth.type: oidc``, as ToolHive's CRD says); one entry per
   tool. Without ``sessionStorage: redis`` the buckets are this process's own (ToolHive refuses
@@ -46,8 +49,8 @@ from .resolver import Resolver
 __all__ = ["resolve_audit", "resolve_authz", "resolve_rate_limits"]
 
 Path = tuple[PathPart, ...]
-AUTHZ = ("spec", "incomingAuth", "authzConfig")
-AUTHZ_REF = ("spec", "incomingAuth", "authzConfigRef")
+INCOMING = ("spec", "incomingAuth")
+"""Where a gateway's authorization is written; a backend's is directly under ``spec``."""
 _CEDAR_OPTIONS = ("group_claim_name", "role_claim_name", "group_entity_type")
 
 
@@ -83,7 +86,7 @@ def _entities_problem(entities_json: Any) -> str | None:
     return None
 
 
-def _cedar_block(resolver: Resolver, gateway: Resource, block: Any, where: Resource,
+def _cedar_block(resolver: Resolver, block: Any, where: Resource,
                  path: Path) -> dict[str, Any] | None:
     """ToolHive's ``cedar`` block (snake_case keys), checked; None when reported."""
     report = resolver.report
@@ -109,16 +112,16 @@ def _cedar_block(resolver: Resolver, gateway: Resource, block: Any, where: Resou
     return block
 
 
-def _from_config_map(resolver: Resolver, gateway: Resource,
-                     ref: m.ConfigMapKey) -> dict[str, Any] | None:
+def _from_config_map(resolver: Resolver, owner: Resource, ref: m.ConfigMapKey,
+                     at: Path) -> dict[str, Any] | None:
     report = resolver.report
-    target = resolver.ref(gateway, (*AUTHZ, "configMap", "name"), "ConfigMap", ref.name)
+    target = resolver.ref(owner, (*at, "configMap", "name"), "ConfigMap", ref.name)
     if target is None:
         return None
     config_map: m.ConfigMapResource = target.spec
     text = config_map.data.get(ref.key)
     if text is None:
-        report.error(gateway, (*AUTHZ, "configMap", "key"), "reference",
+        report.error(owner, (*at, "configMap", "key"), "reference",
                      f"ConfigMap {target.namespace}/{ref.name} has no key {ref.key!r}")
         return None
     docs, problems = load_text(text, f"ConfigMap {target.namespace}/{ref.name}[{ref.key}]")
@@ -127,30 +130,29 @@ def _from_config_map(resolver: Resolver, gateway: Resource,
         report.error(target, ("data", ref.key), "authz",
                      "must be ToolHive's authz.json: {version, type: cedarv1, cedar: {...}}")
         return None
-    return _cedar_block(resolver, gateway, document.get("cedar"), target,
-                        ("data", ref.key, "cedar"))
+    return _cedar_block(resolver, document.get("cedar"), target, ("data", ref.key, "cedar"))
 
 
-def _from_authz_config(resolver: Resolver, gateway: Resource,
-                       config: m.AuthzConfig) -> dict[str, Any] | None:
+def _from_authz_config(resolver: Resolver, owner: Resource, config: m.AuthzConfig,
+                       at: Path) -> dict[str, Any] | None:
     report = resolver.report
     if config.type == "inline":
         if config.inline is None or config.config_map is not None:
-            report.error(gateway, (*AUTHZ, "inline"), "required",
+            report.error(owner, (*at, "inline"), "required",
                          "type inline needs the inline block (and no configMap)")
             return None
         block = {"policies": list(config.inline.policies),
                  "entities_json": config.inline.entities_json}
-        found = _cedar_block(resolver, gateway, block, gateway, (*AUTHZ, "inline"))
+        found = _cedar_block(resolver, block, owner, (*at, "inline"))
         if found is not None and config.inline.primary_upstream_provider:
             found["primary_upstream_provider"] = config.inline.primary_upstream_provider
     else:
         if config.config_map is None or config.inline is not None:
-            report.error(gateway, (*AUTHZ, "configMap"), "required",
+            report.error(owner, (*at, "configMap"), "required",
                          "type configMap (the default) needs the configMap block (and no "
                          "inline)")
             return None
-        found = _from_config_map(resolver, gateway, config.config_map)
+        found = _from_config_map(resolver, owner, config.config_map, at)
         if found is not None:
             found.pop("primary_upstream_provider", None)  # never from a ConfigMap (ToolHive)
     if found is None:
@@ -162,9 +164,9 @@ def _from_authz_config(resolver: Resolver, gateway: Resource,
     return found
 
 
-def _from_authz_ref(resolver: Resolver, gateway: Resource,
-                    ref: m.NameRef) -> dict[str, Any] | None:
-    target = resolver.ref(gateway, (*AUTHZ_REF, "name"), "MCPAuthzConfig", ref.name)
+def _from_authz_ref(resolver: Resolver, owner: Resource, ref: m.NameRef,
+                    at: Path) -> dict[str, Any] | None:
+    target = resolver.ref(owner, (*at, "name"), "MCPAuthzConfig", ref.name)
     if target is None:
         return None
     spec: m.AuthzConfigSpec = target.spec
@@ -173,48 +175,57 @@ def _from_authz_ref(resolver: Resolver, gateway: Resource,
                               f"authorizer {spec.type[:64]!r} is not implemented (vmcp, like "
                               "ToolHive's vMCP, takes cedarv1)")
         return None
-    block = _cedar_block(resolver, gateway, dict(spec.config), target, ("spec", "config"))
+    block = _cedar_block(resolver, dict(spec.config), target, ("spec", "config"))
     if block is not None:
         block.pop("primary_upstream_provider", None)
     return block
 
 
-def _primary_upstream(resolver: Resolver, gateway: Resource, block: dict[str, Any],
-                      auth_server: m.AuthServerConfig | None) -> str | None:
+def _primary_upstream(resolver: Resolver, gateway: Resource, owner: Resource,
+                      block: dict[str, Any], auth_server: m.AuthServerConfig | None,
+                      at: Path) -> str | None:
+    """Whose login's claims ``owner``'s policies see (see the module)."""
     if auth_server is None:
         return None
     names = [provider.name for provider in auth_server.upstream_providers]
-    chosen = auth_server.primary_upstream_provider or block.get("primary_upstream_provider") \
-        or names[0]
-    if chosen not in names:
-        path = ("spec", "authServerConfig", "primaryUpstreamProvider") \
-            if auth_server.primary_upstream_provider else (*AUTHZ, "inline",
-                                                           "primaryUpstreamProvider")
-        resolver.report.error(gateway, path, "reference",
-                              f"names upstream provider {chosen!r}, which authServerConfig "
-                              f"does not declare (declared: {', '.join(names)})")
-        return None
-    return str(chosen)
+    own, server = block.get("primary_upstream_provider"), auth_server.primary_upstream_provider
+    chosen = ((server or own) if owner is gateway else (own or server)) or names[0]
+    if chosen in names:
+        return str(chosen)
+    where: Resource = gateway
+    path: Path = ("spec", "authServerConfig", "primaryUpstreamProvider")
+    if chosen == own:
+        where, path = owner, (*at, "authzConfig", "inline", "primaryUpstreamProvider")
+    resolver.report.error(where, path, "reference",
+                          f"names upstream provider {chosen!r}, which authServerConfig of "
+                          f"VirtualMCPServer {gateway.namespace}/{gateway.name} does not declare "
+                          f"(declared: {', '.join(names)})", blame=where is gateway)
+    return None
 
 
-def resolve_authz(resolver: Resolver, gateway: Resource, incoming: m.IncomingAuth,
-                  auth_server: m.AuthServerConfig | None) -> AuthzPlan | None:
-    """The gateway's authorization policies; None when it has none (or when reported)."""
-    if incoming.authz_config is not None and incoming.authz_config_ref is not None:
-        resolver.report.error(gateway, AUTHZ_REF, "conflict",
+def resolve_authz(resolver: Resolver, gateway: Resource, config: m.AuthzConfig | None,
+                  ref: m.NameRef | None, auth_server: m.AuthServerConfig | None, *,
+                  owner: Resource | None = None, at: Path = INCOMING) -> AuthzPlan | None:
+    """The policies of ``authzConfig`` / ``authzConfigRef`` under ``at`` of ``owner``: the
+    gateway (the default), or one of its backends, whose policies apply to the calls to it.
+    ``auth_server`` is the gateway's when its callers log in there. None when there are none
+    (or when reported)."""
+    owner = owner or gateway
+    if config is not None and ref is not None:
+        resolver.report.error(owner, (*at, "authzConfigRef"), "conflict",
                               "authzConfig and authzConfigRef exclude each other: give one")
         return None
-    if incoming.authz_config is not None:
-        block = _from_authz_config(resolver, gateway, incoming.authz_config)
-    elif incoming.authz_config_ref is not None:
-        block = _from_authz_ref(resolver, gateway, incoming.authz_config_ref)
+    if config is not None:
+        block = _from_authz_config(resolver, owner, config, (*at, "authzConfig"))
+    elif ref is not None:
+        block = _from_authz_ref(resolver, owner, ref, (*at, "authzConfigRef"))
     else:
         return None
     if block is None:
         return None
     entity_type = block.get("group_entity_type") or "THVGroup"
     if not isinstance(entity_type, str) or "::" in entity_type:
-        resolver.report.error(gateway, (*AUTHZ, "groupEntityType"), "authz",
+        resolver.report.error(owner, (*at, "authzConfig", "groupEntityType"), "authz",
                               "must be a Cedar entity type name (no ::)")
         return None
     return AuthzPlan(
@@ -223,7 +234,8 @@ def resolve_authz(resolver: Resolver, gateway: Resource, incoming: m.IncomingAut
         group_claim_name=block.get("group_claim_name") or None,
         role_claim_name=block.get("role_claim_name") or None,
         group_entity_type=entity_type,
-        primary_upstream_provider=_primary_upstream(resolver, gateway, block, auth_server))
+        primary_upstream_provider=_primary_upstream(resolver, gateway, owner, block,
+                                                    auth_server, at))
 
 
 def _bucket(resolver: Resolver, gateway: Resource, spec: m.BucketSpec | None,

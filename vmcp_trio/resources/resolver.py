@@ -31,16 +31,13 @@ from ..secrets.manager import SecretsManager
 from ..secrets.names import env_variable, ref_name
 from . import models as m
 from . import remote_rules
+from .external_auth_rules import external_auth
 from .plan import (
     Endpoint,
     HttpEndpoint,
-    NoOutgoingAuth,
     OutgoingPlan,
     SecretValue,
-    StaticCredentialAuth,
     StdioEndpoint,
-    TokenExchangeAuth,
-    UpstreamInjectAuth,
     WorkloadToolsPlan,
 )
 from .problems import PathPart, format_path
@@ -52,17 +49,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_BACKEND_URL_TEMPLATE", "Resolver", "check_url_template"]
 
 _TEMPLATE_FIELDS = frozenset({"name", "namespace", "port"})
-
-TOKEN_TYPE_URN = "urn:ietf:params:oauth:token-type:"
-
-_AUTH_BLOCKS = {"upstream_inject": "upstreamInject", "token_exchange": "tokenExchange",
-                "header_injection": "headerInjection", "bearer_token": "bearerToken",
-                "embedded_auth_server": "embeddedAuthServer", "aws_sts": "awsSts",
-                "obo": "obo", "xaa": "xaa"}
-"""MCPExternalAuthConfig's strategy blocks: field name to ToolHive's name (and type)."""
-_AUTH_IMPLEMENTED = ("tokenExchange", "upstreamInject", "headerInjection", "bearerToken",
-                     "unauthenticated")
-
 
 def check_url_template(template: str) -> str | None:
     """Why ``template`` is unusable as a backend URL template, or None when it is fine."""
@@ -203,7 +189,7 @@ class Resolver:
         for resource in self.of_kind("Secret"):
             self._check_secret(resource)
         for resource in self.of_kind("MCPExternalAuthConfig"):
-            strategy = self._external_auth(resource)
+            strategy = external_auth(self, resource)
             if strategy is not None:
                 self.strategies[resource.key] = strategy
         for resource in self.of_kind("MCPOIDCConfig"):
@@ -229,34 +215,6 @@ class Resolver:
                                                       ref, resource.name or "")
                 if tools is not None:
                     self.backend_tools[resource.key] = tools
-
-    def _static_credential(self, resource: Resource,
-                           spec: m.ExternalAuthConfigSpec) -> StaticCredentialAuth | None:
-        """``headerInjection`` or ``bearerToken``: a header whose value is a Secret's."""
-        config = f"{resource.namespace}/{resource.name}"
-        if spec.header_injection is not None:
-            injection = spec.header_injection
-            problem = remote_rules.header_problem(injection.header_name)
-            if problem is not None:
-                self.report.error(resource, ("spec", "headerInjection", "headerName"),
-                                  "header-name", problem)
-                return None
-            value = self.secret(resource, ("spec", "headerInjection", "valueSecretRef"),
-                                injection.value_secret_ref)
-            if value is not None and remote_rules.bad_value(value.value.decode(errors="replace")):
-                self.report.error(resource, ("spec", "headerInjection", "valueSecretRef"),
-                                  "header-value", "the Secret's value has control characters")
-                return None
-            return None if value is None else StaticCredentialAuth(
-                injection.header_name.lower(), value, config)
-        if spec.bearer_token is None:
-            return None
-        token = self.secret(resource, ("spec", "bearerToken", "tokenSecretRef"),
-                            spec.bearer_token.token_secret_ref)
-        if token is None:
-            return None
-        return StaticCredentialAuth("authorization", SecretValue(
-            token.source, b"Bearer " + token.value.strip()), config, "bearerToken")
 
     def _check_secret(self, resource: Resource) -> None:
         secret: m.SecretResource = resource.spec
@@ -329,67 +287,7 @@ class Resolver:
                                  "server has spec.url or spec.command")
         return None if resource.broken else endpoint
 
-    def _external_auth(self, resource: Resource) -> OutgoingPlan | None:
-        """The strategy of one MCPExternalAuthConfig. The block named like ``type`` is required
-        (``unauthenticated`` has none) and every other type's block is refused; the types
-        vmcp does not implement yet are an error (each is about credentials: never ignored)."""
-        spec: m.ExternalAuthConfigSpec = resource.spec
-        path = ("spec",)
-        blocks = {alias: getattr(spec, field) is not None
-                  for field, alias in _AUTH_BLOCKS.items()}
-        self._block_matches_type(resource, spec.type, spec.type, blocks.get(spec.type, True),
-                                 {alias: present for alias, present in blocks.items()
-                                  if alias != spec.type})
-        if spec.type not in _AUTH_IMPLEMENTED:
-            self.unimplemented_auth[resource.key] = spec.type
-            what = ("is the authorization server of ToolHive's proxy in front of one backend "
-                    "(its authServerRef); vmcp's own is VirtualMCPServer.authServerConfig"
-                    if spec.type == "embeddedAuthServer" else
-                    f"{spec.type} is not implemented yet (implemented: "
-                    f"{', '.join(_AUTH_IMPLEMENTED)})")
-            self.report.warn(resource, (*path, "type"), "auth-type-unused",
-                             f"{what}: unused here; a backend whose outgoing auth uses it is "
-                             "refused")
-            return None
-        if spec.type == "unauthenticated":
-            return NoOutgoingAuth()
-        if spec.type == "upstreamInject":
-            if spec.upstream_inject is None:
-                return None
-            return UpstreamInjectAuth(spec.upstream_inject.provider_name,
-                                      f"{resource.namespace}/{resource.name}")
-        if spec.type in ("headerInjection", "bearerToken"):
-            return self._static_credential(resource, spec)
-        exchange = spec.token_exchange
-        if exchange is None:
-            return None
-        here = (*path, "tokenExchange")
-        self.require_https(resource, (*here, "tokenUrl"), exchange.token_url,
-                           exchange.insecure_allow_http, "spec.tokenExchange.insecureAllowHTTP")
-        secret = None
-        if exchange.client_secret_ref is not None:
-            secret = self.secret(resource, (*here, "clientSecretRef"), exchange.client_secret_ref)
-            if exchange.client_id is None:
-                self.report.error(resource, (*here, "clientId"), "required",
-                                  "is required when clientSecretRef is set")
-        token_type: str = exchange.subject_token_type
-        if not token_type.startswith(TOKEN_TYPE_URN):
-            token_type = TOKEN_TYPE_URN + token_type
-        if resource.broken:
-            return None
-        return TokenExchangeAuth(
-            config=f"{resource.namespace}/{resource.name}",
-            token_url=exchange.token_url,
-            audience=exchange.audience,
-            client_id=exchange.client_id,
-            client_secret=secret,
-            scopes=exchange.scopes,
-            subject_token_type=token_type,
-            subject_provider=exchange.subject_provider_name,
-            header_name=exchange.external_token_header_name,
-        )
-
-    def _block_matches_type(self, resource: Resource, type_: str, block: str, present: bool,
+    def block_matches_type(self, resource: Resource, type_: str, block: str, present: bool,
                             others: dict[str, bool]) -> None:
         """``type: X`` needs the ``X`` block and no block of another type."""
         if not present:
@@ -403,13 +301,13 @@ class Resolver:
     def _check_oidc_config(self, resource: Resource) -> None:
         spec: m.OIDCConfigSpec = resource.spec
         if spec.type == "inline":
-            self._block_matches_type(resource, spec.type, "inline", spec.inline is not None,
+            self.block_matches_type(resource, spec.type, "inline", spec.inline is not None,
                                      {"kubernetesServiceAccount":
                                       spec.kubernetes_service_account is not None})
             if spec.inline is not None:
                 self.check_inline_oidc(resource, ("spec", "inline"), spec.inline)
         else:
-            self._block_matches_type(resource, spec.type, "kubernetesServiceAccount", True,
+            self.block_matches_type(resource, spec.type, "kubernetesServiceAccount", True,
                                      {"inline": spec.inline is not None})
 
     def check_inline_oidc(self, owner: Resource, path: Sequence[PathPart],

@@ -2,7 +2,8 @@
 
 pydantic checks the shape; this module turns each of its errors into a problem with our field
 path, rule id and wording. Values are quoted only for enum mismatches (never secret) so that no
-message can echo a secret that was typed into the wrong field.
+message can echo a secret that was typed into the wrong field. A spec with field errors keeps
+what is sound of it (:mod:`.salvage`), for the rules between resources.
 
 Which documents are resources, by apiVersion and kind:
 
@@ -34,6 +35,7 @@ from .loading import SourceDocument
 from .models import KIND_MODELS, ConfigMapResource, Envelope, Model, SecretResource
 from .problems import PathPart
 from .report import Report, Resource
+from .salvage import salvage
 from .toolhive_fields import set_aside
 
 __all__ = ["DEFAULT_API_GROUP", "IGNORED_KINDS", "parse_documents"]
@@ -249,8 +251,17 @@ def parse_document(doc: SourceDocument, report: Report, *, api_group: str,
         report.error(resource, ("spec",), "required", "is required")
         return resource
     raw_spec = set_aside(kind, raw_spec or {}, report, resource)
-    spec = _validate(KIND_MODELS[kind], raw_spec, report, resource, ("spec",))
-    if envelope is not None and spec is not None:
+    model = KIND_MODELS[kind]
+    try:
+        spec = model.model_validate(raw_spec)
+    except ValidationError as exc:
+        _report_validation(report, resource, ("spec",), exc)
+        salvaged = salvage(model, raw_spec, exc.errors(include_url=False))
+        if envelope is None or salvaged is None:
+            return resource
+        spec = salvaged[0]
+        resource.unsound = tuple(("spec", *path) for path in salvaged[1])
+    if envelope is not None:
         resource.spec = spec
         resource.namespace = envelope.metadata.namespace or namespace
     return resource

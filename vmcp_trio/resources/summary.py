@@ -10,8 +10,10 @@ from .plan import (
     REDACTED,
     AnonymousIncoming,
     AuthServerPlan,
+    AwsStsAuth,
     BackendPlan,
     Bucket,
+    CrossAppAccessAuth,
     EmbeddedIncoming,
     GatewayPlan,
     HttpEndpoint,
@@ -20,11 +22,11 @@ from .plan import (
     NoOutgoingAuth,
     OAuth2Provider,
     OIDCIncoming,
+    OnBehalfOfAuth,
     OutgoingPlan,
     RedisStorage,
     SecretValue,
     StaticCredentialAuth,
-    TokenExchangeAuth,
     UpstreamInjectAuth,
 )
 
@@ -57,13 +59,22 @@ def _outgoing(plan: OutgoingPlan, incoming: IncomingPlan) -> str:
         return f"upstreamInject of provider {plan.provider} ({plan.config})"
     if isinstance(plan, StaticCredentialAuth):
         return f"{plan.strategy}: header {plan.header} from {plan.value.source} ({plan.config})"
-    assert isinstance(plan, TokenExchangeAuth)
     if plan.subject_provider is not None:
         subject = f"the stored token of provider {plan.subject_provider}"
     elif isinstance(incoming, EmbeddedIncoming):
         subject = "vmcp's own JWT"
     else:
         subject = "the caller's validated token"
+    if isinstance(plan, AwsStsAuth):
+        return (f"awsSts: AssumeRoleWithWebIdentity at {plan.sts_url} with {subject}, requests "
+                f"signed (SigV4) for {plan.service} in {plan.region} ({plan.config})")
+    if isinstance(plan, OnBehalfOfAuth):
+        return (f"obo at {plan.token_url} for scope {plan.scope}, assertion {subject}, client "
+                f"{plan.client_id} secret {REDACTED} ({plan.config})")
+    if isinstance(plan, CrossAppAccessAuth):
+        return (f"xaa: the ID token of provider {plan.subject_provider} for an ID-JAG at "
+                f"{plan.idp_token_url}, then an access token at {plan.target_token_url} for "
+                f"{plan.audience} ({plan.config})")
     text = (f"tokenExchange at {plan.token_url} for audience {plan.audience}, subject "
             f"{subject} ({plan.config})")
     if plan.client_secret is not None:
@@ -84,7 +95,10 @@ def _backend(backend: BackendPlan, incoming: IncomingPlan) -> str:
         if endpoint.env:
             where += f" (env: {', '.join(k for k, _ in endpoint.env)})"
     outgoing = _outgoing(backend.outgoing, incoming)
-    return f"    {backend.name}: {where}\n      outgoing auth: {outgoing}"
+    text = f"    {backend.name}: {where}\n      outgoing auth: {outgoing}"
+    if backend.authz is not None:
+        text += f"\n      its own policies: {len(backend.authz.policies)} Cedar policies"
+    return text
 
 
 def _redis(storage: RedisStorage) -> str:

@@ -19,9 +19,9 @@ with its own rule:
   runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker, status reporting
   and tool annotation overrides.
 * ``not-implemented``: an error per field. Features whose absence would make the gateway do less
-  than the manifest says, above all about security: authorization, rate limiting and audit on an
-  MCPRemoteProxy (the pod's own), webhooks, tool exclusion, static ``config.backends``,
-  passthrough headers, ``outgoingAuth.default``, the runtime form of incoming/outgoing auth, the
+  than the manifest says, above all about security: rate limiting on an MCPRemoteProxy (the
+  pod's own), webhooks, tool exclusion, passthrough headers, ``outgoingAuth.default``, the
+  runtime form of incoming/outgoing auth, the
   authorization server's and MCPOIDCConfig's newer options (client delegation, trusted issuers,
   CIMD, DCR upstream). They are refused, never
   silently dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``)
@@ -131,7 +131,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         *_both("aggregation.tools[].excludeAll", "tool exclusion"),
         ("passthroughHeaders", "passthrough headers"),
         ("config.passthroughHeaders", "passthrough headers"),
-        ("config.backends", "static backends (config.backends)"),
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
         *((f"authServerConfig.{name}", f"the authorization server's {name}")
@@ -140,8 +139,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
          "dynamic client registration at an upstream provider"),
     ),
     "MCPRemoteProxy": (
-        ("authzConfig", "authorization (Cedar policies)"),
-        ("authzConfigRef", "authorization (MCPAuthzConfig)"),
         ("rateLimiting", "rate limiting"),
     ),
     "MCPOIDCConfig": (

@@ -6,8 +6,9 @@ resolve every VirtualMCPServer (:mod:`.gateway_rules`). Problems accumulate thro
 plans are returned only when there is no error at all, so callers never run on a configuration
 that has one.
 
-A document whose shape is wrong gets all its shape errors at once; the rules that relate it to
-other documents run once its shape is right (references to it are not reported as missing).
+A document whose shape is wrong gets all its shape errors at once, and the rules that relate
+it to other documents run all the same on what is sound of it (:mod:`.salvage`), so that one run
+reports every problem; references to it are not reported as missing, and nothing builds on it.
 
 The result also sums the documents up (:attr:`ValidationResult.digest`, a short sha256 of their
 parsed content: comments, layout and key order do not change it, file names neither), so that an
@@ -20,6 +21,7 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -54,7 +56,8 @@ class ValidationResult:
     """Every VirtualMCPServer, resolved, in (namespace, name) order; empty if there is an error."""
     document_count: int
     unchecked: int = 0
-    """Resources whose field errors kept the cross-document rules from running on them."""
+    """Resources whose field errors left nothing for the rules between resources to run on (a
+    required field of the spec itself, or the envelope, is broken)."""
     digest: str = ""
     """A short sha256 of the documents' parsed content, in order (see the module)."""
 
@@ -95,9 +98,24 @@ def validate_documents(docs: Sequence[SourceDocument], options: LoadOptions = Lo
 
 def _digest(docs: Sequence[SourceDocument]) -> str:
     """The first 12 hex digits of the sha256 of the documents' content, as canonical JSON."""
-    content = orjson.dumps([doc.body for doc in docs], default=str,
-                           option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    bodies = [doc.body for doc in docs]
+    option = orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    try:
+        content = orjson.dumps(bodies, default=str, option=option)
+    except TypeError:  # an integer past 64 bits, which orjson does not write: as its digits
+        content = orjson.dumps(_big_ints_as_text(bodies), default=str, option=option)
     return hashlib.sha256(content).hexdigest()[:12]
+
+
+def _big_ints_as_text(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            not -(1 << 63) <= value < (1 << 64):
+        return str(value)
+    if isinstance(value, dict):
+        return {_big_ints_as_text(key): _big_ints_as_text(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_big_ints_as_text(item) for item in value]
+    return value
 
 
 def validate_paths(paths: Iterable[str | Path],

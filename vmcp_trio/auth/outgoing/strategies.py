@@ -1,6 +1,6 @@
 """The outgoing strategies: what a backend receives in place of the client's token.
 
-* ``none``: nothing.
+* ``none`` (also ``unauthenticated``): nothing.
 * ``headerInjection`` / ``bearerToken``: one header with a Secret's value (``Authorization:
   Bearer <token>`` for the latter), the same for every caller.
 * ``upstreamInject``: ``Authorization: Bearer`` with the calling user's stored upstream access
@@ -9,6 +9,9 @@
 * ``tokenExchange``: an RFC 8693 exchange (:mod:`.exchange`, cached) whose subject is the
   caller's validated incoming token (vmcp's own JWT when the embedded authorization server issued
   it), or with ``subjectProviderName`` the user's stored upstream access token of that provider.
+* ``obo`` and ``xaa``: JWT-bearer grants of the user's assertion (:mod:`.delegation`).
+* ``awsSts``: AWS STS credentials of the caller's role that sign each request (:mod:`.aws_sts`):
+  a :class:`RequestSigner`, whose headers depend on the request itself.
 
 A strategy computes headers for a :class:`~vmcp_trio.auth.caller.Caller` (who the request is for);
 when it cannot, it raises :class:`CredentialError`, which the gateway turns into a JSON-RPC error
@@ -18,52 +21,52 @@ what a strategy returns.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, overload, runtime_checkable
 
 from ...http.client import HttpClient
 from ...resources.plan import (
+    AwsStsAuth,
+    CrossAppAccessAuth,
     NoOutgoingAuth,
+    OnBehalfOfAuth,
     OutgoingPlan,
     StaticCredentialAuth,
     TokenExchangeAuth,
     UpstreamInjectAuth,
 )
 from ..caller import Caller
+from .aws_sts import AwsSts
+from .delegation import CrossAppAccess, OnBehalfOf
 from .exchange import ExchangeError, TokenExchanger
 from .shared_exchange import SharedExchangeCache
+from .sigv4 import OutgoingRequest
+from .subject import CredentialError, UpstreamTokens, session_of_caller, subject_token
 
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 
-__all__ = ["CredentialError", "OutgoingStrategy", "UpstreamTokens", "build_strategy"]
-
-
-class CredentialError(Exception):
-    """No credential for this backend and caller (the message says why, never a token)."""
-
-
-class UpstreamTokens(Protocol):
-    """Where the stored upstream tokens live (the embedded authorization server)."""
-
-    async def upstream_access_token(self, session_id: str, provider: str) -> str | None: ...
-
-    async def upstream_id_token(self, session_id: str, provider: str) -> str | None: ...
+__all__ = ["BackendStrategy", "CredentialError", "OutgoingRequest", "OutgoingStrategy",
+           "RequestSigner", "UpstreamTokens", "build_strategy"]
 
 
 class OutgoingStrategy(Protocol):
     async def headers(self, caller: Caller | None) -> list[tuple[str, str]]: ...
 
 
+@runtime_checkable
+class RequestSigner(Protocol):
+    """A strategy whose headers sign the request they go with."""
+
+    async def sign(self, caller: Caller | None,
+                   request: OutgoingRequest) -> list[tuple[str, str]]: ...
+
+
+BackendStrategy = OutgoingStrategy | RequestSigner
+"""What a backend's outgoing auth is: headers for a caller, or a signature of each request."""
+
+
 class NoCredential:
     async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         return []
-
-
-def _session_of_caller(caller: Caller | None) -> str:
-    session = caller.identity.claims.get("tsid") if caller is not None else None
-    if not isinstance(session, str):
-        raise CredentialError("the caller has no session of the embedded authorization "
-                              "server (upstream tokens come from its login)")
-    return session
 
 
 class StaticCredential:
@@ -85,7 +88,7 @@ class UpstreamInject:
     async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         if self.tokens is None:
             raise CredentialError(f"{self.plan.config} needs the embedded authorization server")
-        token = await self.tokens.upstream_access_token(_session_of_caller(caller),
+        token = await self.tokens.upstream_access_token(session_of_caller(caller),
                                                         self.plan.provider)
         if token is None:
             raise CredentialError(f"no {self.plan.provider} token is stored for this session "
@@ -100,28 +103,13 @@ class TokenExchange:
         self.exchanger = exchanger
         self.tokens = tokens
 
-    async def _subject(self, caller: Caller | None) -> str:
-        if self.plan.subject_provider is not None:
-            if self.tokens is None:
-                raise CredentialError(f"{self.plan.config} names subjectProviderName, which "
-                                      "needs the embedded authorization server")
-            wants_id_token = self.plan.subject_token_type == ID_TOKEN_TYPE
-            read = (self.tokens.upstream_id_token if wants_id_token
-                    else self.tokens.upstream_access_token)
-            token = await read(_session_of_caller(caller), self.plan.subject_provider)
-            if token is None:
-                raise CredentialError(f"no {self.plan.subject_provider} token is stored for "
-                                      "this session (log in again)")
-            return token
-        if caller is None or caller.token is None:
-            raise CredentialError("the request carries no token to exchange (anonymous "
-                                  "incoming auth?)")
-        return caller.token
-
     async def headers(self, caller: Caller | None) -> list[tuple[str, str]]:
         try:
+            subject = await subject_token(
+                caller, provider=self.plan.subject_provider, tokens=self.tokens,
+                config=self.plan.config, id_token=self.plan.subject_token_type == ID_TOKEN_TYPE)
             exchanged = await self.exchanger.exchange(
-                await self._subject(caller), audience=self.plan.audience, scopes=self.plan.scopes,
+                subject, audience=self.plan.audience, scopes=self.plan.scopes,
                 subject_type=self.plan.subject_token_type)
         except ExchangeError as exc:
             raise CredentialError(str(exc)) from None
@@ -130,19 +118,39 @@ class TokenExchange:
         return [("authorization", f"Bearer {exchanged.access_token}")]
 
 
+@overload
+def build_strategy(plan: TokenExchangeAuth, *, client: HttpClient,
+                   exchangers: dict[tuple[str, str | None], TokenExchanger],
+                   tokens: UpstreamTokens | None, cache: bool = True,
+                   shared: SharedExchangeCache | None = None) -> OutgoingStrategy: ...
+
+
+@overload
 def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
                    exchangers: dict[tuple[str, str | None], TokenExchanger],
                    tokens: UpstreamTokens | None, cache: bool = True,
-                   shared: SharedExchangeCache | None = None) -> OutgoingStrategy:
+                   shared: SharedExchangeCache | None = None) -> BackendStrategy: ...
+
+
+def build_strategy(plan: OutgoingPlan, *, client: HttpClient,
+                   exchangers: dict[tuple[str, str | None], TokenExchanger],
+                   tokens: UpstreamTokens | None, cache: bool = True,
+                   shared: SharedExchangeCache | None = None) -> BackendStrategy:
     """The strategy of one backend. Exchangers are shared per (tokenUrl, clientId), so that
     backends exchanging at one service share its cache (and, with ``shared``, the replicas
-    share it too)."""
+    share it too); the other strategies keep their caches of their own."""
     if isinstance(plan, NoOutgoingAuth):
         return NoCredential()
     if isinstance(plan, UpstreamInjectAuth):
         return UpstreamInject(plan, tokens)
     if isinstance(plan, StaticCredentialAuth):
         return StaticCredential(plan)
+    if isinstance(plan, AwsStsAuth):
+        return AwsSts(plan, client, tokens)
+    if isinstance(plan, OnBehalfOfAuth):
+        return OnBehalfOf(plan, client, tokens)
+    if isinstance(plan, CrossAppAccessAuth):
+        return CrossAppAccess(plan, client, tokens)
     key = (plan.token_url, plan.client_id)
     exchanger = exchangers.get(key)
     if exchanger is None:

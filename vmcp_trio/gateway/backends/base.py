@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from ... import __version__
+from ...auth.outgoing.strategies import OutgoingRequest
 from ...protocol.jsonrpc import (
     INTERNAL_ERROR,
     ErrorObject,
@@ -37,13 +38,14 @@ Sink = Callable[[Message], Awaitable[None]]
 
 
 class CredentialHook(Protocol):
-    """Outgoing authentication (boundary 2): headers to add to each request to one backend."""
+    """Outgoing authentication (boundary 2): headers to add to each request to one backend
+    (``request``: the request they go with, which a signature covers)."""
 
-    async def headers(self) -> list[tuple[str, str]]: ...
+    async def headers(self, request: OutgoingRequest) -> list[tuple[str, str]]: ...
 
 
 class NoCredentials:
-    async def headers(self) -> list[tuple[str, str]]:
+    async def headers(self, request: OutgoingRequest) -> list[tuple[str, str]]:
         return []
 
 

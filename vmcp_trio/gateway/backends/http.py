@@ -40,6 +40,7 @@ from typing import Any
 
 import trio
 
+from ...auth.outgoing.strategies import OutgoingRequest
 from ...http.client import HttpClient, HttpError, HttpResponse
 from ...protocol.jsonrpc import (
     ErrorResponse,
@@ -167,9 +168,12 @@ class HttpBackendLink(HttpLinkFields):
 
     # --- HTTP exchange -----------------------------------------------------------------------
 
-    async def _headers(self, transport: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    async def _headers(self, method: str, transport: list[tuple[str, str]],
+                       body: bytes = b"") -> list[tuple[str, str]]:
         """The ``transport`` headers with the credential and the trace context."""
-        headers = [*transport, *await self.credentials.headers()]
+        headers = [*transport,
+                   *await self.credentials.headers(OutgoingRequest(method, self.url, transport,
+                                                                   body))]
         tracing.inject_headers(headers)
         return headers
 
@@ -184,10 +188,11 @@ class HttpBackendLink(HttpLinkFields):
             sent = Sent.NO_REQUEST if request_id is None else Sent.REQUEST
             session_id = self.session_id
             transport = post_headers(self.revision.version, session_id)
-        headers = await self._headers(transport)
+        body = encode(message)
+        headers = await self._headers("POST", transport, body)
         try:
             async with self.client.stream("POST", self.url, headers=headers,
-                                          body=encode(message)) as response:
+                                          body=body) as response:
                 answer = post_answer(response.status, media_type(response.header(
                     "content-type")), sent, in_session=session_id is not None)
                 if answer is PostAnswer.NOT_STREAMABLE:
@@ -248,7 +253,7 @@ class HttpBackendLink(HttpLinkFields):
                 raise BackendError(self.name, "closed the response stream before answering")
             if delay:
                 await trio.sleep(delay)
-            headers = await self._headers(stream_headers(
+            headers = await self._headers("GET", stream_headers(
                 self.revision.version, self.session_id, resumption.last_event_id))
             try:
                 async with self.client.stream("GET", self.url, headers=headers) as resumed:
@@ -350,8 +355,8 @@ class HttpBackendLink(HttpLinkFields):
             return
         stream = self._listen_stream
         parser = stream.next_connection()
-        headers = await self._headers(stream_headers(self.revision.version, self.session_id,
-                                                     stream.last_event_id))
+        headers = await self._headers("GET", stream_headers(
+            self.revision.version, self.session_id, stream.last_event_id))
         try:
             async with self.client.stream("GET", self.url, headers=headers) as response:
                 answer = stream_answer(response.status,
@@ -380,8 +385,8 @@ class HttpBackendLink(HttpLinkFields):
         with trio.move_on_after(2) as scope:
             scope.shield = True
             try:
-                headers = await self._headers(delete_headers(self.revision.version,
-                                                             self.session_id))
+                headers = await self._headers("DELETE", delete_headers(self.revision.version,
+                                                                       self.session_id))
                 await self.client.request("DELETE", self.url, headers=headers, limit=65536)
             except HttpError:
                 pass

@@ -21,6 +21,7 @@ from urllib.parse import urljoin, urlsplit
 
 import trio
 
+from ...auth.outgoing.strategies import OutgoingRequest
 from ...http.client import HttpClient, HttpError
 from ...protocol.jsonrpc import (
     ErrorResponse,
@@ -101,7 +102,9 @@ class LegacySseBackendLink(HttpLinkFields):
 
     async def _read_stream(self, *, task_status: trio.TaskStatus[None]) -> None:
         """The GET stream: the ``endpoint`` event first, then every message of the backend."""
-        headers = [*stream_headers(), *await self.credentials.headers()]
+        transport = stream_headers()
+        headers = [*transport, *await self.credentials.headers(
+            OutgoingRequest("GET", self.url, transport))]
         parser = SSEParser(self.max_event_bytes)
         with trio.CancelScope() as scope:
             self._stream_scope = scope
@@ -155,11 +158,13 @@ class LegacySseBackendLink(HttpLinkFields):
     async def _post(self, message: Message) -> None:
         if self._endpoint is None:
             raise BackendError(self.name, "has no open event stream")
-        headers = [("content-type", "application/json"), *await self.credentials.headers()]
+        transport, body = [("content-type", "application/json")], encode(message)
+        headers = [*transport, *await self.credentials.headers(
+            OutgoingRequest("POST", self._endpoint, transport, body))]
         tracing.inject_headers(headers)
         try:
             status, _, _ = await self.client.request("POST", self._endpoint, headers=headers,
-                                                     body=encode(message), limit=65536)
+                                                     body=body, limit=65536)
         except HttpError as exc:
             raise BackendError(self.name, f"is unreachable: {exc}") from None
         if status >= 300:

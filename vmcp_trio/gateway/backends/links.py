@@ -11,8 +11,9 @@
 * A stdio backend is one shared, supervised :class:`~.stdio.StdioProcess`; a session's link to it
   is a view that tags the session's calls.
 * Every HTTP link carries the backend's outgoing credentials (boundary 2) for the caller the
-  session holds now (:class:`SessionCredentials`); a credential that cannot be had is that
-  backend's error for that call. A backend's static headers (an MCPServerEntry's or
+  session holds now (:class:`SessionCredentials`), given the request they go with (a signing
+  strategy, ``awsSts``'s SigV4, signs it); a credential that cannot be had is that backend's
+  error for that call. A backend's static headers (an MCPServerEntry's or
   MCPRemoteProxy's ``headerForward``, checked at load so that none collides with the
   credentials or the transport's own headers) go with every request, health checks included
   (:class:`StaticHeaders`).
@@ -29,7 +30,12 @@ from typing import Any
 import trio
 
 from ...auth.caller import Caller
-from ...auth.outgoing.strategies import CredentialError, OutgoingStrategy
+from ...auth.outgoing.strategies import (
+    BackendStrategy,
+    CredentialError,
+    OutgoingRequest,
+    RequestSigner,
+)
 from ...http.client import HttpClient
 from ...protocol.revisions import Revision
 from ...resources.plan import GatewayPlan, HttpEndpoint, StdioEndpoint
@@ -64,14 +70,16 @@ class SessionCredentials:
     a session is the same identity). A failure to get one is that backend's error (a JSON-RPC
     error naming it)."""
 
-    def __init__(self, backend: str, strategy: OutgoingStrategy,
+    def __init__(self, backend: str, strategy: BackendStrategy,
                  caller: Callable[[], Caller | None]) -> None:
         self.backend = backend
         self.strategy = strategy
         self.caller = caller
 
-    async def headers(self) -> list[tuple[str, str]]:
+    async def headers(self, request: OutgoingRequest) -> list[tuple[str, str]]:
         try:
+            if isinstance(self.strategy, RequestSigner):
+                return await self.strategy.sign(self.caller(), request)
             return await self.strategy.headers(self.caller())
         except CredentialError as exc:
             raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
@@ -85,8 +93,8 @@ class StaticHeaders:
         self.static = [(header.name, header.text()) for header in endpoint.headers]
         self.credentials = credentials or NoCredentials()
 
-    async def headers(self) -> list[tuple[str, str]]:
-        return [*self.static, *await self.credentials.headers()]
+    async def headers(self, request: OutgoingRequest) -> list[tuple[str, str]]:
+        return [*self.static, *await self.credentials.headers(request)]
 
 
 def _with_static(endpoint: HttpEndpoint,
@@ -96,7 +104,7 @@ def _with_static(endpoint: HttpEndpoint,
 
 class BackendLinks:
     def __init__(self, plan: GatewayPlan, client: HttpClient,
-                 strategies: Mapping[str, OutgoingStrategy],
+                 strategies: Mapping[str, BackendStrategy],
                  stdio: Mapping[str, StdioProcess]) -> None:
         self.plan = plan
         self.client = client
@@ -123,7 +131,7 @@ class BackendLinks:
                 endpoint.ca_bundle)
         return client
 
-    def update(self, plan: GatewayPlan, strategies: Mapping[str, OutgoingStrategy],
+    def update(self, plan: GatewayPlan, strategies: Mapping[str, BackendStrategy],
                stdio: Mapping[str, StdioProcess], changed: set[str]) -> None:
         """A reload: the new plan's backends, strategies and processes; what was learnt of the
         ``changed`` backends (which revision they speak) is forgotten."""

@@ -43,6 +43,7 @@ from typing import Any
 
 import trio
 
+from ...auth.outgoing.strategies import OutgoingRequest
 from ...http.client import HttpClient, HttpError
 from ...protocol.jsonrpc import (
     METHOD_NOT_FOUND,
@@ -178,10 +179,12 @@ class StatelessBackendLink(HttpLinkFields):
                                   client_info=CLIENT_INFO, log_level=self._log_level,
                                   backend_capabilities=self.server_capabilities)
 
-    async def _headers(self, method: str, params: dict[str, Any]) -> list[tuple[str, str]]:
+    async def _headers(self, method: str, params: dict[str, Any],
+                       body: bytes) -> list[tuple[str, str]]:
         schema = self._schemas.get(str(params.get("name"))) if method == "tools/call" else None
-        headers = [*post_headers(STATELESS.version), *metadata_headers(method, params, schema),
-                   *await self.credentials.headers()]
+        transport = [*post_headers(STATELESS.version), *metadata_headers(method, params, schema)]
+        headers = [*transport, *await self.credentials.headers(
+            OutgoingRequest("POST", self.url, transport, body))]
         tracing.inject_headers(headers)
         return headers
 
@@ -189,8 +192,8 @@ class StatelessBackendLink(HttpLinkFields):
                     sink: Sink, *, probing: bool = False) -> Response | ErrorResponse | None:
         """POST one request; its response (None only when ``probing`` and the backend answered
         as a server of the handshake revisions does: a 4xx without JSON)."""
-        headers = await self._headers(method, params)
         body = encode(Request(request_id, method, params))
+        headers = await self._headers(method, params, body)
         try:
             async with self.client.stream("POST", self.url, headers=headers,
                                           body=body) as response:
