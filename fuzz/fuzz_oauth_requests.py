@@ -1,6 +1,7 @@
 """Fuzz the request decoding of the embedded authorization server: the query of /oauth/authorize,
-the forms of /oauth/token (its grants: authorization_code, refresh_token; it has no
-client_credentials, token exchange or introspection) and /oauth/revoke, the JSON of
+the forms of /oauth/token (its grants: authorization_code, refresh_token; token exchange and
+the JWT-bearer grant are off here, with no delegate client and no trusted issuer; it has no
+client_credentials or introspection) and /oauth/revoke, the JSON of
 /oauth/register. No endpoint has a pure decoder (each ``serve`` reads its request inline, then
 applies validation.py, fuzzed by fuzz_oauth_validation.py), so each ``serve`` is driven on ASGI
 messages after ``http_request``, on memory storage with a canned upstream and metadata document:
@@ -31,9 +32,11 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 
 from vmcp_trio.auth.jwt import parse_jws, verify_signature
+from vmcp_trio.authserver.assertion_grant import AssertionGrant
 from vmcp_trio.authserver.authorize import AUTHORIZE_PARAMETERS, MAX_STATE_CHARS, AuthorizeEndpoint
 from vmcp_trio.authserver.cimd import ClientDocumentError, ClientDocuments
 from vmcp_trio.authserver.endpoints import sha256
+from vmcp_trio.authserver.exchange_grant import ExchangeGrant
 from vmcp_trio.authserver.keys import SigningKeys
 from vmcp_trio.authserver.opaque import OpaqueTokens
 from vmcp_trio.authserver.registration import RegistrationEndpoint
@@ -41,6 +44,7 @@ from vmcp_trio.authserver.revocation import RevocationEndpoint
 from vmcp_trio.authserver.storage import CodeGrant, RefreshFamily, RegisteredClient
 from vmcp_trio.authserver.storage.memory import MemoryStorage
 from vmcp_trio.authserver.token import TokenEndpoint
+from vmcp_trio.authserver.trusted import TrustedIssuers
 from vmcp_trio.authserver.upstream import UpstreamProvider
 from vmcp_trio.authserver.validation import ERROR_CODES, check_pkce_request, redirect_uri_matches
 from vmcp_trio.authserver.validation import validate_client_metadata as registration
@@ -65,6 +69,7 @@ TOKENS = {b"$CODE": CODE, b"$RT": "fam~" + RT, b"$AT": ACCESS}
 PROVIDERS = {"hub": UpstreamProvider(OAuth2Provider(
     "hub", UPSTREAM, "https://idp.example/t", "vmcp", user_info=UserInfoPlan("https://i/me")),
     HttpClient())}
+NO_ISSUERS = TrustedIssuers((), HttpClient())
 _HIDDEN = re.compile(r'<input type="hidden" name="([^"]*)" value="([^"]*)">')
 _RECORD: Any = lambda *args, **kwargs: None  # noqa: E731 (the audit log)
 
@@ -119,7 +124,12 @@ class Case:
                               callback_url=ISSUER + "/cb", **common),
             TokenEndpoint(self.storage, keys=KEYS, resources=RESOURCES, access_lifetime=60,
                           refresh_lifetime=60, revoke_session=self.revoke, record=_RECORD,
-                          session_revoked=self.is_revoked, **common),
+                          session_revoked=self.is_revoked, assertions=AssertionGrant(
+                              NO_ISSUERS, self.storage, access_lifetime=60),
+                          exchange=ExchangeGrant(
+                              keys=KEYS, issuer=ISSUER, resources=RESOURCES, trusted=NO_ISSUERS,
+                              delegates=(), session_revoked=self.is_revoked,
+                              access_lifetime=60), **common),
             RegistrationEndpoint(self.storage, allow_confidential=self.allow_confidential),
             RevocationEndpoint(self.storage, keys=KEYS, revoke_session=self.revoke,
                                record=_RECORD, **common))[flags & 3]

@@ -68,6 +68,26 @@ def jwk_of(public_key: PublicKeyTypes, kid: str | None, alg: str | None = None,
     return jwk
 
 
+def _int(member: str) -> int:
+    return int.from_bytes(base64.urlsafe_b64decode(member + "=" * (-len(member) % 4)), "big")
+
+
+def private_key_of(jwk: dict[str, Any]) -> PrivateKeyTypes:
+    """The private key of a private JWK (RSA, EC P-256/384/521, Ed25519), e.g. an identity
+    provider's signing key, to sign as that provider."""
+    if jwk["kty"] == "RSA":
+        public = rsa.RSAPublicNumbers(_int(jwk["e"]), _int(jwk["n"]))
+        return rsa.RSAPrivateNumbers(
+            _int(jwk["p"]), _int(jwk["q"]), _int(jwk["d"]), _int(jwk["dp"]), _int(jwk["dq"]),
+            _int(jwk["qi"]), public).private_key()
+    if jwk["kty"] == "EC":
+        curve = {crv: curve for curve, crv, _ in _CURVES.values()}[jwk["crv"]]
+        return ec.EllipticCurvePrivateNumbers(_int(jwk["d"]), ec.EllipticCurvePublicNumbers(
+            _int(jwk["x"]), _int(jwk["y"]), curve)).private_key()
+    return ed25519.Ed25519PrivateKey.from_private_bytes(
+        base64.urlsafe_b64decode(jwk["d"] + "=" * (-len(jwk["d"]) % 4)))
+
+
 def sign(private_key: PrivateKeyTypes, alg: str, data: bytes) -> bytes:
     """A JWS signature (raw r || s for ECDSA) of ``data``."""
     if alg[:2] in ("RS", "PS") and isinstance(private_key, rsa.RSAPrivateKey):

@@ -10,7 +10,6 @@ headless login), and a raw flow for the security cases, each its own test.
 
 from __future__ import annotations
 
-import base64
 import json
 import time
 from typing import Any
@@ -331,52 +330,6 @@ async def test_revocation_ends_the_refresh_family_and_the_session(stack: Stack) 
         "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
         "client_id": client_id})
     assert status == 400 and refused["error"] == "invalid_grant"
-
-
-async def test_confidential_clients_when_configured(upstreams: tuple[int, Idp, Idp]) -> None:
-    """``allowConfidentialClients``: a registration may ask for a secret (shown once); the
-    token endpoint then requires it, by HTTP Basic or in the form; a wrong one is 401
-    invalid_client with a Basic challenge. Without the setting such a registration is refused."""
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    async with running_gateway(as_docs(issuer, corp, hub), port=port) as (url, gateway):
-        plain = Stack(issuer, url, corp, hub, gateway)
-        status, _, refused = await call(plain, "POST", "/oauth/register", body={
-            "redirect_uris": [CLIENT_REDIRECT], "token_endpoint_auth_method":
-            "client_secret_basic"})
-        assert status == 400 and refused["error"] == "invalid_client_metadata"
-    docs = as_docs(issuer, corp, hub)
-    next(d for d in docs if d["kind"] == "VirtualMCPServer")["spec"]["authServerConfig"][
-        "allowConfidentialClients"] = True
-    async with running_gateway(docs, port=port) as (url, gateway):
-        stack = Stack(issuer, url, corp, hub, gateway)
-        _, _, metadata = await call(stack, "GET", "/.well-known/oauth-authorization-server")
-        assert "client_secret_basic" in metadata["token_endpoint_auth_methods_supported"]
-        status, _, registered = await call(stack, "POST", "/oauth/register", body={
-            "redirect_uris": [CLIENT_REDIRECT],
-            "token_endpoint_auth_method": "client_secret_basic"})
-        assert status == 201 and registered["client_secret"]
-        client_id, secret = registered["client_id"], registered["client_secret"]
-        verifier, challenge = pkce()
-        redirect = await login(stack, client_id, challenge)
-        form = {"grant_type": "authorization_code", "code": redirect["code"],
-                "redirect_uri": CLIENT_REDIRECT, "code_verifier": verifier}
-        wrong = base64.b64encode(f"{client_id}:not-the-secret".encode()).decode()
-        status, headers, answer = await call(stack, "POST", "/oauth/token", form=form,
-                                             headers=[("authorization", f"Basic {wrong}")])
-        assert status == 401 and answer["error"] == "invalid_client"
-        assert headers["www-authenticate"].startswith("Basic")
-        status, _, answer = await call(stack, "POST", "/oauth/token",
-                                       form={**form, "client_id": client_id})
-        assert status == 401  # no secret at all
-        right = base64.b64encode(f"{client_id}:{secret}".encode()).decode()
-        status, _, answer = await call(stack, "POST", "/oauth/token", form=form,
-                                       headers=[("authorization", f"Basic {right}")])
-        assert status == 200, answer
-        status, _, rotated = await call(stack, "POST", "/oauth/token", form={
-            "grant_type": "refresh_token", "refresh_token": answer["refresh_token"],
-            "client_id": client_id, "client_secret": secret})
-        assert status == 200, rotated
 
 
 async def test_an_issuer_with_a_path(upstreams: tuple[int, Idp, Idp]) -> None:

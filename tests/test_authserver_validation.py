@@ -64,16 +64,19 @@ def test_defaults_make_a_public_code_client() -> None:
     assert metadata.public
 
 
+NATIVE_REDIRECTS = ["http://127.0.0.1/cb", "http://[::1]:8080/cb", "http://localhost:8666/callback",
+                    "com.example.app:/oauth2redirect", "https://127.0.0.1/cb"]
+
+
 def test_a_full_registration_is_kept() -> None:
     metadata = register(
         allow_confidential=True,
-        redirect_uris=["https://app.example/cb", "http://127.0.0.1/cb", "http://[::1]:8080/cb",
-                       "http://localhost:8666/callback", "com.example.app:/oauth2redirect"],
+        redirect_uris=["https://app.example/cb", "https://app.example/other"],
         token_endpoint_auth_method="client_secret_post", grant_types=["authorization_code"],
         response_types=["code"], client_name="My app ✓", scope="mcp:tools  mcp:tools read",
         client_uri="https://app.example/", logo_uri="https://app.example/logo.png",
         software_id="unknown fields are ignored", jwks_uri="https://x.example/jwks")
-    assert len(metadata.redirect_uris) == 5
+    assert len(metadata.redirect_uris) == 2
     assert metadata.token_endpoint_auth_method == "client_secret_post"
     assert not metadata.public
     assert metadata.grant_types == ("authorization_code",)
@@ -81,6 +84,18 @@ def test_a_full_registration_is_kept() -> None:
     assert metadata.scope == "mcp:tools read"
     assert metadata.client_uri == "https://app.example/"
     assert metadata.logo_uri == "https://app.example/logo.png"
+
+
+def test_native_redirect_uris_are_for_public_clients_only() -> None:
+    """Loopback and private-use redirect URIs are a native app's, which cannot keep a secret
+    (ToolHive's rule): a confidential registration with one of them is refused."""
+    assert len(register(True, redirect_uris=NATIVE_REDIRECTS).redirect_uris) == 5
+    for uri in NATIVE_REDIRECTS:
+        for method in ("client_secret_basic", "client_secret_post"):
+            with raises("invalid_redirect_uri", r"^redirect_uris\[1\] must be https on a "
+                                                "host other than loopback"):
+                register(True, token_endpoint_auth_method=method,
+                         redirect_uris=["https://app.example/cb", uri])
 
 
 def test_duplicate_redirect_uris_are_dropped() -> None:

@@ -221,10 +221,8 @@ EXPECTED: dict[str, Expected] = {
         ('MCPRemoteProxy bedrock-proxy: spec.externalAuthConfigRef.name [reference]',)),
     'toolhive-docs/arch-17-token-exchange-delegation-02.yaml': Mistake(
         ('an incomplete snippet: no spec.incomingAuth, an authServerConfig without '
-         'upstreamProviders; also client delegation is not implemented yet'),
-        ('VirtualMCPServer reporting-gateway: spec.authServerConfig.delegateClients '
-         '[not-implemented]',
-         'VirtualMCPServer reporting-gateway: spec.authServerConfig.upstreamProviders [required]',
+         'upstreamProviders'),
+        ('VirtualMCPServer reporting-gateway: spec.authServerConfig.upstreamProviders [required]',
          'VirtualMCPServer reporting-gateway: spec.incomingAuth [required]',)),
     'toolhive-docs/operator-advanced-workflow-patterns-02.yaml': Mistake(
         'no description (its onError.maxRetries is retryCount under its name up to v0.6)',

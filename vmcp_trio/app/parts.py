@@ -198,8 +198,7 @@ def authorization_server(plan: GatewayPlan, client: HttpClient,
     resources: tuple[str, ...] = ()
     scopes: tuple[str, ...] = ()
     if isinstance(incoming, EmbeddedIncoming):
-        resources = tuple(dict.fromkeys(r for r in (incoming.audience, incoming.resource_url)
-                                        if r))
+        resources = incoming.resources
         scopes = incoming.scopes
     if storage is None:
         storage = MemoryStorage()

@@ -296,11 +296,12 @@ def _number(claims: dict[str, Any], name: str) -> float | None:
     return value  # type: ignore[no-any-return]
 
 
-def check_claims(token: UnverifiedToken, *, issuer: str, audience: str | None, now: float,
-                 leeway: float = 30.0,
+def check_claims(token: UnverifiedToken, *, issuer: str,
+                 audience: str | frozenset[str] | None, now: float, leeway: float = 30.0,
                  typs: frozenset[str] = frozenset({"at+jwt", "jwt"})) -> None:
     """iss must equal issuer exactly; aud (string or array of strings) must contain audience when
-    audience is not None; exp required and > now - leeway; nbf (if present) <= now + leeway; iat
+    audience is not None (one of them, given a set); exp required and > now - leeway; nbf (if
+    present) <= now + leeway; iat
     (if present) <= now + leeway; exp/nbf/iat must be numbers (not bool); typ header, when
     present, compared case-insensitively after stripping an "application/" prefix, must be in
     typs (give them in lower case). Raises TokenError naming the claim; never echoes values."""
@@ -318,12 +319,12 @@ def check_claims(token: UnverifiedToken, *, issuer: str, audience: str | None, n
     if audience is not None:
         aud = claims.get("aud")
         if type(aud) is str:
-            if aud != audience:
+            if aud != audience and (type(audience) is str or aud not in audience):
                 raise TokenError("aud does not contain the expected audience")
         elif type(aud) is list:
             if not all(type(item) is str for item in aud):
                 raise TokenError("aud is not a string or an array of strings")
-            if audience not in aud:
+            if audience not in aud if isinstance(audience, str) else audience.isdisjoint(aud):
                 raise TokenError("aud does not contain the expected audience")
         elif aud is None:
             raise TokenError("aud is missing")

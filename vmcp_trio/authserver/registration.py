@@ -6,8 +6,10 @@ URIs, grant types, OpenID Connect Registration's ``application_type``) and gets 
 
 * Only a POST of ``application/json`` of at most ``MAX_REGISTRATION_BYTES``.
 * Confidential clients (``client_secret_basic``/``client_secret_post``) only when the
-  configuration allows them; their secret is shown once, in this answer, and only its SHA-256 is
-  kept.
+  configuration allows them (``allowConfidentialClientRegistration``), with https redirect URIs
+  of hosts other than loopback; their secret (256 random bits) is shown once, in this answer,
+  and only its SHA-256 is kept. It expires with the registration, ``CLIENT_LIFETIME`` after it
+  (``client_secret_expires_at``; use does not extend it): the client then registers again.
 * The table cannot be filled: registrations are budgeted per client address and for every
   address together (:class:`~.rates.AddressRate`; 429 with ``Retry-After`` past either), and a
   public client that never completed a login is forgotten after ``UNUSED_CLIENT_LIFETIME``; its

@@ -9,7 +9,9 @@ handed what it uses (values and callables; none of them imports this one):
 * ``/oauth/authorize``: :mod:`.authorize` (the request, the consent page for clients known by
   their Client ID Metadata Document, the start of each upstream leg);
 * ``/oauth/callback``: :mod:`.callback` (each upstream leg's end, the chain, the code);
-* ``/oauth/token``: :mod:`.token` (codes, refresh rotation, the tokens issued);
+* ``/oauth/token``: :mod:`.token` (codes, refresh rotation, the tokens issued), with the
+  JWT-bearer grant of trusted issuers' assertions (:mod:`.assertion_grant`, :mod:`.trusted`)
+  and token exchange with delegation for the delegate clients (:mod:`.exchange_grant`);
 * ``/oauth/revoke``: :mod:`.revocation` (RFC 7009);
 * what they share to read a request and answer: :mod:`.endpoints`.
 
@@ -54,9 +56,11 @@ from ..runtime.audit import AuditLog, AuthKind, Outcome, auth_event
 from ..runtime.audit import Caller as AuditCaller
 from ..runtime.logs import REQUEST_ID
 from ..runtime.supervisor import NamedTask
+from .assertion_grant import AssertionGrant
 from .authorize import AuthorizeEndpoint
 from .callback import CallbackEndpoint
 from .cimd import ClientDocuments
+from .exchange_grant import ExchangeGrant
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
 from .refresher import UpstreamRefresher
@@ -64,7 +68,9 @@ from .registration import RegistrationEndpoint
 from .revocation import RevocationEndpoint
 from .storage import Storage, StorageFull, StorageUnavailable, StoredUpstream
 from .token import TokenEndpoint
+from .trusted import TrustedIssuers
 from .upstream import UpstreamProvider
+from .validation import SECRET_METHODS
 
 __all__ = ["AuthorizationServer"]
 
@@ -115,11 +121,19 @@ class AuthorizationServer:
             callback_url=callback_url, code_lifetime=self.code_lifetime,
             refresh_lifetime=self.refresh_lifetime, start_leg=self.authorization.start_leg,
             record=self._audit)
+        self.trusted = TrustedIssuers(plan.trusted_issuers, client)
+        """External issuers whose assertions and subject tokens are accepted."""
         self.token = TokenEndpoint(
             storage, documents=self.documents, keys=self.keys, opaque=self.opaque,
             issuer=self.issuer, resources=resources, access_lifetime=self.access_lifetime,
             refresh_lifetime=self.refresh_lifetime, revoke_session=self._revoke_session,
-            session_revoked=self._session_revoked, record=self._audit)
+            session_revoked=self._session_revoked, record=self._audit,
+            assertions=AssertionGrant(self.trusted, storage,
+                                      access_lifetime=self.access_lifetime),
+            exchange=ExchangeGrant(keys=self.keys, issuer=self.issuer, resources=resources,
+                                   trusted=self.trusted, delegates=plan.delegate_clients,
+                                   session_revoked=self._session_revoked,
+                                   access_lifetime=self.access_lifetime))
         self.revocation = RevocationEndpoint(
             storage, documents=self.documents, keys=self.keys, opaque=self.opaque,
             issuer=self.issuer, revoke_session=self._revoke_session, record=self._audit)
@@ -145,6 +159,7 @@ class AuthorizationServer:
         for name, provider in self.providers.items():
             tasks.extend((f"upstream {name} {what}", task) for what, task in provider.supervised())
         tasks.append(("upstream token refresher", self.refresher.run))
+        tasks.extend(self.trusted.supervised())
         return tasks
 
     # --- routing -------------------------------------------------------------------------------
@@ -204,7 +219,7 @@ class AuthorizationServer:
             "jwks_uri": self.url("/.well-known/jwks.json"),
             "response_types_supported": ["code"],
             "response_modes_supported": ["query"],
-            "grant_types_supported": ["authorization_code", "refresh_token"],
+            "grant_types_supported": self.token.grant_types(),
             "code_challenge_methods_supported": ["S256"],
             "token_endpoint_auth_methods_supported": self._auth_methods(),
             "revocation_endpoint_auth_methods_supported": self._auth_methods(),
@@ -216,8 +231,8 @@ class AuthorizationServer:
         return document
 
     def _auth_methods(self) -> list[str]:
-        if self.plan.allow_confidential_clients:
-            return ["none", "client_secret_basic", "client_secret_post"]
+        if self.plan.allow_confidential_clients or self.plan.delegate_clients:
+            return ["none", *SECRET_METHODS]
         return ["none"]
 
     def _audit(self, kind: AuthKind, outcome: Outcome, request: HttpRequest, *,

@@ -1,11 +1,16 @@
 """``/oauth/token``: redeeming a code, rotating a refresh token, issuing the tokens.
 
 The client authenticates as it registered (:func:`~.endpoints.authenticate_client`), then asks
-for one of two grants. Tokens we issue:
+for a grant it registered: ``authorization_code`` and ``refresh_token`` (here), token exchange
+for a delegate client (:mod:`.exchange_grant`); the JWT-bearer grant needs no client, its
+assertion is the credential (:mod:`.assertion_grant`; credentials given anyway are checked).
+A grant the configuration does not enable is ``unsupported_grant_type``, one the client did not
+register ``unauthorized_client``. Tokens we issue:
 
 * Access tokens are JWTs signed with the first configured key (``iss``, ``sub``, ``aud``,
   ``exp``, ``iat``, ``jti``, ``client_id``, ``scope``/``scp``, ``tsid``: the session id that keys
-  the upstream tokens; ``name`` and ``email`` when the upstream login gave them).
+  the upstream tokens; ``name`` and ``email`` when the upstream login gave them; ``act`` for a
+  delegated token). The other grants issue an access token only (:class:`~.endpoints.AccessGrant`).
 * Codes and refresh tokens are opaque and HMAC-protected (:mod:`.opaque`); a refresh token is
   ``<family id>~<token>``.
 
@@ -32,8 +37,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..http.asgi import HttpRequest, Send, send_json
+from .assertion_grant import JWT_BEARER, AssertionGrant
 from .cimd import ClientDocumentError, ClientDocuments
-from .endpoints import NO_STORE, AuditRecord, authenticate_client, read_form, send_oauth_error
+from .endpoints import (
+    NO_STORE,
+    AccessGrant,
+    AuditRecord,
+    authenticate_client,
+    has_credentials,
+    read_form,
+    send_oauth_error,
+)
+from .exchange_grant import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE, ExchangeGrant
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
 from .registration import CLIENT_LIFETIME
@@ -49,7 +64,8 @@ class TokenEndpoint:
                  access_lifetime: float, refresh_lifetime: float,
                  revoke_session: Callable[[str], Awaitable[None]],
                  session_revoked: Callable[[str], Awaitable[bool]],
-                 record: AuditRecord) -> None:
+                 record: AuditRecord, assertions: AssertionGrant,
+                 exchange: ExchangeGrant) -> None:
         self.storage = storage
         self.documents = documents
         self.keys = keys
@@ -62,6 +78,22 @@ class TokenEndpoint:
         self.revoke_session = revoke_session
         self.session_revoked = session_revoked
         self.record = record
+        self.assertions = assertions
+        self.exchange = exchange
+
+    def grant_types(self) -> list[str]:
+        """The grants answered here (discovery's ``grant_types_supported``): the JWT-bearer
+        grant with a trusted issuer that enables it, token exchange with delegate clients."""
+        types = ["authorization_code", "refresh_token"]
+        if self.assertions.enabled:
+            types.append(JWT_BEARER)
+        if self.exchange.delegates:
+            types.append(TOKEN_EXCHANGE)
+        return types
+
+    async def _client(self, request: HttpRequest, form: dict[str, str]) -> RegisteredClient:
+        return await authenticate_client(request, form, self.storage, self.documents,
+                                         self.exchange.delegates)
 
     async def serve(self, request: HttpRequest, send: Send) -> None:
         grant_type: str | None = None
@@ -69,26 +101,58 @@ class TokenEndpoint:
         try:
             form = await read_form(request)
             grant_type = form.get("grant_type")
-            client = await authenticate_client(request, form, self.storage, self.documents)
-            client_id = client.client_id
-            if grant_type == "authorization_code":
-                answer, subject = await self._redeem_code(client, form)
-            elif grant_type == "refresh_token":
-                answer, subject = await self._refresh(client, form)
+            if grant_type not in self.grant_types():
+                raise OAuthError("unsupported_grant_type", "grant_type must be one of "
+                                 + ", ".join(self.grant_types()))
+            if grant_type == JWT_BEARER:
+                if has_credentials(request, form):  # not needed, but never ignored when given
+                    await self._client(request, form)
+                grant = await self.assertions.grant(form)
+                client_id = grant.client_id
+                answer, subject = self._access(grant), grant.subject
             else:
-                raise OAuthError("unsupported_grant_type",
-                                 "grant_type must be authorization_code or refresh_token")
+                client = await self._client(request, form)
+                client_id = client.client_id
+                if grant_type not in client.grant_types:
+                    raise OAuthError("unauthorized_client", "the client is not registered for "
+                                                            "this grant_type")
+                if grant_type == "authorization_code":
+                    answer, subject = await self._redeem_code(client, form)
+                elif grant_type == "refresh_token":
+                    answer, subject = await self._refresh(client, form)
+                else:
+                    grant = await self.exchange.grant(client, form)
+                    answer = {**self._access(grant), "issued_token_type": ACCESS_TOKEN_TYPE}
+                    subject = grant.subject
         except OAuthError as exc:
+            known = grant_type if grant_type in self.grant_types() else (grant_type or "")[:40]
             self.record("token_refreshed" if grant_type == "refresh_token" else "token_issued",
                         "denied" if exc.status == 401 else "failure", request,
-                        client_id=client_id, grant_type=(grant_type or "")[:40] or None,
-                        reason=exc.error)
+                        client_id=client_id, grant_type=known or None, reason=exc.error)
             await send_oauth_error(send, exc)
             return
         self.record("token_refreshed" if grant_type == "refresh_token" else "token_issued",
                     "success", request, client_id=client_id, subject=subject,
                     grant_type=grant_type)
         await send_json(send, 200, answer, NO_STORE)
+
+    def _access(self, grant: AccessGrant) -> dict[str, Any]:
+        """The token response of one access token (our JWT: the claims of every grant)."""
+        now, lifetime = int(time.time()), max(int(grant.lifetime), 0)
+        claims: dict[str, Any] = {
+            "iss": self.issuer, "sub": grant.subject, "aud": [grant.audience], "iat": now,
+            "exp": now + lifetime, "jti": secrets.token_urlsafe(16),
+            "client_id": grant.client_id, "scope": " ".join(grant.scopes),
+            "scp": list(grant.scopes)}
+        for name, value in (("tsid", grant.session_id), ("name", grant.name),
+                            ("email", grant.email), ("act", grant.act)):
+            if value:
+                claims[name] = value
+        answer: dict[str, Any] = {"access_token": self.keys.sign(claims),
+                                  "token_type": "Bearer", "expires_in": lifetime}
+        if grant.scopes:
+            answer["scope"] = " ".join(grant.scopes)
+        return answer
 
     async def _redeem_code(self, client: RegisteredClient,
                            form: dict[str, str]) -> tuple[dict[str, Any], str]:
@@ -121,7 +185,10 @@ class TokenEndpoint:
         await self.storage.set_code_family(code_id, family_id)
         if self.documents.is_document_client(client.client_id):
             return answer, grant.subject  # not registered here: nothing to keep
-        if not client.used or client.expires_at - time.time() < CLIENT_LIFETIME / 2:
+        if client.secret_sha256 is not None:  # ends with its secret (client_secret_expires_at)
+            if not client.used:
+                await self.storage.put_client(dataclasses.replace(client, used=True))
+        elif not client.used or client.expires_at - time.time() < CLIENT_LIFETIME / 2:
             await self.storage.put_client(dataclasses.replace(  # a client in use stays
                 client, used=True, expires_at=time.time() + CLIENT_LIFETIME))
         return answer, grant.subject
@@ -196,18 +263,6 @@ class TokenEndpoint:
                 raise OAuthError("invalid_grant", "the refresh token was already used (reuse "
                                                   "after rotation); its family is revoked")
         audience = resource or (self.resources[0] if self.resources else self.issuer)
-        claims: dict[str, Any] = {
-            "iss": self.issuer, "sub": subject, "aud": [audience], "iat": now,
-            "exp": now + int(self.access_lifetime), "jti": secrets.token_urlsafe(16),
-            "client_id": client_id, "scope": " ".join(scopes), "scp": list(scopes),
-            "tsid": session_id}
-        if name:
-            claims["name"] = name
-        if email:
-            claims["email"] = email
-        answer: dict[str, Any] = {
-            "access_token": self.keys.sign(claims), "token_type": "Bearer",
-            "expires_in": int(self.access_lifetime), "refresh_token": f"{family_id}~{refresh}"}
-        if scopes:
-            answer["scope"] = " ".join(scopes)
-        return answer
+        return {**self._access(AccessGrant(subject, client_id, audience, scopes,
+                                           self.access_lifetime, session_id, name, email)),
+                "refresh_token": f"{family_id}~{refresh}"}

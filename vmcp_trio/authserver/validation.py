@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..auth.ssrf import is_loopback_host
 from ..protocol import base64url
 
 __all__ = [
@@ -30,6 +31,7 @@ __all__ = [
     "MAX_REDIRECT_URIS",
     "MAX_URI_CHARS",
     "SECRET_AUTH_METHODS",
+    "SECRET_METHODS",
     "ClientMetadata",
     "OAuthError",
     "check_client_id_url",
@@ -53,7 +55,9 @@ MAX_URI_CHARS = 2000
 MAX_CLIENT_NAME_CHARS = 200
 MAX_SCOPE_CHARS = 4000
 
-AUTH_METHODS = ("none", "client_secret_basic", "client_secret_post")
+SECRET_METHODS = ("client_secret_basic", "client_secret_post")
+"""How a confidential client presents its secret at the token endpoint."""
+AUTH_METHODS = ("none", *SECRET_METHODS)
 SECRET_AUTH_METHODS = ("client_secret_basic", "client_secret_post", "client_secret_jwt")
 GRANT_TYPES = ("authorization_code", "refresh_token")
 RESPONSE_TYPES = ("code",)
@@ -293,7 +297,9 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
       loopback host (127.0.0.1, [::1], localhost), or a private-use scheme (RFC 8252 7.1: a
       scheme with a dot, like ``com.example.app:/callback``); duplicates are dropped;
     * ``token_endpoint_auth_method`` "none" (the default: a public client), or
-      client_secret_basic / client_secret_post only when ``allow_confidential``;
+      client_secret_basic / client_secret_post only when ``allow_confidential``, and then only
+      with https redirect URIs of hosts other than loopback (ToolHive's rule: a native app
+      cannot keep a secret);
     * ``grant_types`` (default authorization_code and refresh_token) only those two;
       ``response_types`` (default code) only code; consistent with each other (RFC 7591 2.1:
       authorization_code needs code, and code needs authorization_code);
@@ -335,6 +341,14 @@ def validate_client_metadata(document: object, *, allow_confidential: bool) -> C
     if method != "none" and not allow_confidential:
         raise _metadata_error("token_endpoint_auth_method must be none: only public clients "
                               "may register")
+    if method != "none":
+        for index, uri in enumerate(redirect_uris):
+            parsed = _parse_uri(uri)
+            if parsed.scheme != "https" or is_loopback_host(parsed.host):
+                raise OAuthError("invalid_redirect_uri", f"redirect_uris[{index}] must be https "
+                                 f"on a host other than loopback for {method}: a client on "
+                                 "loopback or a private-use scheme is a native app, which "
+                                 "cannot keep a secret (register it with none)")
 
     grant_types = _string_list(document, "grant_types", GRANT_TYPES, GRANT_TYPES)
     response_types = _string_list(document, "response_types", RESPONSE_TYPES, RESPONSE_TYPES)

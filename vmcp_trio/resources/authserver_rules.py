@@ -4,7 +4,8 @@ Checked here: https (unless ``insecureAllowHTTP``), an issuer usable in RFC 8414
 signing keys that load and are strong enough, HMAC secrets of at least 32 bytes, token
 lifespans within sane ranges, upstream providers (unique DNS-label names, the block matching
 ``type``, their Secrets, a ``redirectUri`` that is vmcp's callback ``{issuer}/oauth/callback``,
-an OIDC ``subjectClaim``), and the storage block. The result is an
+an OIDC ``subjectClaim``), the storage block, and (:mod:`.trust_rules`) confidential clients
+and trusted issuers. The result is an
 :class:`~vmcp_trio.resources.plan.AuthServerPlan` with ToolHive's defaults filled in.
 """
 
@@ -34,6 +35,11 @@ from .plan import (
 from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
+from .trust_rules import (
+    check_confidential_transport,
+    resolve_delegate_clients,
+    resolve_trusted_issuers,
+)
 
 __all__ = ["LIFESPAN_RANGES", "hmac_secret_problem", "resolve_auth_server", "secret_list"]
 
@@ -70,6 +76,9 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
     lifespans = _lifespans(resolver, owner, config.token_lifespans)
     providers = _providers(resolver, owner, config)
     storage = _storage(resolver, owner, config.storage)
+    check_confidential_transport(resolver, owner, config)
+    trusted = resolve_trusted_issuers(resolver, owner, config)
+    delegates = resolve_delegate_clients(resolver, owner, config.delegate_clients)
     if resolver.report.error_count != errors_before or storage is None:
         return None
     return AuthServerPlan(
@@ -83,7 +92,9 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
         auth_code_lifespan=lifespans["authCodeLifespan"],
         storage=storage,
         insecure_allow_http=https,
-        allow_confidential_clients=config.allow_confidential_clients,
+        allow_confidential_clients=config.allow_confidential_client_registration,
+        trusted_issuers=trusted,
+        delegate_clients=delegates,
     )
 
 

@@ -62,6 +62,7 @@ from .resolver import Resolver
 from .session_rules import resolve_session_storage
 from .static_backends import static_backends
 from .telemetry_rules import resolve_telemetry
+from .trust_rules import check_trust_targets
 
 __all__ = ["resolve_gateway"]
 
@@ -100,6 +101,8 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
                     f"{spec.auth_server_config.issuer})")
     _check_backend_entries(resolver, gateway, spec.outgoing_auth, group, member_names)
     embedded = spec.auth_server_config if isinstance(incoming, EmbeddedIncoming) else None
+    if embedded is not None and isinstance(incoming, EmbeddedIncoming):
+        check_trust_targets(resolver, gateway, embedded, incoming.resources, incoming.scopes)
     backends: list[BackendPlan] = []
     for member in members:
         outgoing = _outgoing(resolver, gateway, spec, member.name or "", member, incoming)

@@ -12,7 +12,8 @@ not implemented yet) are not here: :mod:`.toolhive_fields` sets them aside befor
 Where ToolHive has a field the seed does not mention and we act on it,
 it is here under ToolHive's name (``jwksAllowPrivateIP``, ``insecureAllowHTTP``, ``proxyPort``,
 ``subjectTokenType`` ...). Our standalone extensions are marked "extension". The base model is
-:mod:`.base_model`'s, and MCPExternalAuthConfig's blocks are in :mod:`.external_auth_models`.
+:mod:`.base_model`'s, MCPExternalAuthConfig's blocks are in :mod:`.external_auth_models`, and
+the authorization server's trusted issuers and delegate clients in :mod:`.trust_models`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from .fields import (
     Str,
     UrlText,
 )
+from .trust_models import DelegateClient, TrustedIssuer
 
 __all__ = [
     "KIND_MODELS",
@@ -409,9 +411,13 @@ class AuthServerConfig(Model):
                                                                        max_length=16)]
     storage: Storage | None = None
     insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
-    allow_confidential_clients: Bool = False
-    """Extension: RFC 7591 registrations may ask for a client secret (client_secret_basic or
+    allow_confidential_client_registration: Bool = False
+    """RFC 7591 registrations may ask for a client secret (client_secret_basic or
     client_secret_post); public clients (PKCE only) otherwise."""
+    insecure_allow_confidential_over_loopback_http: Bool = Field(
+        False, alias="insecureAllowConfidentialOverLoopbackHTTP")
+    trusted_issuers: Annotated[tuple[TrustedIssuer, ...], Field(max_length=20)] = ()
+    delegate_clients: Annotated[tuple[DelegateClient, ...], Field(max_length=10)] = ()
     primary_upstream_provider: DnsLabel | None = None
     """The upstream login whose claims authorization policies see (default: the first)."""
 

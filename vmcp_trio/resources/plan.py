@@ -148,6 +148,11 @@ class EmbeddedIncoming:
     resource_url: str | None = None
     mode: Literal["embedded"] = "embedded"
 
+    @property
+    def resources(self) -> tuple[str, ...]:
+        """What the authorization server issues tokens for: the audience and resource URL."""
+        return tuple(dict.fromkeys(r for r in (self.audience, self.resource_url) if r))
+
 
 IncomingPlan = AnonymousIncoming | OIDCIncoming | KubernetesIncoming | EmbeddedIncoming
 
@@ -398,6 +403,44 @@ StoragePlan = MemoryStorage | RedisStorage
 
 
 @dataclass(frozen=True)
+class JwtBearerPlan:
+    """A trusted issuer's RFC 7523 grant (``jwtBearerGrant``)."""
+
+    max_assertion_age: Duration
+    bindings: tuple[tuple[str, tuple[str, ...]], ...]
+    """(assertion subject, the resources it may ask for)."""
+    accepted_audiences: tuple[str, ...]
+    """What an assertion's ``aud`` must name (default: the token endpoint and the issuer)."""
+
+
+@dataclass(frozen=True)
+class TrustedIssuerPlan:
+    """An external issuer whose JWTs the authorization server accepts (``trustedIssuers``)."""
+
+    issuer: str
+    jwks_url: str | None = None
+    allow_http: bool = False
+    allow_private: bool = False
+    jwt_bearer: JwtBearerPlan | None = None
+    expected_audience: str | None = None
+    """Set when its tokens may be RFC 8693 subject tokens (delegation)."""
+    actor_claim: str = "azp"
+    allowed_actors: tuple[str, ...] = ()
+    allow_may_act: bool = False
+    allowed_delegate_clients: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DelegateClientPlan:
+    """A confidential client declared for RFC 8693 token exchange (``delegateClients``)."""
+
+    client_id: str
+    secret: SecretValue
+    scopes: tuple[str, ...]
+    audiences: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class AuthServerPlan:
     issuer: str
     authorization_endpoint: str
@@ -413,6 +456,9 @@ class AuthServerPlan:
     storage: StoragePlan = MemoryStorage()
     insecure_allow_http: bool = False
     allow_confidential_clients: bool = False
+    """``allowConfidentialClientRegistration``."""
+    trusted_issuers: tuple[TrustedIssuerPlan, ...] = ()
+    delegate_clients: tuple[DelegateClientPlan, ...] = ()
 
 
 # --- aggregation -------------------------------------------------------------------------------

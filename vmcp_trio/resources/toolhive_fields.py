@@ -22,8 +22,8 @@ with its own rule:
   than the manifest says, above all about security: rate limiting on an MCPRemoteProxy (the
   pod's own), webhooks, tool exclusion, passthrough headers, ``outgoingAuth.default``, the
   runtime form of incoming/outgoing auth, the
-  authorization server's and MCPOIDCConfig's newer options (client delegation, trusted issuers,
-  CIMD, DCR upstream). They are refused, never
+  authorization server's and MCPOIDCConfig's newer options (CIMD settings, DCR upstream, a
+  trusted issuer's CEL ``actorMatcher``). They are refused, never
   silently dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``)
   is accepted without a word.
 
@@ -104,11 +104,8 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
     ),
 }
 
-_AUTH_SERVER_FIELDS = ("cimd", "delegateClients", "trustedIssuers",
-                       "disableUpstreamTokenInjection", "baselineClientScopes",
-                       "forceConfidentialRedirectUris",
-                       "insecureAllowConfidentialOverLoopbackHTTP",
-                       "allowConfidentialClientRegistration")
+_AUTH_SERVER_FIELDS = ("cimd", "disableUpstreamTokenInjection", "baselineClientScopes",
+                       "forceConfidentialRedirectUris")
 """``authServerConfig`` fields of ToolHive v0.44 that vmcp's authorization server lacks."""
 
 PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
@@ -137,6 +134,8 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
           for name in _AUTH_SERVER_FIELDS),
         ("authServerConfig.upstreamProviders[].oauth2Config.dcrConfig",
          "dynamic client registration at an upstream provider"),
+        ("authServerConfig.trustedIssuers[].actorMatcher",
+         "CEL actor matchers; allowedActors and allowMayAct work"),
     ),
     "MCPRemoteProxy": (
         ("rateLimiting", "rate limiting"),

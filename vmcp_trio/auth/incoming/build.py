@@ -38,7 +38,7 @@ from .authenticator import AnonymousAuthenticator, Authenticator, JwtAuthenticat
 from .introspection import Introspector
 from .jwks import JwksCache
 
-__all__ = ["AuthSettings", "IncomingAuthError", "build_authenticator"]
+__all__ = ["AuthSettings", "IncomingAuthError", "IssuerMetadata", "build_authenticator"]
 
 
 
@@ -56,8 +56,9 @@ class AuthSettings:
     service_account_dir: str = SERVICE_ACCOUNT_DIR
 
 
-class _Metadata:
-    """An issuer's discovery document, fetched when first needed and kept once it worked."""
+class IssuerMetadata:
+    """An issuer's discovery document, fetched when first needed and kept once it worked (also
+    the embedded authorization server's, for its trusted issuers)."""
 
     def __init__(self, client: HttpClient, issuer: str, *, allow_http: bool,
                  allow_private: bool) -> None:
@@ -110,7 +111,7 @@ def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: Http
 def _oidc(plan: OIDCIncoming, settings: AuthSettings, client: HttpClient) -> JwtAuthenticator:
     if plan.ca_bundle is not None:  # the issuer's endpoints chain to a private CA
         client = HttpClient.trusting(plan.ca_bundle)
-    metadata = _Metadata(client, plan.issuer, allow_http=plan.insecure_allow_http,
+    metadata = IssuerMetadata(client, plan.issuer, allow_http=plan.insecure_allow_http,
                          allow_private=plan.jwks_allow_private_ip)
     jwks = JwksCache(plan.issuer, metadata.endpoint("jwks_uri", plan.jwks_url), client,
                      allow_http=plan.insecure_allow_http,

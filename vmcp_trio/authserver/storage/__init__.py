@@ -13,6 +13,9 @@ Records (all with an expiry; storage drops them after it):
   second redemption finds it marked used, which revokes what the first one issued.
 * :class:`RefreshFamily`: the chain of refresh tokens of one grant. Only the newest id is valid;
   presenting an older one (reuse after rotation) revokes the family.
+* Used assertions: the key of each RFC 7523 assertion accepted (a hash of its issuer and
+  ``jti``), until the assertion expires, so that it is accepted once
+  (:meth:`Storage.consume_assertion`), by whichever process sharing the storage sees it first.
 * Upstream tokens per (session, provider): what the user's upstream logins returned, for the
   outgoing ``upstreamInject``/token-exchange strategies. A storage that persists them outside
   the process must encrypt them at rest.
@@ -202,6 +205,11 @@ class Storage(Protocol):
     async def due_upstreams(self, before: float, limit: int) -> list[tuple[str, str]]:
         """``(session id, provider)`` of stored upstream tokens with a refresh token that expire
         before ``before``, soonest first."""
+        ...
+    async def consume_assertion(self, key: str, expires_at: float) -> bool:
+        """Atomically: True the first time ``key`` is presented before ``expires_at`` (then kept
+        until then), False every other time: exactly one of concurrent presentations, at any
+        process sharing the storage, is the first."""
         ...
     async def acquire(self, name: str, ttl: float) -> str | None:
         """A lock shared by every process of this storage: a token when taken, else None."""

@@ -83,6 +83,10 @@ class MemoryStorage:
         self.upstream: _Table[StoredUpstream] = _Table(limit)
         self.revoked: _Table[bool] = _Table(limit)
         self.locks: _Table[str] = _Table(limit)
+        self.assertions: _Table[bool] = _Table(
+            limit, full=f"{limit} assertions are remembered as used, the most this server "
+                        "holds; try again when some have expired")
+        """Used RFC 7523 assertions: never pushed out (that would let one be replayed)."""
         self.on_revoked: Callable[[str, float], None] | None = None
         """Unused: nothing outside this process shares this storage."""
 
@@ -174,6 +178,12 @@ class MemoryStorage:
                      if expires > now and stored.refresh_token and stored.expires_at is not None
                      and stored.expires_at < before)
         return [(session, provider) for _, session, provider in due[:limit]]
+
+    async def consume_assertion(self, key: str, expires_at: float) -> bool:
+        if self.assertions.get(key) is not None:
+            return False
+        self.assertions.put(key, True, expires_at)
+        return True
 
     async def acquire(self, name: str, ttl: float) -> str | None:
         if self.locks.get(name) is not None:

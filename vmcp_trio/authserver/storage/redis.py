@@ -20,12 +20,14 @@ two gateways never read each other's rows) and every key with a TTL:
 ``refresh-due``                sorted set of ``<sid> <provider>`` by upstream expiry (the
                                refresh scheduler's queue)
 ``lock:<name>``                a lock shared by the replicas (SET NX PX, released by CAS)
+``assertion:<hash>``           an RFC 7523 assertion accepted (hash of its issuer and jti), set
+                               NX until it expires: exactly one replica accepts it
 =============================  ================================================================
 
 The connection (single Redis or Sentinel, failover handling, bounded commands, locks,
 subscriptions) is :class:`vmcp_trio.runtime.redis.RedisConnection`: after each write that must
-survive a failover (codes, refresh rotation, upstream tokens) the storage asks it for one
-replica's copy; Redis unreachable, timing out or failing over makes every call raise
+survive a failover (codes, refresh rotation, upstream tokens, used assertions) the storage asks
+it for one replica's copy; Redis unreachable, timing out or failing over makes every call raise
 :class:`~vmcp_trio.runtime.redis.StorageUnavailable` (the endpoints then answer 503 with
 ``Retry-After``), nothing hangs.
 """
@@ -318,6 +320,15 @@ class RedisStorage:
         members = await self._do(lambda r: r.zrangebyscore(
             self._key("refresh-due"), float("-inf"), before, offset=0, count=limit))
         return [tuple(str(m).split(" ", 1)) for m in members]  # type: ignore[misc]
+
+    async def consume_assertion(self, key: str, expires_at: float) -> bool:
+        async def consume(r: Redis[str]) -> bool:
+            first = await r.set(self._key("assertion", key), "1",
+                                px=milliseconds(expires_at - time.time()),
+                                condition=PureToken.NX)
+            await self._durable(r)
+            return bool(first)
+        return bool(await self._do(consume))
 
     async def acquire(self, name: str, ttl: float) -> str | None:
         return await self.redis.acquire(name, ttl)
