@@ -222,7 +222,18 @@ def test_client_secrets_need_tls_or_a_loopback_issuer_that_allows_them(
         expect_error(validate(docs), "cleartext-secrets",
                      "spec.authServerConfig.allowConfidentialClientRegistration",
                      contains="cleartext")
+    # vmcp's earlier name still works, with a warning, under the same transport rule.
     docs = as_docs(f"http://127.0.0.1:{port}", corp, hub)
-    resource(docs, "VirtualMCPServer")["spec"]["authServerConfig"][
-        "allowConfidentialClients"] = True
-    assert not validate(docs).ok
+    legacy = resource(docs, "VirtualMCPServer")["spec"]["authServerConfig"]
+    legacy["allowConfidentialClients"] = True
+    expect_error(validate(docs), "cleartext-secrets",
+                 "spec.authServerConfig.allowConfidentialClientRegistration")
+    legacy["insecureAllowConfidentialOverLoopbackHTTP"] = True
+    result = validate(docs)
+    assert result.ok and result.plans[0].auth_server is not None
+    assert result.plans[0].auth_server.allow_confidential_clients
+    (warning,) = [w for w in result.warnings if w.rule == "deprecated"]
+    assert warning.path == "spec.authServerConfig.allowConfidentialClients"
+    legacy["allowConfidentialClients"] = False
+    legacy["allowConfidentialClientRegistration"] = True
+    expect_error(validate(docs), "conflict", "spec.authServerConfig.allowConfidentialClients")

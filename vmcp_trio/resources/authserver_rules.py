@@ -92,7 +92,7 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
         auth_code_lifespan=lifespans["authCodeLifespan"],
         storage=storage,
         insecure_allow_http=https,
-        allow_confidential_clients=config.allow_confidential_client_registration,
+        allow_confidential_clients=config.confidential_registration,
         trusted_issuers=trusted,
         delegate_clients=delegates,
     )

@@ -414,12 +414,21 @@ class AuthServerConfig(Model):
     allow_confidential_client_registration: Bool = False
     """RFC 7591 registrations may ask for a client secret (client_secret_basic or
     client_secret_post); public clients (PKCE only) otherwise."""
+    allow_confidential_clients: Bool | None = None
+    """vmcp's earlier name of :attr:`allow_confidential_client_registration` (deprecated: a
+    warning says so; the two must agree when both are given)."""
     insecure_allow_confidential_over_loopback_http: Bool = Field(
         False, alias="insecureAllowConfidentialOverLoopbackHTTP")
     trusted_issuers: Annotated[tuple[TrustedIssuer, ...], Field(max_length=20)] = ()
     delegate_clients: Annotated[tuple[DelegateClient, ...], Field(max_length=10)] = ()
     primary_upstream_provider: DnsLabel | None = None
     """The upstream login whose claims authorization policies see (default: the first)."""
+
+    @property
+    def confidential_registration(self) -> bool:
+        """Whether confidential clients may register, under either name."""
+        return self.allow_confidential_client_registration or bool(
+            self.allow_confidential_clients)
 
 
 # --- aggregation (extension, ToolHive's names) -------------------------------------------------

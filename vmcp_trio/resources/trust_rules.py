@@ -55,8 +55,18 @@ RESERVED_ACTOR_CLAIMS = frozenset({"sub", "iss", "aud", "exp", "iat", "nbf", "jt
 def check_confidential_transport(resolver: Resolver, owner: Resource,
                                  config: m.AuthServerConfig) -> None:
     """Client secrets reach the token endpoint over TLS, or over loopback when allowed."""
+    legacy = config.allow_confidential_clients
+    if legacy is not None:
+        if config.allow_confidential_client_registration and not legacy:
+            resolver.report.error(owner, (*SPEC, "allowConfidentialClients"), "conflict",
+                                  "differs from allowConfidentialClientRegistration (its "
+                                  "earlier name): keep one")
+        else:
+            resolver.report.warn(owner, (*SPEC, "allowConfidentialClients"), "deprecated",
+                                 "is allowConfidentialClientRegistration now (ToolHive's "
+                                 "name); the earlier name still works")
     which = ("allowConfidentialClientRegistration"
-             if config.allow_confidential_client_registration else
+             if config.confidential_registration else
              "delegateClients" if config.delegate_clients else None)
     if which is None or urlsplit(config.issuer).scheme == "https":
         return
