@@ -14,7 +14,11 @@ prefix. Rules it keeps:
   asks ``WAIT 1`` for one replica's copy after a write that must survive a failover (bounded
   at 250 ms: a missing replica degrades durability, not service).
 * Subscriptions (:meth:`RedisConnection.subscribe`, before :meth:`RedisConnection.run`) and the
-  sentinel watchers are supervised tasks of their own, renewed fast when lost.
+  sentinel watchers are supervised tasks of their own, renewed fast when lost, and renewed at
+  once on ``+switch-master``: a subscription's connection may outlive a failover on a node that
+  is no longer the master (a replica, or the old master back before the sentinels make it one),
+  where the new master's messages do not reach it until the sentinels disconnect its clients,
+  seconds later.
 * Locks shared by the replicas: ``SET NX PX`` with a random token, released by compare-and-delete.
 """
 
@@ -71,6 +75,8 @@ class RedisConnection:
         self._sentinel: Sentinel[str] | None = None
         self._subscriptions: list[tuple[str, str, Callable[[str], None]]] = []
         self.failovers = 0
+        self._failed_over = trio.Event()
+        """Set on ``+switch-master`` (then replaced): the subscriptions renew themselves."""
         self.on_task_restart: Callable[[str], None] | None = None
         """Told when a subscription task is renewed (the restarts metric)."""
 
@@ -152,20 +158,34 @@ class RedisConnection:
                         self.failovers += 1
                         log.warning("Redis failover: %s", message["data"])
                         primary.connection_pool.disconnect()
+                        self._failed_over.set()
+                        self._failed_over = trio.Event()
         except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
             lost = group.exceptions[0]
         raise Retry(f"sentinel subscription lost ({lost!r})")
 
-    @staticmethod
-    async def _listen(client: Redis[str], channel: str, handler: Callable[[str], None]) -> None:
-        lost: BaseException | None = None
-        try:
-            async with client.pubsub(channels=[channel],
-                                     ignore_subscribe_messages=True) as pubsub:
-                async for message in pubsub:
-                    handler(str(message["data"]))
-        except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
-            lost = group.exceptions[0]
+    async def _listen(self, client: Redis[str], channel: str,
+                      handler: Callable[[str], None]) -> None:
+        lost: BaseException | str | None = None
+        failed_over = self._failed_over
+        with trio.CancelScope() as scope:
+            try:
+                async with trio.open_nursery() as nursery:
+
+                    async def renew_on_failover() -> None:
+                        await failed_over.wait()
+                        scope.cancel()
+
+                    nursery.start_soon(renew_on_failover)
+                    async with client.pubsub(channels=[channel],
+                                             ignore_subscribe_messages=True) as pubsub:
+                        async for message in pubsub:
+                            handler(str(message["data"]))
+                    nursery.cancel_scope.cancel()
+            except* Exception as group:  # anyio's ClosedResourceError on shutdown, too
+                lost = group.exceptions[0]
+        if scope.cancelled_caught:
+            lost = "the master changed"
         raise Retry(f"subscription to {channel} lost ({lost!r})")
 
     # --- commands ------------------------------------------------------------------------------
