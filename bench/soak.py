@@ -475,7 +475,8 @@ async def soak(fleet: Fleet, args: argparse.Namespace
             await trio.sleep(5)
             left = await trio.to_thread.run_sync(sample, fleet, "left")
     samples.append(await trio.to_thread.run_sync(sample, fleet, "after"))
-    return outcomes, samples, {"answers_resent_after_503": load.resent}
+    return outcomes, samples, {"answers_resent_after_503": load.resent,
+                               "sessions_reopened_after_404": load.reopened}
 
 
 def main() -> None:

@@ -219,6 +219,9 @@ class Load:
         self.running = 0
         self.resent = 0
         """Answers sent again after a 503."""
+        self.reopened = 0
+        """Pooled sessions the gateway answered 404 for, opened again (the operation sent
+        again in the new one)."""
 
     async def run(self, until: float) -> None:
         """Start operations until trio's clock reads ``until``; then wait for those running."""
@@ -265,10 +268,20 @@ class Load:
             try:
                 if session is None:
                     session = await self.client.initialize()
-                await operation(session)
+                try:
+                    await operation(session)
+                except Failed as exc:
+                    if str(exc) != "http 404":
+                        raise
+                    # The gateway no longer knows the session (idle past the TTL, or lost in
+                    # a fault): as the MCP spec says, the client opens another, sends again.
+                    self.reopened += 1
+                    session = None
+                    session = await self.client.initialize()
+                    await operation(session)
             except Failed as exc:
                 if str(exc) == "http 404":
-                    session = None  # expired or lost: the next user opens another
+                    session = None  # lost again: the next user opens another
                 raise
             finally:
                 pool[slot] = session

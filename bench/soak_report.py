@@ -184,6 +184,9 @@ def write_markdown(path: Path, metrics: dict[str, Any], kinds: dict[str, Counter
              f"| **failed on a backend the fault did not touch** (target 0) | "
              f"**{metrics['failed_untouched_backend']}** |",
              f"| faults | {metrics['faults']} |",
+             f"| answers sent again after a 503 / sessions opened again after a 404 | "
+             f"{metrics.get('answers_resent_after_503', 0)} / "
+             f"{metrics.get('sessions_reopened_after_404', 0)} |",
              f"| `call` p50 / p99 outside faults | {metrics['call_p50_ms']} / "
              f"{metrics['call_p99_ms']} ms |", "",
              "| operation | attempted | succeeded | failed |", "|---|---:|---:|---:|"]

@@ -16,14 +16,12 @@ import copy
 import json
 import re
 import subprocess
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +47,7 @@ from .fixtures.idp import Idp, running_idp
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 from .helpers import free_port, stop_process
+from .scripted_http import answering
 
 AUDIENCE = "https://vmcp.test/mcp"
 GROUP = "quickstart"
@@ -370,30 +369,11 @@ async def test_what_sts_says_when_it_refuses(status: int, body: str, words: str)
     """AWS's own refusals (an ``ErrorResponse`` with a code and a message) and broken answers,
     from an STS written here: moto refuses nothing on demand but by failing (a stand-in)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["content-length"]))
-            data = body.encode()
-            self.send_response(status)
-            self.send_header("content-type", "text/xml")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
+    with answering(lambda _: (status, "text/xml", body.encode())) as sts:
         plan = AwsStsAuth(config="t/aws", region="us-east-1", service="aws-mcp",
-                          sts_url=f"http://127.0.0.1:{server.server_address[1]}/",
-                          role_rules=(), fallback_role_arn=READER_ROLE)
+                          sts_url=f"{sts}/", role_rules=(), fallback_role_arn=READER_ROLE)
         strategy = AwsSts(plan, HttpClient(), None)
         with pytest.raises(CredentialError, match=words) as caught:
             await strategy.sign(caller("frank", "frank-token.x.y", []),
                                 OutgoingRequest("GET", "https://aws-mcp.us-east-1.api.aws/mcp"))
         assert "frank-token" not in str(caught.value)
-    finally:
-        server.shutdown()

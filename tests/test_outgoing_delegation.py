@@ -16,11 +16,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -40,6 +38,7 @@ from .fixtures.idp import Idp, running_idp, served_jwks
 from .fixtures.sdk_servers import BackendState, ResourceServer, make_server, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 from .helpers import free_port
+from .scripted_http import answering
 
 AUDIENCE = "https://vmcp.test/mcp"
 GROUP = "quickstart"
@@ -288,27 +287,9 @@ def misbehaving_idp() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A token endpoint written here that answers the ID-JAG request with what each test puts
     in the list (a stand-in: a real IdP would not send these wrong answers on demand)."""
     answers: list[dict[str, Any]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["content-length"]))
-            data = json.dumps(answers.pop(0)).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/token", answers
-    finally:
-        server.shutdown()
+    with answering(lambda _: (200, "application/json", json.dumps(answers.pop(0)).encode())
+                   ) as idp:
+        yield f"{idp}/token", answers
 
 
 ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"

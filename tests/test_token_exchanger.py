@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -21,6 +19,8 @@ import trio
 
 from vmcp_trio.auth.outgoing.exchange import ExchangeError, TokenExchanger
 from vmcp_trio.http.client import HttpClient
+
+from .scripted_http import Asked, answering
 
 
 @dataclass
@@ -36,38 +36,23 @@ class Service:
 def service() -> Iterator[Service]:
     state = Service()
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            form = {k: v[0] for k, v in parse_qs(
-                self.rfile.read(int(self.headers["content-length"])).decode()).items()}
-            basic = self.headers.get("authorization")
-            state.seen.append({"form": form, "basic": basic})
-            if basic and state.basic_refused:
-                status, body = 401, {"error": "invalid_client"}
-            else:
-                status = state.status
-                body = state.answer if state.answer is not None else {
-                    "access_token": f"exchanged-{len(state.seen)}", "token_type": "Bearer",
-                    "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
-                    "expires_in": 300}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def respond(asked: Asked) -> tuple[int, str, bytes]:
+        form = {k: v[0] for k, v in parse_qs(asked.body.decode()).items()}
+        basic = asked.headers.get("authorization")
+        state.seen.append({"form": form, "basic": basic})
+        if basic and state.basic_refused:
+            status, body = 401, {"error": "invalid_client"}
+        else:
+            status = state.status
+            body = state.answer if state.answer is not None else {
+                "access_token": f"exchanged-{len(state.seen)}", "token_type": "Bearer",
+                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                "expires_in": 300}
+        return status, "application/json", json.dumps(body).encode()
 
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()  # shutdown() waits up to one poll
-    state.url = f"http://127.0.0.1:{server.server_address[1]}/token"
-    try:
+    with answering(respond) as url:
+        state.url = f"{url}/token"
         yield state
-    finally:
-        server.shutdown()
 
 
 def exchanger(service: Service, **options: Any) -> TokenExchanger:
