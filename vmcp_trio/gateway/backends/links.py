@@ -75,12 +75,15 @@ class SessionCredentials:
         self.backend = backend
         self.strategy = strategy
         self.caller = caller
+        # Told apart once: an isinstance() of a runtime-checkable Protocol costs ~4% of a
+        # call's CPU on every request (bench/gateway_overhead.py, py-spy).
+        self._sign = strategy.sign if isinstance(strategy, RequestSigner) else None
 
     async def headers(self, request: OutgoingRequest) -> list[tuple[str, str]]:
         try:
-            if isinstance(self.strategy, RequestSigner):
-                return await self.strategy.sign(self.caller(), request)
-            return await self.strategy.headers(self.caller())
+            if self._sign is not None:
+                return await self._sign(self.caller(), request)
+            return await self.strategy.headers(self.caller())  # type: ignore[union-attr]
         except CredentialError as exc:
             raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
                 from None
