@@ -33,7 +33,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from hypercorn.config import Config
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from vmcp_trio.auth.caller import Caller
 from vmcp_trio.auth.identity import Identity
@@ -44,7 +44,7 @@ from vmcp_trio.http.client import HttpClient
 from vmcp_trio.resources.plan import AwsStsAuth, RoleRule
 
 from .fixtures.idp import Idp, running_idp
-from .fixtures.sdk_servers import BackendState, make_server, serving
+from .fixtures.sdk_servers import BackendState, make_server, replaying, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 from .helpers import free_port, stop_process
 from .scripted_http import answering
@@ -129,16 +129,7 @@ def sigv4_verifier(app: ASGIApp, moto: Moto, verified: Verified) -> ASGIApp:
                         "headers": [(b"content-type", b"text/plain")]})
             await send({"type": "http.response.body", "body": problem.encode()})
             return
-        replayed = False
-
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-
-        await app(scope, replay, send)
+        await app(scope, replaying(body, receive), send)
 
     return verify
 
