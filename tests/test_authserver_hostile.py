@@ -257,6 +257,32 @@ async def test_a_replaced_refresh_token_may_be_retried_within_the_grace_until_a_
 
 
 @KINDS
+async def test_concurrent_refreshes_of_one_token_each_give_a_token_that_works(
+        kind: str, tmp_path: Path) -> None:
+    """A client refreshing at two replicas at once (or retrying) keeps one of the answers,
+    whichever: that one refreshes, not reuse. Once it is used, the others are reuse and revoke
+    the family, so a stolen copy is still caught."""
+    async with auth_server(kind, tmp_path) as server:
+        for kept in range(3):
+            client_id, tokens = await logged_in(server)
+            answers: list[dict[str, Any]] = []
+
+            async def one(client_id: str, token: str, answers: list[dict[str, Any]]) -> None:
+                status, answer = await refresh(server, client_id, token)
+                assert status == 200, answer
+                answers.append(answer)
+            async with trio.open_nursery() as nursery:
+                for _ in range(3):
+                    nursery.start_soon(one, client_id, tokens["refresh_token"], answers)
+            status, used = await refresh(server, client_id, answers[kept]["refresh_token"])
+            assert status == 200, used
+            other = answers[(kept + 1) % 3]
+            status, answer = await refresh(server, client_id, other["refresh_token"])
+            assert (status, answer["error"]) == (400, "invalid_grant")
+            assert (await refresh(server, client_id, used["refresh_token"]))[0] == 400
+
+
+@KINDS
 async def test_revocation_takes_only_a_token_of_the_family_it_names(kind: str,
                                                                     tmp_path: Path) -> None:
     """``<victim's family>~<the attacker's own refresh token>`` revokes nothing; the victim's

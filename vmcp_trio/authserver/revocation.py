@@ -68,8 +68,8 @@ class RevocationEndpoint:
         presented = self.opaque.check("rt", opaque) if opaque else None
         if presented is not None:
             family = await self.storage.get_family(family_id)
-            if family is None or family.client_id != client.client_id or presented not in (
-                    family.current_id, family.previous_id):
+            if family is None or family.client_id != client.client_id or not (
+                    family.is_current(presented) or presented == family.previous_id):
                 return None
             return family_id, (family.session_id, family.subject)
         try:

@@ -33,19 +33,25 @@ from typing import Protocol
 
 from ...runtime.redis import StorageUnavailable
 
-__all__ = ["MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant", "PendingAuthorization",
-           "RefreshFamily", "RegisteredClient", "Storage", "StorageFull", "StorageUnavailable",
-           "StoredUpstream"]
+__all__ = ["MAX_SUCCESSORS", "MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant",
+           "PendingAuthorization", "RefreshFamily", "RegisteredClient", "Storage", "StorageFull",
+           "StorageUnavailable", "StoredUpstream"]
 
 
 ROTATION_GRACE = 10.0
 """Seconds during which the refresh token a rotation replaced may be presented again, as long
 as none of its successors was used: a client whose answer was lost (a network error, a Redis
 failover between the write and the reply) retries with the token it still holds, and that is
-not reuse. Each such retry replaces the unused successor (a retry whose own answer was lost, as
-happens twice in a row across a Sentinel failover, can be retried again), and none extends the
-grace. The replaced token after the grace, or after a successor was used, and any older token,
-revoke the family."""
+not reuse; nor is a client that refreshed at two replicas at once. Each such retry issues one
+more successor, and every unused successor stays valid until one of them is used (the client
+keeps whichever answer it kept: the first, the last, one of its concurrent requests'), at most
+:data:`MAX_SUCCESSORS` of them (the oldest goes). No retry extends the grace. The replaced
+token after the grace, or after a successor was used, the other successors once one was used,
+and any older token, revoke the family: reuse is still detected, one use later at most."""
+
+MAX_SUCCESSORS = 4
+"""Unused successors of one refresh token kept valid at once (concurrent refreshes or retries
+of the same token within :data:`ROTATION_GRACE`)."""
 
 
 MAX_UNUSED_CLIENTS = 2_000
@@ -154,6 +160,13 @@ class RefreshFamily:
     revoked: bool = False
     previous_id: str | None = None
     previous_until: float = 0.0
+    successors: tuple[str, ...] = ()
+    """The other unused successors of ``previous_id`` besides ``current_id`` (issued to
+    retries within the grace): each is as valid as ``current_id`` until one of them is used."""
+
+    def is_current(self, token_id: str) -> bool:
+        """``token_id`` is a refresh token of this family that may be used now."""
+        return token_id == self.current_id or token_id in self.successors
 
 
 class Storage(Protocol):
@@ -189,9 +202,10 @@ class Storage(Protocol):
     async def get_family(self, family_id: str) -> RefreshFamily | None: ...
     async def rotate(self, family_id: str, presented_id: str, new_id: str,
                      expires_at: float) -> RefreshFamily | None:
-        """Atomically: if ``presented_id`` is the family's current id (or the one the current
-        one replaced, within :data:`ROTATION_GRACE`), make ``new_id`` current and return the
-        family; otherwise (reuse, or revoked) revoke the family and return None."""
+        """Atomically: if ``presented_id`` is current (:meth:`RefreshFamily.is_current`), make
+        ``new_id`` current alone and return the family; if it is the one those replaced, within
+        :data:`ROTATION_GRACE`, add ``new_id`` to the current ones (:data:`ROTATION_GRACE`);
+        otherwise (reuse, or revoked) revoke the family and return None."""
         ...
     async def revoke_family(self, family_id: str) -> None: ...
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from . import (
+    MAX_SUCCESSORS,
     MAX_UNUSED_CLIENTS,
     ROTATION_GRACE,
     CodeGrant,
@@ -140,12 +141,15 @@ class MemoryStorage:
         if family is None:
             return None
         retry = (family.previous_id == presented_id and time.time() < family.previous_until)
-        if family.revoked or (family.current_id != presented_id and not retry):
+        if family.revoked or (not family.is_current(presented_id) and not retry):
             family.revoked = True
             return None
-        if not retry:  # a retry within the grace keeps the grace it started with
+        if retry:  # keeps the grace it started with; the unused successors stay valid
+            family.successors = (*family.successors, family.current_id)[-(MAX_SUCCESSORS - 1):]
+        else:
             family.previous_id = presented_id
             family.previous_until = time.time() + ROTATION_GRACE
+            family.successors = ()
         family.current_id = new_id
         family.expires_at = expires_at
         self.families.put(family_id, family, expires_at)

@@ -12,7 +12,8 @@ two gateways never read each other's rows) and every key with a TTL:
 ``code:<key>``                 an authorization code's grant (JSON); ``code-used:<key>`` set NX
                                on redemption, so exactly one redemption is the first
 ``family:<id>``                a refresh family's fixed data (JSON); ``family-current:<id>`` the
-                               current refresh-token key, ``family-previous:<id>`` the one it
+                               current refresh-token key, ``family-successors:<id>`` the other
+                               unused successors of ``family-previous:<id>``, the one they
                                replaced (for the retry grace), ``family-revoked:<id>`` when
                                revoked; rotation is one Lua script (compare, move or revoke)
 ``upstream:<sid>:<provider>``  a session's upstream tokens, sealed; ``upstreams:<sid>`` the set
@@ -48,6 +49,7 @@ from ...auth.sealer import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
 from ...runtime.redis import RedisConnection, milliseconds
 from . import (
+    MAX_SUCCESSORS,
     MAX_UNUSED_CLIENTS,
     ROTATION_GRACE,
     CodeGrant,
@@ -66,9 +68,17 @@ UNUSED_WINDOW = 30 * 24 * 3600.0
 """Entries of ``unused-clients`` older than this are dropped (their client expired long ago)."""
 _ROTATE = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local current = redis.call('GET', KEYS[1])
+local successors = redis.call('GET', KEYS[5]) or ''
+if current == ARGV[1] or string.find(' ' .. successors .. ' ', ' ' .. ARGV[1] .. ' ', 1, true) then
   redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[4])
-elseif redis.call('GET', KEYS[4]) ~= ARGV[1] then
+  redis.call('DEL', KEYS[5])
+elseif redis.call('GET', KEYS[4]) == ARGV[1] and current then
+  local kept = {}
+  for id in string.gmatch(successors .. ' ' .. current, '%S+') do kept[#kept + 1] = id end
+  local first = math.max(1, #kept - tonumber(ARGV[5]) + 1)
+  redis.call('SET', KEYS[5], table.concat(kept, ' ', first), 'PX', ARGV[3])
+else
   redis.call('SET', KEYS[2], '1', 'PX', ARGV[3])
   return 0
 end
@@ -76,9 +86,10 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[3])
 return 1
 """
-"""Rotate a family: its current token makes the new one current and starts the grace of the one
-it replaced; the replaced one, within that grace, replaces the unused successor again (the
-grace is not extended); anything else revokes the family."""
+"""Rotate a family: a current token (``family-current`` or one of ``family-successors``) makes
+the new one current alone and starts the grace of the one it replaced; the replaced one, within
+that grace, adds a successor, the unused ones staying valid (the grace is not extended);
+anything else revokes the family."""
 
 
 _PUT_UNUSED = """
@@ -238,28 +249,32 @@ class RedisStorage:
         await self._do(put)
 
     async def get_family(self, family_id: str) -> RefreshFamily | None:
-        async def get(r: Redis[str]) -> tuple[str | None, str | None, str | None, bool]:
+        async def get(r: Redis[str]) -> tuple[str | None, str | None, str | None, str | None,
+                                              bool]:
             data = await r.get(self._key("family", family_id))
             current = await r.get(self._key("family-current", family_id))
             previous = await r.get(self._key("family-previous", family_id))
+            successors = await r.get(self._key("family-successors", family_id))
             revoked = await r.exists([self._key("family-revoked", family_id)])
-            return data, current, previous, bool(revoked)
-        data, current, previous, revoked = await self._do(get)
+            return data, current, previous, successors, bool(revoked)
+        data, current, previous, successors, revoked = await self._do(get)
         if data is None or current is None:
             return None
         family = _decode(RefreshFamily, data)
         family.current_id, family.previous_id, family.revoked = current, previous, revoked
+        family.successors = tuple((successors or "").split())
         return family
 
     async def rotate(self, family_id: str, presented_id: str, new_id: str,
                      expires_at: float) -> RefreshFamily | None:
         keys = [self._key("family-current", family_id), self._key("family-revoked", family_id),
-                self._key("family", family_id), self._key("family-previous", family_id)]
+                self._key("family", family_id), self._key("family-previous", family_id),
+                self._key("family-successors", family_id)]
 
         async def rotate(r: Redis[str]) -> int:
             moved = await r.eval(_ROTATE, keys=keys, args=[
                 presented_id, new_id, str(milliseconds(expires_at - time.time())),
-                str(milliseconds(ROTATION_GRACE))])
+                str(milliseconds(ROTATION_GRACE)), str(MAX_SUCCESSORS - 1)])
             await self._durable(r)
             return 1 if moved == 1 else 0
         if not await self._do(rotate):
