@@ -8,7 +8,10 @@ client.
 * the raw client: :func:`call` (one request, JSON or form), :func:`register`, :func:`pkce`,
   :func:`authorize_url`, :func:`login` (the chained headless login through both upstreams),
   :func:`tokens` (all of it, then the token endpoint), :func:`mcp_status` (what a token gets at
-  /mcp) and :func:`claims_of`."""
+  /mcp) and :func:`claims_of`;
+* clients known by their metadata document: :class:`DocumentServer` (:func:`document_server`,
+  a small HTTP server of the documents) and :func:`login_as_document_client` (the consent page,
+  then the chained login)."""
 
 from __future__ import annotations
 
@@ -16,19 +19,24 @@ import base64
 import contextlib
 import copy
 import hashlib
+import html
 import json
+import re
 import secrets
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlencode
 
+import httpx2
 import trio
 
 from vmcp_trio.app.parts import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 
-from .fixtures.idp import Idp, browse, running_idp
+from .fixtures.idp import Idp, _next_step, browse, running_idp
 from .gateway_helpers import RawClient, quickstart_docs
 from .helpers import free_port
 
@@ -183,3 +191,87 @@ def chained_upstreams(*, access_token_ttl: int = 600, token_exchange: dict[str, 
                      token_exchange=token_exchange, groups=groups) as corp, \
             running_idp(redirect_uris=callback, access_token_ttl=access_token_ttl) as hub:
         yield port, corp, hub
+
+
+# --- clients known by their metadata document ----------------------------------------------
+
+@dataclass
+class DocumentServer:
+    base: str = ""
+    routes: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
+    hits: dict[str, int] = field(default_factory=dict)
+
+    def publish(self, path: str, document: Any = None, *, status: int = 200,
+                headers: dict[str, str] | None = None, raw: bytes | None = None) -> str:
+        """Serve ``document`` (its client_id set to its URL unless given) at ``path``."""
+        url = self.base + path
+        if document is None and raw is None:
+            document = {"client_name": "Example Agent", "redirect_uris": [CLIENT_REDIRECT],
+                        "token_endpoint_auth_method": "none", "application_type": "native"}
+        if raw is None:
+            raw = json.dumps({"client_id": url, **document}).encode()
+        self.routes[path] = (status, {"content-type": "application/json", **(headers or {})},
+                             raw)
+        return url
+
+
+@contextlib.contextmanager
+def document_server() -> Iterator[DocumentServer]:
+    docs = DocumentServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            docs.hits[self.path] = docs.hits.get(self.path, 0) + 1
+            status, headers, body = docs.routes.get(self.path, (404, {}, b""))
+            self.send_response(status)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)  # shutdown() waits up to one poll
+    thread.start()
+    docs.base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield docs
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+_HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
+_ACTION = re.compile(r'<form method="post" action="([^"]+)">')
+
+
+def form_of(page: str) -> tuple[str, dict[str, str]]:
+    action = _ACTION.search(page)
+    assert action is not None, page
+    return (html.unescape(action.group(1)),
+            {html.unescape(k): html.unescape(v) for k, v in _HIDDEN.findall(page)})
+
+
+async def login_as_document_client(stack: Stack, client_id: str, *, decision: str = "allow",
+                                    user: str = "dana") -> tuple[dict[str, str], str]:
+    """GET the authorization URL, answer the consent page, then log in through the chain: the
+    query of the redirect to the client, and the verifier."""
+    verifier, challenge = pkce()
+    url = authorize_url(stack, client_id, challenge)
+    async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as http:
+        page = await http.get(url)
+        assert page.status_code == 200, page.text
+        action, form = form_of(page.text)
+        response = await http.post(action, data={**form, "decision": decision})
+        for _ in range(40):
+            step, next_url, data = _next_step(response, user, CLIENT_REDIRECT)
+            if step == "done":
+                assert data is not None
+                return data, verifier
+            response = await (http.get(next_url) if step == "get"
+                              else http.post(next_url, data=data))
+    raise AssertionError("no redirect to the client")

@@ -20,15 +20,10 @@ fetches, as the draft allows for development).
 
 from __future__ import annotations
 
-import contextlib
-import html
-import json
 import re
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -60,16 +55,19 @@ from vmcp_trio.resources.plan import OIDCProvider
 
 from .authserver_helpers import (
     CLIENT_REDIRECT,
+    DocumentServer,
     Stack,
     authorize_url,
     call,
+    document_server,
+    form_of,
     login,
+    login_as_document_client,
     mcp_status,
     pkce,
     register,
     tokens,
 )
-from .fixtures.idp import _next_step
 
 
 @pytest.fixture
@@ -238,7 +236,7 @@ class _Provider:
     issuer: str
     received: list[str] = field(default_factory=list)
 
-    async def refresh(self, refresh_token: str) -> Any:
+    async def refresh(self, refresh_token: str, **_: Any) -> Any:
         self.received.append(refresh_token)
         raise AssertionError("a refresh token went to another issuer")
 
@@ -273,99 +271,17 @@ async def test_a_refresh_token_goes_only_to_its_issuer(stored_issuer: str | None
 
 # --- Client ID Metadata Documents ----------------------------------------------------------------
 
-@dataclass
-class DocumentServer:
-    base: str = ""
-    routes: dict[str, tuple[int, dict[str, str], bytes]] = field(default_factory=dict)
-    hits: dict[str, int] = field(default_factory=dict)
-
-    def publish(self, path: str, document: Any = None, *, status: int = 200,
-                headers: dict[str, str] | None = None, raw: bytes | None = None) -> str:
-        """Serve ``document`` (its client_id set to its URL unless given) at ``path``."""
-        url = self.base + path
-        if document is None and raw is None:
-            document = {"client_name": "Example Agent", "redirect_uris": [CLIENT_REDIRECT],
-                        "token_endpoint_auth_method": "none", "application_type": "native"}
-        if raw is None:
-            raw = json.dumps({"client_id": url, **document}).encode()
-        self.routes[path] = (status, {"content-type": "application/json", **(headers or {})},
-                             raw)
-        return url
-
-
-@contextlib.contextmanager
-def document_server() -> Iterator[DocumentServer]:
-    docs = DocumentServer()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            docs.hits[self.path] = docs.hits.get(self.path, 0) + 1
-            status, headers, body = docs.routes.get(self.path, (404, {}, b""))
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)  # shutdown() waits up to one poll
-    thread.start()
-    docs.base = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield docs
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
 @pytest.fixture
 def documents() -> Iterator[DocumentServer]:
     with document_server() as docs:
         yield docs
 
 
-_HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)">')
-_ACTION = re.compile(r'<form method="post" action="([^"]+)">')
-
-
-def _form_of(page: str) -> tuple[str, dict[str, str]]:
-    action = _ACTION.search(page)
-    assert action is not None, page
-    return (html.unescape(action.group(1)),
-            {html.unescape(k): html.unescape(v) for k, v in _HIDDEN.findall(page)})
-
-
-async def _login_as_document_client(stack: Stack, client_id: str, *, decision: str = "allow",
-                                    user: str = "dana") -> tuple[dict[str, str], str]:
-    """GET the authorization URL, answer the consent page, then log in through the chain: the
-    query of the redirect to the client, and the verifier."""
-    verifier, challenge = pkce()
-    url = authorize_url(stack, client_id, challenge)
-    async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as http:
-        page = await http.get(url)
-        assert page.status_code == 200, page.text
-        action, form = _form_of(page.text)
-        response = await http.post(action, data={**form, "decision": decision})
-        for _ in range(40):
-            step, next_url, data = _next_step(response, user, CLIENT_REDIRECT)
-            if step == "done":
-                assert data is not None
-                return data, verifier
-            response = await (http.get(next_url) if step == "get"
-                              else http.post(next_url, data=data))
-    raise AssertionError("no redirect to the client")
-
-
 async def test_a_client_known_by_its_metadata_document_logs_in(stack: Stack,
                                                                documents: DocumentServer) -> None:
     client_id = documents.publish("/agent.json",
                                   headers={"cache-control": "public, max-age=600"})
-    redirect, verifier = await _login_as_document_client(stack, client_id)
+    redirect, verifier = await login_as_document_client(stack, client_id)
     assert redirect["iss"] == stack.issuer and redirect["state"] == "client-state"
     status, headers, answer = await call(stack, "POST", "/oauth/token", form={
         "grant_type": "authorization_code", "code": redirect["code"], "client_id": client_id,
@@ -414,7 +330,7 @@ async def test_the_consent_page_names_the_client_and_where_the_code_goes(
 
 async def test_the_user_may_deny(stack: Stack, documents: DocumentServer) -> None:
     client_id = documents.publish("/agent.json")
-    redirect, _ = await _login_as_document_client(stack, client_id, decision="deny")
+    redirect, _ = await login_as_document_client(stack, client_id, decision="deny")
     assert redirect["error"] == "access_denied" and redirect["state"] == "client-state"
     assert redirect["iss"] == stack.issuer
 
@@ -427,7 +343,7 @@ async def test_a_consent_form_works_only_as_shown_to_this_browser(
         "client_name": "agent", "redirect_uris": [CLIENT_REDIRECT, "http://127.0.0.1:9/other"]})
     async with httpx2.AsyncClient(timeout=10, follow_redirects=False) as http:
         page = await http.get(authorize_url(stack, client_id, pkce()[1]))
-        action, form = _form_of(page.text)
+        action, form = form_of(page.text)
         expires, cookie_id, mac = form["consent"].split(".")
         if tamper == "no cookie":
             http.cookies.clear()
