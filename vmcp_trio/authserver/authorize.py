@@ -189,6 +189,7 @@ class AuthorizeEndpoint:
                 "state": pending.client_state}))
             return
         pending.verifier, pending.nonce = leg.verifier, leg.nonce
+        pending.upstream_client_id = leg.client_id
         await self.storage.put_pending(pending)
         await redirect(send, leg.url)
 

@@ -8,9 +8,10 @@ provider in order, one leg each; every leg comes back here. Rules kept here:
   pending record stored, never by anything the request says (IdP mix-up).
 * Towards the upstream providers vmcp is a client itself: the ``iss`` of their authorization
   response is checked (RFC 9207) before the response is acted on, its error included.
-* The code is exchanged (with the leg's PKCE verifier and nonce) and the tokens are kept in the
-  pending record, keyed by the issuer they came from; the user's internal id is derived from the
-  first leg's subject. Then the next leg starts.
+* The code is exchanged (with the leg's PKCE verifier and nonce, as the client the leg started
+  as) and the tokens are kept in the pending record, keyed by the issuer they came from, with
+  that client id and the scope granted (the one asked for when the provider does not say); the
+  user's internal id is derived from the first leg's subject. Then the next leg starts.
 * After the last leg the upstream tokens are stored under the login's new session id, and the
   client gets its code (opaque, HMAC-protected, bound to the client, redirect URI, PKCE
   challenge, scopes and resource) with its ``state`` and our ``iss``.
@@ -76,7 +77,7 @@ class CallbackEndpoint:
         try:
             tokens, identity = await provider.finish(
                 code=query["code"], verifier=pending.verifier, nonce=pending.nonce,
-                redirect_uri=self.callback_url)
+                redirect_uri=self.callback_url, client_id=pending.upstream_client_id)
         except UpstreamError as exc:
             log.warning("callback: %s", exc)
             await self._fail_chain(request, send, pending, "server_error", str(exc)[:300])
@@ -88,8 +89,9 @@ class CallbackEndpoint:
         pending.upstream.append(StoredUpstream(
             session_id=pending.session_id, provider=name, access_token=tokens.access_token,
             refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
-            scope=tokens.scope, subject=identity.subject, issued_at=time.time(),
-            id_token=tokens.id_token, issuer=provider.issuer))
+            scope=tokens.scope or " ".join(provider.plan.scopes) or None,  # RFC 6749 5.1
+            subject=identity.subject, issued_at=time.time(), id_token=tokens.id_token,
+            issuer=provider.issuer, client_id=pending.upstream_client_id))
         if pending.leg + 1 < len(pending.providers):
             pending.leg += 1
             await self.start_leg(send, pending)

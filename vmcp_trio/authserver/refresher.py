@@ -8,8 +8,9 @@ minutes, with ±10% jitter so that replicas and tokens issued together spread ou
    Redis storage; a replica that does not get it skips the token: another one is refreshing);
 2. reads the token again (another replica may have refreshed it between the query and the lock;
    then there is nothing to do);
-3. calls the provider's refresh grant and stores the new tokens, keeping the old refresh token
-   when the provider sends none;
+3. calls the provider's refresh grant as the client that obtained the token, asking for the
+   scope it was granted (:meth:`UpstreamProvider.refresh`), and stores the new tokens, keeping
+   the old refresh token when the provider sends none;
 4. releases the lock.
 
 Stored tokens are keyed by issuer (MCP 2026-07-28): tokens that another issuer issued than the
@@ -17,7 +18,10 @@ one their provider name has now (a reload pointed it elsewhere) are never sent t
 the login session, as a refusal does. A provider that refuses the refresh token
 (``invalid_grant``: revoked, expired, rotated away) ends the user's login session: its upstream
 tokens are dropped and the session revoked, so the client's next request gets 401 with a
-``WWW-Authenticate`` challenge and logs in again, rather than backends failing one by one.
+``WWW-Authenticate`` challenge and logs in again, rather than backends failing one by one; so
+does a token whose client is no longer vmcp's (a reload changed the ``clientId``): it would be
+refused as another client's. A token of an older *registration* (``dcrConfig``, before a
+change of scopes) is refreshed with that registration, and goes on working.
 Other failures (the provider down) are retried at the next tick while the token lasts.
 """
 
@@ -31,7 +35,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import trio
 
 from .storage import Storage, StorageUnavailable, StoredUpstream
-from .upstream import UpstreamError, UpstreamProvider
+from .upstream import RegistrationGone, UpstreamError, UpstreamProvider
 
 __all__ = ["UpstreamRefresher"]
 
@@ -109,7 +113,13 @@ class UpstreamRefresher:
                 await self.end_session(session)
                 return
             try:
-                fresh = await provider.refresh(stored.refresh_token)
+                fresh = await provider.refresh(stored.refresh_token, client_id=stored.client_id,
+                                               scope=stored.scope)
+            except RegistrationGone as exc:
+                self._count(provider_name, "refused")
+                log.warning("%s; ending the session so that the user logs in again", exc)
+                await self.end_session(session)
+                return
             except UpstreamError as exc:
                 self._count(provider_name, "refused" if exc.oauth_error == "invalid_grant"
                             else "failed")
@@ -128,7 +138,8 @@ class UpstreamRefresher:
                 refresh_token=fresh.refresh_token or stored.refresh_token,
                 expires_at=fresh.expires_at, scope=fresh.scope or stored.scope,
                 subject=stored.subject, issued_at=now,
-                id_token=fresh.id_token or stored.id_token, issuer=provider.issuer),
+                id_token=fresh.id_token or stored.id_token, issuer=provider.issuer,
+                client_id=stored.client_id),
                 now + self.keep_for)
         finally:
             await self.storage.release(lock, token)

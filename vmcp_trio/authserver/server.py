@@ -51,7 +51,7 @@ from ..auth.identity import Identity
 from ..auth.outgoing.strategies import CredentialError
 from ..http.asgi import HttpRequest, Send, send_json
 from ..http.client import HttpClient
-from ..resources.plan import AuthServerPlan
+from ..resources.plan import AuthServerPlan, OAuth2Provider, ProviderPlan
 from ..runtime.audit import AuditLog, AuthKind, Outcome, auth_event
 from ..runtime.audit import Caller as AuditCaller
 from ..runtime.logs import REQUEST_ID
@@ -70,6 +70,7 @@ from .storage import Storage, StorageFull, StorageUnavailable, StoredUpstream
 from .token import TokenEndpoint
 from .trusted import TrustedIssuers
 from .upstream import UpstreamProvider
+from .upstream_registration import UpstreamRegistrar
 from .validation import SECRET_METHODS
 
 __all__ = ["AuthorizationServer"]
@@ -89,8 +90,10 @@ class AuthorizationServer:
         self.storage = storage
         self.keys = SigningKeys([key.value for key in plan.signing_keys])
         self.opaque = OpaqueTokens([secret.value for secret in plan.hmac_secrets])
+        self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
         self.providers = {p.name: UpstreamProvider(p, client, allow_http=plan.insecure_allow_http,
-                                                   allow_private=plan.insecure_allow_http)
+                                                   allow_private=plan.insecure_allow_http,
+                                                   registrar=self._registrar(p, client))
                           for p in plan.providers}
         self.documents = ClientDocuments(allow_http=plan.insecure_allow_http,
                                          allow_private=plan.insecure_allow_http)
@@ -100,7 +103,6 @@ class AuthorizationServer:
         until their tokens would have expired anyway: their access tokens stop working."""
         storage.on_revoked = self.heard_revocation
         self.access_lifetime = plan.access_token_lifespan.total_seconds()
-        self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
         self.code_lifetime = plan.auth_code_lifespan.total_seconds()
         self.refresher = UpstreamRefresher(storage, self.providers,
                                            end_session=self._revoke_session,
@@ -169,6 +171,16 @@ class AuthorizationServer:
 
     def url(self, suffix: str) -> str:
         return self.issuer + suffix
+
+    def _registrar(self, provider: ProviderPlan, client: HttpClient) -> UpstreamRegistrar | None:
+        """What registers vmcp at a provider without a configured client id (``dcrConfig``)."""
+        if not isinstance(provider, OAuth2Provider) or provider.registration is None:
+            return None
+        return UpstreamRegistrar(
+            provider.name, provider.registration, storage=self.storage, client=client,
+            redirect_uri=self.url("/oauth/callback"), scopes=provider.scopes,
+            keep_for=self.refresh_lifetime, allow_http=self.plan.insecure_allow_http,
+            allow_private=self.plan.insecure_allow_http)
 
     async def handle(self, request: HttpRequest, send: Send) -> bool:
         """Serve ``request`` if it is one of ours; False otherwise."""

@@ -76,9 +76,10 @@ from ..http.client import HttpClient, HttpError
 from ..protocol import base64url
 from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan
 from ..runtime.supervisor import NamedTask
+from .upstream_registration import RegistrationFailed, UpstreamRegistrar, credentials_of
 
-__all__ = ["LegStart", "UpstreamError", "UpstreamIdentity", "UpstreamProvider",
-           "UpstreamTokens"]
+__all__ = ["LegStart", "RegistrationGone", "UpstreamError", "UpstreamIdentity",
+           "UpstreamProvider", "UpstreamTokens"]
 
 log = logging.getLogger("vmcp.authserver.upstream")
 
@@ -115,6 +116,12 @@ class UpstreamError(Exception):
         self.oauth_error = oauth_error
 
 
+class RegistrationGone(UpstreamError):
+    """The client registration that obtained a token is no longer vmcp's (a reload changed the
+    provider's ``clientId``, or a registration expired): the token cannot be refreshed or
+    redeemed as that client, so the user logs in again."""
+
+
 UpstreamTokens = TokenResponse
 """A provider's tokens: the shared core's token response, under the name the login code uses."""
 
@@ -131,6 +138,7 @@ class LegStart:
     url: str  # where to send the user's browser
     verifier: str = field(repr=False)  # PKCE verifier of this leg (for the pending record)
     nonce: str | None = field(repr=False)  # OIDC nonce of this leg (None for oauth2)
+    client_id: str  # vmcp's client id at the provider for this leg (its code is bound to it)
 
 
 @dataclass(frozen=True)
@@ -151,8 +159,11 @@ class UpstreamProvider:
     ``oauth2`` uses the explicit endpoints."""
 
     def __init__(self, plan: ProviderPlan, client: HttpClient, *, allow_http: bool = False,
-                 allow_private: bool = False, timeout: float = DEFAULT_TIMEOUT) -> None:
+                 allow_private: bool = False, timeout: float = DEFAULT_TIMEOUT,
+                 registrar: UpstreamRegistrar | None = None) -> None:
         self.plan = plan
+        self.registrar = registrar
+        """Obtains vmcp's client id by registering at the provider (``dcrConfig``)."""
         self.name = plan.name
         self.client = client
         self.allow_http = allow_http
@@ -298,11 +309,39 @@ class UpstreamProvider:
             document = None  # the caller reports the status; a 200 needs an object anyway
         return status, document
 
-    async def _token_request(self, form: dict[str, str], what: str) -> UpstreamTokens:
+    # --- who vmcp is at the provider -------------------------------------------------------------
+
+    async def credentials(self) -> ClientCredentials:
+        """vmcp's client at the provider for a new login: the configured one, or the
+        registration (:mod:`.upstream_registration`, registered at first use)."""
+        if self.registrar is None:
+            return self._credentials
+        try:
+            return credentials_of(await self.registrar.current())
+        except RegistrationFailed as exc:
+            raise self._error(f"registering vmcp at the provider failed: {exc}") from None
+
+    async def credentials_of(self, client_id: str | None) -> ClientCredentials:
+        """The client that obtained a code or tokens (None: one stored before it was kept, the
+        current one). Raises :class:`RegistrationGone` when it is no longer vmcp's."""
+        if client_id is None:
+            return await self.credentials()
+        if self.registrar is None:
+            if client_id == self._credentials.client_id:
+                return self._credentials
+        else:
+            registered = await self.registrar.by_client_id(client_id)
+            if registered is not None:
+                return credentials_of(registered)
+        raise RegistrationGone(f"upstream provider {self.name!r}: the client that obtained "
+                               "these tokens is no longer vmcp's (its client id changed since)")
+
+    async def _token_request(self, form: dict[str, str], what: str,
+                             credentials: ClientCredentials) -> UpstreamTokens:
         endpoints = await self._get_endpoints()
         try:
             document = await token_request(
-                self.client, endpoints.token, form, self._credentials, timeout=self.timeout,
+                self.client, endpoints.token, form, credentials, timeout=self.timeout,
                 what=what, guard=None if endpoints.issuer is None  # configured (oauth2)
                 else fetch_guard(allow_private=self.allow_private))
             return parse_token_response(document, self._mapping, now=time.time())
@@ -317,13 +356,14 @@ class UpstreamProvider:
         fresh verifier), ``code_challenge_method=S256``, and for oidc a fresh ``nonce``. An oidc
         provider's endpoint comes from discovery (UpstreamError when that fails)."""
         endpoints = await self._get_endpoints()
+        client_id = (await self.credentials()).client_id
         verifier, challenge = pkce_pair()
         nonce = secrets.token_urlsafe(32) if isinstance(self.plan, OIDCProvider) else None
-        url = authorization_url(endpoints.authorization, client_id=self.plan.client_id,
+        url = authorization_url(endpoints.authorization, client_id=client_id,
                                 redirect_uri=redirect_uri, state=state,
                                 code_challenge=challenge, scopes=self.plan.scopes,
                                 extra=() if nonce is None else (("nonce", nonce),))
-        return LegStart(url, verifier, nonce)
+        return LegStart(url, verifier, nonce, client_id)
 
     async def check_response_issuer(self, iss: Sequence[str]) -> None:
         """RFC 9207 section 2.4, as MCP 2026-07-28 ("Authorization Response Validation") has
@@ -348,10 +388,11 @@ class UpstreamProvider:
             raise self._error("the authorization response names another issuer than the "
                               "provider's (RFC 9207: a mix-up); it was refused")
 
-    async def finish(self, *, code: str, verifier: str, nonce: str | None,
-                     redirect_uri: str) -> tuple[UpstreamTokens, UpstreamIdentity]:
-        """Redeem the leg's code (with its PKCE verifier) and find out who the user is: the ID
-        token of an oidc provider, the userInfo endpoint of an oauth2 one."""
+    async def finish(self, *, code: str, verifier: str, nonce: str | None, redirect_uri: str,
+                     client_id: str | None = None) -> tuple[UpstreamTokens, UpstreamIdentity]:
+        """Redeem the leg's code (with its PKCE verifier, as ``client_id``, the client the leg
+        started as) and find out who the user is: the ID token of an oidc provider, the
+        userInfo endpoint of an oauth2 one."""
         user_info = None if isinstance(self.plan, OIDCProvider) else self.plan.user_info
         if user_info is None and not isinstance(self.plan, OIDCProvider):
             # Refused before the code is spent: there would be no way to know the user.
@@ -361,18 +402,27 @@ class UpstreamProvider:
             raise self._error("the login leg has no nonce to check the ID token with")
         tokens = await self._token_request(
             {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
-             "code_verifier": verifier}, "authorization code")
+             "code_verifier": verifier}, "authorization code",
+            await self.credentials_of(client_id))
         if user_info is None:
             assert nonce is not None
             return tokens, await self._id_token_identity(tokens, nonce)
         return tokens, await self._userinfo_identity(tokens.access_token)
 
-    async def refresh(self, refresh_token: str) -> UpstreamTokens:
-        """The refresh_token grant (tokenResponseMapping applies too). A response without a
+    async def refresh(self, refresh_token: str, *, client_id: str | None = None,
+                      scope: str | None = None) -> UpstreamTokens:
+        """The refresh_token grant (tokenResponseMapping applies too), as ``client_id``, the
+        client that obtained the token (:meth:`credentials_of`), asking for ``scope``, the
+        grant's (some providers narrow a refreshed token to a default set without it; never
+        the configuration's, which may have changed since the login). A response without a
         refresh_token gives None: the caller keeps the one it has. Any new ID token is passed
-        on unchecked, in ``id_token``."""
-        return await self._token_request(
-            {"grant_type": "refresh_token", "refresh_token": refresh_token}, "refresh token")
+        on unchecked, in ``id_token``: the user is known, and a check that failed after the
+        provider rotated the refresh token would lose the session."""
+        form = {"grant_type": "refresh_token", "refresh_token": refresh_token}
+        if scope:
+            form["scope"] = scope
+        return await self._token_request(form, "refresh token",
+                                         await self.credentials_of(client_id))
 
     # --- identity ------------------------------------------------------------------------------
 

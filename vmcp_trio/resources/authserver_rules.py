@@ -27,6 +27,7 @@ from .plan import (
     OIDCProvider,
     ProviderPlan,
     RedisStorage,
+    RegistrationPlan,
     SecretValue,
     StoragePlan,
     TokenResponseMappingPlan,
@@ -257,12 +258,48 @@ def _oidc_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart]
                         config.subject_claim or "sub")
 
 
+def _registration(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
+                  config: m.OAuth2Upstream, https: bool) -> RegistrationPlan | None:
+    """``dcrConfig``, or None when the provider has a configured client id (or either is
+    wrong: reported)."""
+    report, dcr = resolver.report, config.dcr_config
+    if dcr is None:
+        if config.client_id is None:
+            report.error(owner, (*here, "clientId"), "required",
+                         "is required (or dcrConfig, for vmcp to register itself at the "
+                         "provider)")
+        return None
+    if config.client_id is not None:
+        report.error(owner, (*here, "dcrConfig"), "one-of",
+                     "must not be set with clientId: the registration gives the client id")
+        return None
+    if config.client_secret_ref is not None:
+        report.error(owner, (*here, "clientSecretRef"), "unused-field",
+                     "must not be set with dcrConfig: the registration gives the secret")
+        return None
+    at = (*here, "dcrConfig")
+    if (dcr.discovery_url is None) == (dcr.registration_endpoint is None):
+        report.error(owner, at, "one-of",
+                     "needs exactly one of discoveryUrl and registrationEndpoint")
+        return None
+    for alias, url in (("discoveryUrl", dcr.discovery_url),
+                       ("registrationEndpoint", dcr.registration_endpoint)):
+        resolver.require_https(owner, (*at, alias), url, https, SWITCH)
+    token = None
+    if dcr.initial_access_token_ref is not None:
+        token = resolver.secret(owner, (*at, "initialAccessTokenRef"),
+                                dcr.initial_access_token_ref)
+    return RegistrationPlan(dcr.registration_endpoint, dcr.discovery_url, token, dcr.software_id,
+                            dcr.software_statement)
+
+
 def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,
                      config: m.OAuth2Upstream, https: bool) -> OAuth2Provider:
     here = (*path, "oauth2Config")
     for alias, url in (("authorizationEndpoint", config.authorization_endpoint),
                        ("tokenEndpoint", config.token_endpoint)):
         resolver.require_https(owner, (*here, alias), url, https, SWITCH)
+    registration = _registration(resolver, owner, here, config, https)
     secret = None
     if config.client_secret_ref is not None:
         secret = resolver.secret(owner, (*here, "clientSecretRef"), config.client_secret_ref)
@@ -290,7 +327,8 @@ def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPar
             expires_in_path=tm.expires_in_path or "expires_in",
         )
     return OAuth2Provider(name, config.authorization_endpoint, config.token_endpoint,
-                          config.client_id, secret, config.scopes, user_info, token_mapping)
+                          config.client_id or "", secret, config.scopes, user_info,
+                          token_mapping, registration)
 
 
 def _storage(resolver: Resolver, owner: Resource, config: m.Storage | None) -> StoragePlan | None:

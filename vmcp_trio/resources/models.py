@@ -319,10 +319,21 @@ class TokenResponseMapping(Model):
     expires_in_path: DotPath | None = None
 
 
+class UpstreamRegistration(Model):
+    """``oauth2Config.dcrConfig``: vmcp registers itself at the provider (RFC 7591)."""
+    discovery_url: UrlText | None = Field(None, max_length=2048)
+    registration_endpoint: UrlText | None = Field(None, max_length=2048)
+    initial_access_token_ref: SecretKeyRef | None = None
+    software_id: Annotated[str, Strict(), Field(max_length=255)] | None = None
+    software_statement: Annotated[str, Strict(), Field(max_length=16384)] | None = None
+
+
 class OAuth2Upstream(Model):
     authorization_endpoint: UrlText
     token_endpoint: UrlText
-    client_id: NonEmpty
+    client_id: NonEmpty | None = None
+    """Required unless ``dcrConfig`` obtains one."""
+    dcr_config: UpstreamRegistration | None = Field(None, alias="dcrConfig")
     client_secret_ref: SecretKeyRef | None = None
     scopes: Scopes = ()
     user_info: UserInfo | None = None

@@ -364,15 +364,28 @@ class OIDCProvider:
 
 
 @dataclass(frozen=True)
+class RegistrationPlan:
+    """``dcrConfig``: where vmcp registers itself at an upstream provider (RFC 7591): the
+    registration endpoint, or the metadata document (RFC 8414) that names it."""
+    registration_endpoint: str | None
+    discovery_url: str | None
+    initial_access_token: SecretValue | None = None
+    software_id: str | None = None
+    software_statement: str | None = field(default=None, repr=False)
+
+
+@dataclass(frozen=True)
 class OAuth2Provider:
     name: str
     authorization_endpoint: str
     token_endpoint: str
     client_id: str
+    """The configured client id; empty when ``registration`` obtains one."""
     client_secret: SecretValue | None = None
     scopes: tuple[str, ...] = ()
     user_info: UserInfoPlan | None = None
     token_response_mapping: TokenResponseMappingPlan | None = None
+    registration: RegistrationPlan | None = None
     type: Literal["oauth2"] = "oauth2"
 
 

@@ -132,8 +132,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
         *((f"authServerConfig.{name}", f"the authorization server's {name}")
           for name in _AUTH_SERVER_FIELDS),
-        ("authServerConfig.upstreamProviders[].oauth2Config.dcrConfig",
-         "dynamic client registration at an upstream provider"),
         ("authServerConfig.trustedIssuers[].actorMatcher",
          "CEL actor matchers; allowedActors and allowMayAct work"),
     ),

@@ -18,7 +18,7 @@ Rules it keeps:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,9 +49,13 @@ async def register_client(client: HttpClient, registration_endpoint: str, *,
                           redirect_uris: Sequence[str], client_name: str,
                           scope: str | None = None,
                           token_endpoint_auth_method: ClientAuthMethod = "none",  # noqa: S107
-                          application_type: str = "native", allow_http: bool,
+                          application_type: str = "native",
+                          initial_access_token: str | None = None,
+                          extra_metadata: Mapping[str, str] | None = None, allow_http: bool,
                           allow_private: bool) -> RegisteredClient:
-    """Register a client for the authorization code flow; raises :class:`RegistrationError`."""
+    """Register a client for the authorization code flow; raises :class:`RegistrationError`.
+    ``initial_access_token``: the bearer token a server that restricts registration asks for
+    (RFC 7591 section 3); ``extra_metadata``: more members, such as ``software_id``."""
     try:
         guard = check_fetch_url(registration_endpoint, allow_http=allow_http,
                                 allow_private=allow_private)
@@ -64,11 +68,14 @@ async def register_client(client: HttpClient, registration_endpoint: str, *,
         "application_type": application_type}
     if scope:
         metadata["scope"] = scope
+    metadata.update(extra_metadata or {})
+    headers = [("content-type", "application/json")]
+    if initial_access_token:
+        headers.append(("authorization", f"Bearer {initial_access_token}"))
     try:
         status, _, document = await fetch_json(
-            client, registration_endpoint, method="POST",
-            headers=[("content-type", "application/json")], body=orjson.dumps(metadata),
-            guard=guard)
+            client, registration_endpoint, method="POST", headers=headers,
+            body=orjson.dumps(metadata), guard=guard)
     except FetchError as exc:
         raise RegistrationError(f"the client registration failed: {exc}") from None
     if status not in (200, 201):

@@ -17,8 +17,10 @@ Records (all with an expiry; storage drops them after it):
   ``jti``), until the assertion expires, so that it is accepted once
   (:meth:`Storage.consume_assertion`), by whichever process sharing the storage sees it first.
 * Upstream tokens per (session, provider): what the user's upstream logins returned, for the
-  outgoing ``upstreamInject``/token-exchange strategies. A storage that persists them outside
-  the process must encrypt them at rest.
+  outgoing ``upstreamInject``/token-exchange strategies, with the client id that obtained them.
+  A storage that persists them outside the process must encrypt them at rest.
+* :class:`UpstreamClient`: vmcp's registrations at upstream providers (``dcrConfig``), by
+  client id and by what they were registered for; encrypted at rest too (a client secret).
 
 ``session_id`` (the ``tsid`` claim of our access tokens) ties an access token to its upstream
 tokens. A revoked session (a replayed code, a reused refresh token) makes its access tokens
@@ -35,7 +37,7 @@ from ...runtime.redis import StorageUnavailable
 
 __all__ = ["MAX_SUCCESSORS", "MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant",
            "PendingAuthorization", "RefreshFamily", "RegisteredClient", "Storage", "StorageFull",
-           "StorageUnavailable", "StoredUpstream"]
+           "StorageUnavailable", "StoredUpstream", "UpstreamClient"]
 
 
 ROTATION_GRACE = 10.0
@@ -101,6 +103,31 @@ class StoredUpstream:
     refreshed only while the provider of that name still has this issuer (MCP 2026-07-28:
     credentials are keyed by the authorization server's issuer). None in records written
     before it was kept."""
+    client_id: str | None = None
+    """vmcp's client id at the provider when these tokens were obtained: they are refreshed
+    as that client only (a provider binds refresh tokens to the client). None in records
+    written before it was kept: the provider's client then."""
+
+
+@dataclass(frozen=True)
+class UpstreamClient:
+    """vmcp's own registration at an upstream provider (RFC 7591, ``dcrConfig``), shared by the
+    processes of the storage: one registration per provider and settings, not one per replica
+    or restart. Kept while tokens obtained with it may still be refreshed."""
+
+    provider: str
+    client_id: str
+    client_secret: str | None = field(repr=False)
+    auth_method: str
+    """How the client authenticates at the token endpoint (``client_secret_basic``,
+    ``client_secret_post`` or ``none``)."""
+    fingerprint: str
+    """What it was registered for (the registration settings, the redirect URI, the scopes),
+    hashed: a change of any of them registers anew, and tokens of the old registration go on
+    refreshing with it."""
+    secret_expires_at: float | None
+    """When the provider said the secret expires (``client_secret_expires_at``), None: never."""
+    kept_until: float
 
 
 @dataclass
@@ -125,6 +152,8 @@ class PendingAuthorization:
     email: str | None = None
     upstream: list[StoredUpstream] = field(default_factory=list, repr=False)
     """The tokens of the legs finished so far: stored only once the whole chain is done."""
+    upstream_client_id: str | None = None
+    """vmcp's client id at the current leg's provider (its code is redeemed as that client)."""
 
 
 @dataclass
@@ -219,6 +248,16 @@ class Storage(Protocol):
     async def due_upstreams(self, before: float, limit: int) -> list[tuple[str, str]]:
         """``(session id, provider)`` of stored upstream tokens with a refresh token that expire
         before ``before``, soonest first."""
+        ...
+    async def put_upstream_client(self, client: UpstreamClient, *, as_current: bool) -> None:
+        """Keep ``client`` until its ``kept_until``; ``as_current``: as the registration of its
+        fingerprint too."""
+        ...
+    async def get_upstream_client(self, provider: str, client_id: str) -> UpstreamClient | None:
+        ...
+    async def registered_upstream_client(self, provider: str,
+                                         fingerprint: str) -> UpstreamClient | None:
+        """The registration last kept for ``fingerprint``."""
         ...
     async def consume_assertion(self, key: str, expires_at: float) -> bool:
         """Atomically: True the first time ``key`` is presented before ``expires_at`` (then kept

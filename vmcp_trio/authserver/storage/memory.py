@@ -26,6 +26,7 @@ from . import (
     RegisteredClient,
     StorageFull,
     StoredUpstream,
+    UpstreamClient,
 )
 
 __all__ = ["MemoryStorage"]
@@ -84,6 +85,11 @@ class MemoryStorage:
         self.upstream: _Table[StoredUpstream] = _Table(limit)
         self.revoked: _Table[bool] = _Table(limit)
         self.locks: _Table[str] = _Table(limit)
+        self.upstream_clients: _Table[UpstreamClient] = _Table(1000)
+        """By ``<provider> <client id>``; a handful in practice (one per provider and
+        settings)."""
+        self.registrations: _Table[str] = _Table(1000)
+        """``<provider> <fingerprint>`` -> the client id registered for it."""
         self.assertions: _Table[bool] = _Table(
             limit, full=f"{limit} assertions are remembered as used, the most this server "
                         "holds; try again when some have expired")
@@ -182,6 +188,21 @@ class MemoryStorage:
                      if expires > now and stored.refresh_token and stored.expires_at is not None
                      and stored.expires_at < before)
         return [(session, provider) for _, session, provider in due[:limit]]
+
+    async def put_upstream_client(self, client: UpstreamClient, *, as_current: bool) -> None:
+        self.upstream_clients.put(f"{client.provider} {client.client_id}", client,
+                                  client.kept_until)
+        if as_current:
+            self.registrations.put(f"{client.provider} {client.fingerprint}", client.client_id,
+                                   client.kept_until)
+
+    async def get_upstream_client(self, provider: str, client_id: str) -> UpstreamClient | None:
+        return self.upstream_clients.get(f"{provider} {client_id}")
+
+    async def registered_upstream_client(self, provider: str,
+                                         fingerprint: str) -> UpstreamClient | None:
+        client_id = self.registrations.get(f"{provider} {fingerprint}")
+        return None if client_id is None else await self.get_upstream_client(provider, client_id)
 
     async def consume_assertion(self, key: str, expires_at: float) -> bool:
         if self.assertions.get(key) is not None:

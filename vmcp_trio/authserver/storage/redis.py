@@ -20,6 +20,9 @@ two gateways never read each other's rows) and every key with a TTL:
                                of its providers; ``revoked:<sid>`` a revoked session
 ``refresh-due``                sorted set of ``<sid> <provider>`` by upstream expiry (the
                                refresh scheduler's queue)
+``upstream-client:<p>:<id>``   vmcp's registration at upstream provider ``<p>``
+                               (``dcrConfig``), sealed; ``upstream-registration:<p>:<hash>``
+                               the client id registered for those settings
 ``lock:<name>``                a lock shared by the replicas (SET NX PX, released by CAS)
 ``assertion:<hash>``           an RFC 7523 assertion accepted (hash of its issuer and jti), set
                                NX until it expires: exactly one replica accepts it
@@ -57,6 +60,7 @@ from . import (
     RefreshFamily,
     RegisteredClient,
     StoredUpstream,
+    UpstreamClient,
 )
 
 __all__ = ["RedisStorage"]
@@ -335,6 +339,37 @@ class RedisStorage:
         members = await self._do(lambda r: r.zrangebyscore(
             self._key("refresh-due"), float("-inf"), before, offset=0, count=limit))
         return [tuple(str(m).split(" ", 1)) for m in members]  # type: ignore[misc]
+
+    async def put_upstream_client(self, client: UpstreamClient, *, as_current: bool) -> None:
+        key = self._key("upstream-client", client.provider, client.client_id)
+        sealed = self.sealer.seal(_encode(client), context=key)
+        ttl = milliseconds(client.kept_until - time.time())
+
+        async def put(r: Redis[str]) -> None:
+            async with r.pipeline(transaction=True) as tx:
+                tx.set(key, sealed, px=ttl)
+                if as_current:
+                    tx.set(self._key("upstream-registration", client.provider,
+                                     client.fingerprint), client.client_id, px=ttl)
+            await self._durable(r)
+        await self._do(put)
+
+    async def get_upstream_client(self, provider: str, client_id: str) -> UpstreamClient | None:
+        key = self._key("upstream-client", provider, client_id)
+        sealed = await self._do(lambda r: r.get(key))
+        if sealed is None:
+            return None
+        try:
+            return _decode(UpstreamClient, self.sealer.open(sealed, context=key))
+        except SealingError as exc:
+            log.warning("a stored upstream client registration does not open: %s", exc)
+            return None
+
+    async def registered_upstream_client(self, provider: str,
+                                         fingerprint: str) -> UpstreamClient | None:
+        client_id = await self._do(lambda r: r.get(
+            self._key("upstream-registration", provider, fingerprint)))
+        return None if client_id is None else await self.get_upstream_client(provider, client_id)
 
     async def consume_assertion(self, key: str, expires_at: float) -> bool:
         async def consume(r: Redis[str]) -> bool:
