@@ -44,14 +44,15 @@ from vmcp_trio.authserver.refresher import UpstreamRefresher
 from vmcp_trio.authserver.server import AuthorizationServer
 from vmcp_trio.authserver.storage import StoredUpstream
 from vmcp_trio.authserver.storage.memory import MemoryStorage
-from vmcp_trio.authserver.upstream import UpstreamProvider
+from vmcp_trio.authserver.upstream import RegistrationGone, UpstreamError, UpstreamProvider
 from vmcp_trio.authserver.validation import (
     OAuthError,
     check_client_id_url,
     validate_client_document,
     validate_client_metadata,
 )
-from vmcp_trio.resources.plan import OIDCProvider
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.resources.plan import OAuth2Provider, OIDCProvider
 
 from .authserver_helpers import (
     CLIENT_REDIRECT,
@@ -267,6 +268,42 @@ async def test_a_refresh_token_goes_only_to_its_issuer(stored_issuer: str | None
     else:
         await refresher.refresh_due()
         assert provider.received == [] and ended == ["s1"]
+
+
+async def test_tokens_of_a_client_id_no_longer_configured_end_their_session() -> None:
+    """A reload changed the provider's clientId: a stored refresh token belongs to the old
+    client, so it is never sent as the new one (the provider would refuse it as another
+    client's): the session ends and the user logs in again. Tokens of the client configured
+    now are refreshed as before."""
+    storage = MemoryStorage()
+    now = time.time()
+    for session, client_id in (("s-old", "old-client"), ("s-now", "new-client")):
+        await storage.put_upstream(StoredUpstream(
+            session_id=session, provider="hub", access_token="at", refresh_token="rt",
+            expires_at=now + 30, scope="read", subject="u", issued_at=now - 600,
+            issuer="https://idp.example/token", client_id=client_id), now + 3600)
+    provider = UpstreamProvider(OAuth2Provider(
+        name="hub", authorization_endpoint="https://idp.example/authorize",
+        token_endpoint="https://idp.example/token", client_id="new-client"), HttpClient())
+    with pytest.raises(RegistrationGone, match="no longer vmcp's"):
+        await provider.credentials_of("old-client")
+    assert (await provider.credentials_of("new-client")).client_id == "new-client"
+    ended: list[str] = []
+
+    async def end_session(session: str) -> None:
+        ended.append(session)
+
+    sent: list[tuple[str | None, str | None]] = []
+
+    async def refresh(refresh_token: str, *, client_id: str | None = None,
+                      scope: str | None = None) -> Any:
+        await provider.credentials_of(client_id)
+        sent.append((client_id, scope))
+        raise UpstreamError("stop here")
+
+    provider.refresh = refresh  # type: ignore[method-assign]
+    await UpstreamRefresher(storage, {"hub": provider}, end_session=end_session).refresh_due()
+    assert ended == ["s-old"] and sent == [("new-client", "read")]
 
 
 # --- Client ID Metadata Documents ----------------------------------------------------------------

@@ -17,7 +17,16 @@ import trio
 
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 
-from .authserver_helpers import Stack, as_docs, call, mcp_status, tokens
+from .authserver_helpers import (
+    CLIENT_REDIRECT,
+    Stack,
+    as_docs,
+    call,
+    document_server,
+    login_as_document_client,
+    mcp_status,
+    tokens,
+)
 from .fixtures.idp import Idp
 from .fixtures.redis_cluster import RedisCluster, running_redis_cluster
 from .gateway_helpers import running_gateway
@@ -222,3 +231,63 @@ async def test_a_revocation_reaches_every_replica(upstreams: tuple[int, Idp, Idp
             assert await mcp_status(c, unseen["access_token"]) == 401
             _, fresh, _ = await tokens(a)
             assert await mcp_status(c, fresh["access_token"]) == 200
+
+
+async def test_a_metadata_document_client_across_three_replicas_a_restart_and_a_failover(
+        upstreams: tuple[int, Idp, Idp], cluster: RedisCluster) -> None:
+    """A client known by its metadata document (as Claude Code, Claude Desktop and ChatGPT are)
+    against three replicas on Redis Sentinel, as a load balancer would spread it: consent at
+    one replica, the login at another, the code redeemed at the third (which has never seen
+    the client), refreshed at the first; a replica restarted (its caches empty) refreshes; a
+    Sentinel failover loses no grant; two replicas refreshing the same token at once both
+    answer, and whichever answer the client keeps refreshes next. No step is answered
+    invalid_client or invalid_grant."""
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    port, corp, hub = upstreams
+    docs = docs_for(upstreams, cluster, keys)
+    port_c = free_port()
+
+    def at(url: str, gateway: Any) -> Stack:  # requests to this replica, the issuer's resource
+        return Stack(url.removesuffix("/mcp"), f"http://127.0.0.1:{port}/mcp", corp, hub,
+                     gateway)
+
+    async def refresh_at(stack: Stack, token: str) -> dict[str, Any]:
+        status, answer = await refresh(stack, client_id, token)
+        assert status == 200, answer
+        return answer
+
+    with document_server() as documents:
+        client_id = documents.publish("/agent.json")
+        async with running_gateway(docs, port=port) as (url_a, a), \
+                running_gateway(docs, port=free_port()) as (url_b, b):
+            redirect, verifier = await login_as_document_client(at(url_b, b), client_id)
+            async with running_gateway(docs, port=port_c) as (url_c, c):
+                status, _, answer = await call(at(url_c, c), "POST", "/oauth/token", form={
+                    "grant_type": "authorization_code", "code": redirect["code"],
+                    "client_id": client_id, "redirect_uri": CLIENT_REDIRECT,
+                    "code_verifier": verifier, "resource": f"http://127.0.0.1:{port}/mcp"})
+                assert status == 200, answer
+                assert await mcp_status(Stack(url_c, url_c, corp, hub),
+                                        answer["access_token"]) == 200
+            answer = await refresh_at(at(url_a, a), answer["refresh_token"])
+            async with running_gateway(docs, port=port_c) as (url_c, c):  # restarted
+                answer = await refresh_at(at(url_c, c), answer["refresh_token"])
+
+                old = await trio.to_thread.run_sync(cluster.kill_master)
+                await trio.to_thread.run_sync(cluster.wait_for_failover, old)
+                with trio.fail_after(15):  # 503 while the replicas find the new master
+                    while (await refresh(at(url_b, b), client_id, answer["refresh_token"]))[0] \
+                            == 503:
+                        await trio.sleep(0.2)
+                status, answer = await refresh(at(url_b, b), client_id, answer["refresh_token"])
+                assert status == 200, answer  # the probe above rotated it within the grace
+
+                answers: list[dict[str, Any]] = []
+
+                async def one(stack: Stack, token: str) -> None:
+                    answers.append(await refresh_at(stack, token))
+                async with trio.open_nursery() as nursery:
+                    for stack in (at(url_a, a), at(url_c, c)):
+                        nursery.start_soon(one, stack, answer["refresh_token"])
+                kept = await refresh_at(at(url_b, b), answers[0]["refresh_token"])
+                assert await mcp_status(at(url_a, a), kept["access_token"]) == 200
