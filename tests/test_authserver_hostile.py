@@ -39,7 +39,7 @@ from vmcp_trio.resources.plan import AuthServerPlan, OIDCProvider
 from vmcp_trio.resources.plan import RedisStorage as RedisPlan
 
 from .authserver_helpers import Stack
-from .fixtures.redis_cluster import running_redis
+from .fixtures.redis_cluster import redis_command, running_redis
 from .gateway_helpers import post_from
 
 MAXIMAL = {
@@ -110,6 +110,27 @@ async def test_registrations_never_used_are_bounded_and_a_used_one_stays(
             await nursery.start(storage.run)
             await check(storage)
             nursery.cancel_scope.cancel()
+
+
+async def test_a_redis_that_may_evict_keys_is_named_at_startup(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Evicted keys would be clients losing their registrations and refresh tokens: a Redis
+    whose maxmemory-policy evicts is named in a warning once connected; the default
+    (noeviction) is not."""
+    with running_redis(tmp_path) as (host, port):
+        for policy, warned in (("noeviction", False), ("volatile-lru", True)):
+            redis_command(port, "CONFIG", "SET", "maxmemory-policy", policy)
+            caplog.clear()
+            storage = RedisStorage(RedisPlan(key_prefix="t:", addr=f"{host}:{port}"),
+                                   [b"k" * 32])
+            async with trio.open_nursery() as nursery:
+                await nursery.start(storage.run)
+                await trio.sleep(0.3)
+                nursery.cancel_scope.cancel()
+            said = [r.getMessage() for r in caplog.records if "maxmemory-policy" in r.getMessage()]
+            assert bool(said) == warned, said
+            if warned:
+                assert "maxmemory-policy volatile-lru" in said[0]
 
 
 # --- tokens --------------------------------------------------------------------------------------

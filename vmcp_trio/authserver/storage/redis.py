@@ -47,10 +47,11 @@ from typing import Any, TypeVar
 import orjson
 import trio
 from coredis import PureToken, Redis
+from coredis.exceptions import ResponseError
 
 from ...auth.sealer import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
-from ...runtime.redis import RedisConnection, milliseconds
+from ...runtime.redis import RedisConnection, StorageUnavailable, milliseconds
 from . import (
     MAX_SUCCESSORS,
     MAX_UNUSED_CLIENTS,
@@ -139,8 +140,37 @@ class RedisStorage:
         return self.redis.failovers
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Hold the connection and the revocations subscription (a supervised task)."""
-        await self.redis.run(task_status=task_status)
+        """Hold the connection and the revocations subscription (a supervised task); once
+        connected, warn when Redis may evict this storage's keys (:meth:`_check_eviction`)."""
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.redis.run)
+            task_status.started()
+            await self._check_eviction()
+
+    async def _check_eviction(self) -> None:
+        """Redis under memory pressure evicts keys unless its ``maxmemory-policy`` is
+        ``noeviction`` (every key here has a TTL, so the ``volatile-*`` policies take them
+        too): registered clients, logins in progress, codes and refresh tokens would vanish,
+        and clients get ``invalid_client`` or ``invalid_grant`` for grants that were valid.
+        Said once per connection, as a warning naming the policy. A Redis that refuses
+        ``CONFIG GET`` (managed services rename it) is not second-guessed."""
+        async def policy(r: Redis[str]) -> str | None:
+            try:
+                found = await r.config_get(["maxmemory-policy"])
+            except ResponseError:
+                return None
+            return found.get("maxmemory-policy")
+        while True:
+            try:
+                current = await self._do(policy)
+                break
+            except StorageUnavailable:
+                await trio.sleep(5)
+        if current is not None and current != "noeviction":
+            log.warning("Redis may evict the authorization server's keys (maxmemory-policy %s): "
+                        "under memory pressure clients would lose their registrations, logins "
+                        "and refresh tokens (invalid_client, invalid_grant); set "
+                        "maxmemory-policy noeviction on this Redis", current)
 
     def _revoked(self, data: str) -> None:
         """A session revoked by another replica, so that its cached tokens stop working here
