@@ -1094,3 +1094,63 @@ def test_env_without_a_value_is_no_variable(anonymous: Docs) -> None:
     result = validate(anonymous)
     assert result.ok
     assert result.plans[0].backends[0].endpoint.env == ()  # type: ignore[union-attr]
+
+
+# --- the authorization server's registration, documents and upstream tokens -----------------
+
+
+def test_dcr_config_instead_of_a_client_id(embedded: Docs) -> None:
+    oauth2 = f"{PROVIDERS}.1.oauth2Config"
+    del_field(vmcp(embedded), f"{oauth2}.clientId")
+    del_field(vmcp(embedded), f"{oauth2}.clientSecretRef")
+    set_field(vmcp(embedded), f"{oauth2}.dcrConfig", {
+        "registrationEndpoint": "https://github.example/register"})
+    assert not validate(embedded).errors
+    set_field(vmcp(embedded), f"{oauth2}.dcrConfig.discoveryUrl",
+              "https://github.example/.well-known/oauth-authorization-server")
+    expect_error(validate(embedded), "one-of", f"{PROVIDERS}[1].oauth2Config.dcrConfig",
+                 contains="exactly one of discoveryUrl and registrationEndpoint")
+    del_field(vmcp(embedded), f"{oauth2}.dcrConfig.registrationEndpoint")
+    set_field(vmcp(embedded), f"{oauth2}.clientId", "static")
+    expect_error(validate(embedded), "one-of", f"{PROVIDERS}[1].oauth2Config.dcrConfig",
+                 contains="must not be set with clientId")
+    del_field(vmcp(embedded), f"{oauth2}.clientId")
+    set_field(vmcp(embedded), f"{oauth2}.dcrConfig.discoveryUrl", "http://github.example/m")
+    expect_error(validate(embedded), "https",
+                 f"{PROVIDERS}[1].oauth2Config.dcrConfig.discoveryUrl")
+
+
+def test_client_documents_settings(embedded: Docs) -> None:
+    set_field(vmcp(embedded), "spec.authServerConfig.cimd",
+              {"enabled": False, "cacheMaxSize": 50, "cacheFallbackTtl": "10m"})
+    result = validate(embedded)
+    assert not result.errors
+    documents = result.plans[0].auth_server.client_documents  # type: ignore[union-attr]
+    assert (documents.enabled, documents.max_cached) == (False, 50)
+    assert documents.fallback_lifetime == Duration.of(minutes=10)
+    set_field(vmcp(embedded), "spec.authServerConfig.cimd.cacheFallbackTtl", "48h")
+    expect_error(validate(embedded), "duration-range",
+                 "spec.authServerConfig.cimd.cacheFallbackTtl", contains="between 1s and 24h")
+
+
+def test_baseline_client_scopes_are_offered_scopes(embedded: Docs) -> None:
+    set_field(vmcp(embedded), "spec.authServerConfig.baselineClientScopes",
+              ["mcp:tools", "admin:everything"])
+    expect_error(validate(embedded), "scope", "spec.authServerConfig.baselineClientScopes[1]",
+                 contains="'admin:everything' is not among the scopes this server offers")
+
+
+def test_forced_confidential_redirect_uris(embedded: Docs) -> None:
+    field = "spec.authServerConfig.forceConfidentialRedirectUris"
+    set_field(vmcp(embedded), field, ["https://app.example/cb", "https://127.0.0.1/cb"])
+    result = validate(embedded)
+    expect_error(result, "requires", field,
+                 contains="needs allowConfidentialClientRegistration: true")
+    expect_error(result, "redirect-uri", f"{field}[1]", contains="other than this machine's")
+
+
+def test_no_upstream_tokens_for_a_backend_that_needs_them(embedded: Docs) -> None:
+    set_field(vmcp(embedded), "spec.authServerConfig.disableUpstreamTokenInjection", True)
+    expect_error(validate(embedded), "conflict",
+                 "spec.authServerConfig.disableUpstreamTokenInjection",
+                 contains="upstream tokens are not kept, but backend")

@@ -12,8 +12,9 @@ provider in order, one leg each; every leg comes back here. Rules kept here:
   as) and the tokens are kept in the pending record, keyed by the issuer they came from, with
   that client id and the scope granted (the one asked for when the provider does not say); the
   user's internal id is derived from the first leg's subject. Then the next leg starts.
-* After the last leg the upstream tokens are stored under the login's new session id, and the
-  client gets its code (opaque, HMAC-protected, bound to the client, redirect URI, PKCE
+* After the last leg the upstream tokens are stored under the login's new session id (none
+  with ``disableUpstreamTokenInjection``: then no backend may use them), and the client gets
+  its code (opaque, HMAC-protected, bound to the client, redirect URI, PKCE
   challenge, scopes and resource) with its ``state`` and our ``iss``.
 * An upstream error, or a user who walks away, leaves nothing stored: the tokens of finished
   legs live only in the pending record, which expires. The client gets ``access_denied`` or
@@ -42,7 +43,7 @@ class CallbackEndpoint:
                  opaque: OpaqueTokens, issuer: str, callback_url: str, code_lifetime: float,
                  refresh_lifetime: float,
                  start_leg: Callable[[Send, PendingAuthorization], Awaitable[None]],
-                 record: AuditRecord) -> None:
+                 record: AuditRecord, keep_upstream: bool = True) -> None:
         self.storage = storage
         self.providers = providers
         self.opaque = opaque
@@ -53,6 +54,9 @@ class CallbackEndpoint:
         """How long the upstream tokens of a login are kept (as long as its refresh tokens)."""
         self.start_leg = start_leg
         self.record = record
+        self.keep_upstream = keep_upstream
+        """False (``disableUpstreamTokenInjection``): the upstream tokens are not kept; the
+        providers only say who the user is."""
 
     async def serve(self, request: HttpRequest, send: Send) -> None:
         query = {k: v[0] for k, v in request.query.items() if v}
@@ -86,12 +90,14 @@ class CallbackEndpoint:
             pending.subject = "u-" + sha256(f"{name}\0{identity.subject}")[:32]
         pending.name = pending.name or identity.name
         pending.email = pending.email or identity.email
-        pending.upstream.append(StoredUpstream(
-            session_id=pending.session_id, provider=name, access_token=tokens.access_token,
-            refresh_token=tokens.refresh_token, expires_at=tokens.expires_at,
-            scope=tokens.scope or " ".join(provider.plan.scopes) or None,  # RFC 6749 5.1
-            subject=identity.subject, issued_at=time.time(), id_token=tokens.id_token,
-            issuer=provider.issuer, client_id=pending.upstream_client_id))
+        if self.keep_upstream:
+            pending.upstream.append(StoredUpstream(
+                session_id=pending.session_id, provider=name,
+                access_token=tokens.access_token, refresh_token=tokens.refresh_token,
+                expires_at=tokens.expires_at,
+                scope=tokens.scope or " ".join(provider.plan.scopes) or None,  # RFC 6749 5.1
+                subject=identity.subject, issued_at=time.time(), id_token=tokens.id_token,
+                issuer=provider.issuer, client_id=pending.upstream_client_id))
         if pending.leg + 1 < len(pending.providers):
             pending.leg += 1
             await self.start_leg(send, pending)

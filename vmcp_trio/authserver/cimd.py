@@ -18,8 +18,10 @@ them for the authorization server:
 * the document's rules: :func:`~.validation.validate_client_document` (its ``client_id`` is the
   URL exactly, public clients only, the registration rules for the rest);
 * cached in memory per process as its ``Cache-Control`` says, between :data:`MIN_CACHE` and
-  :data:`MAX_CACHE` seconds (:data:`DEFAULT_CACHE` without one; ``no-store``, ``no-cache`` or
-  ``max-age=0``: not cached), bounded (:data:`MAX_CACHED`, least recently used out). Failures and
+  :data:`MAX_CACHE` seconds (``cimd.cacheFallbackTtl``, default :data:`DEFAULT_CACHE`, without
+  one; ``no-store``, ``no-cache`` or ``max-age=0``: not cached), bounded (``cimd.cacheMaxSize``,
+  default :data:`MAX_CACHED`, least recently used out). ``cimd.enabled: false`` turns them off:
+  a URL is then an unknown client id. Failures and
   invalid documents are never cached (draft section 5.2).
 
 Errors are :class:`ClientDocumentError`; the message says what was wrong without quoting the
@@ -75,22 +77,24 @@ def is_client_id_url(client_id: str, *, allow_http: bool) -> bool:
     return scheme == "https://" or (allow_http and scheme.startswith("http://"))
 
 
-def cache_lifetime(cache_control: str | None) -> float:
-    """Seconds to keep a document served with this ``Cache-Control`` (0: not at all)."""
+def cache_lifetime(cache_control: str | None, default: float = DEFAULT_CACHE) -> float:
+    """Seconds to keep a document served with this ``Cache-Control`` (0: not at all;
+    ``default`` without a max-age)."""
     if not cache_control:
-        return DEFAULT_CACHE
+        return default
     if _NO_CACHE.search(cache_control):
         return 0.0
     match = _MAX_AGE.search(cache_control)
     if match is None:
-        return DEFAULT_CACHE
+        return default
     seconds = int(match.group(1)[:9])
     return 0.0 if seconds == 0 else min(MAX_CACHE, max(MIN_CACHE, float(seconds)))
 
 
 class ClientDocuments:
     def __init__(self, *, allow_http: bool, allow_private: bool,
-                 timeout: float = FETCH_TIMEOUT, max_cached: int = MAX_CACHED) -> None:
+                 timeout: float = FETCH_TIMEOUT, max_cached: int = MAX_CACHED,
+                 enabled: bool = True, default_lifetime: float = DEFAULT_CACHE) -> None:
         self.client = HttpClient(max_idle_per_origin=0)
         """Its own, keeping no connection: each document host is a new origin an anonymous
         caller chose, and idle connections to such hosts would pile up."""
@@ -99,12 +103,17 @@ class ClientDocuments:
         self.allow_private = allow_private
         self.timeout = timeout
         self.max_cached = max_cached
+        self.enabled = enabled
+        """False (``cimd.enabled: false``): a URL is no client id here (an unknown client)."""
+        self.default_lifetime = default_lifetime
+        """How long a document is cached when its host sends no max-age
+        (``cimd.cacheFallbackTtl``)."""
         self._cache: OrderedDict[str, tuple[float, RegisteredClient]] = OrderedDict()
         self.fetches = 0
         """Documents fetched by this process (for tests)."""
 
     def is_document_client(self, client_id: str) -> bool:
-        return is_client_id_url(client_id, allow_http=self.allow_http)
+        return self.enabled and is_client_id_url(client_id, allow_http=self.allow_http)
 
     async def resolve(self, url: str) -> RegisteredClient:
         """The client described by the document at ``url`` (from the cache while it is fresh).
@@ -161,7 +170,7 @@ class ClientDocuments:
         except OAuthError as exc:
             raise ClientDocumentError(exc.description) from None
         now = time.time()
-        lifetime = cache_lifetime(cache_control)
+        lifetime = cache_lifetime(cache_control, self.default_lifetime)
         return RegisteredClient(
             client_id=url, redirect_uris=metadata.redirect_uris,
             token_endpoint_auth_method="none", grant_types=metadata.grant_types,

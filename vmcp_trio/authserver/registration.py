@@ -8,8 +8,11 @@ URIs, grant types, OpenID Connect Registration's ``application_type``) and gets 
 * Confidential clients (``client_secret_basic``/``client_secret_post``) only when the
   configuration allows them (``allowConfidentialClientRegistration``), with https redirect URIs
   of hosts other than loopback; their secret (256 random bits) is shown once, in this answer,
-  and only its SHA-256 is kept. It expires with the registration, ``CLIENT_LIFETIME`` after it
-  (``client_secret_expires_at``; use does not extend it): the client then registers again.
+  and only its SHA-256 is kept. A registration naming one of ``forceConfidentialRedirectUris``
+  exactly is one of them (``client_secret_post``) even when it asked for ``none``. A secret
+  expires with the registration, ``CLIENT_LIFETIME`` after it (``client_secret_expires_at``;
+  use does not extend it): the client then registers again.
+* The scope of every registration includes ``baselineClientScopes``.
 * The table cannot be filled: registrations are budgeted per client address and for every
   address together (:class:`~.rates.AddressRate`; 429 with ``Retry-After`` past either), and a
   public client that never completed a login is forgotten after ``UNUSED_CLIENT_LIFETIME``; its
@@ -46,9 +49,17 @@ REGISTRATIONS_PER_MINUTE_ALL = 120
 
 
 class RegistrationEndpoint:
-    def __init__(self, storage: Storage, *, allow_confidential: bool) -> None:
+    def __init__(self, storage: Storage, *, allow_confidential: bool,
+                 baseline_scopes: tuple[str, ...] = (),
+                 force_confidential: tuple[str, ...] = ()) -> None:
         self.storage = storage
         self.allow_confidential = allow_confidential
+        self.baseline_scopes = baseline_scopes
+        """Added to every registration's scope (``baselineClientScopes``)."""
+        self.force_confidential = frozenset(force_confidential)
+        """Redirect URIs whose registrations get a secret even when they ask for none
+        (``forceConfidentialRedirectUris``: clients that declare themselves public, then
+        refuse an answer without a secret)."""
         self.rate = AddressRate(REGISTRATIONS_PER_MINUTE, REGISTRATIONS_PER_MINUTE_ALL)
 
     async def serve(self, request: HttpRequest, send: Send) -> None:
@@ -88,13 +99,18 @@ class RegistrationEndpoint:
                                                "error_description": exc.description})
             return
         now = time.time()
-        secret = None if metadata.token_endpoint_auth_method == "none" else \
-            secrets.token_urlsafe(32)
+        method = metadata.token_endpoint_auth_method
+        if method == "none" and self.force_confidential.intersection(metadata.redirect_uris):
+            method = "client_secret_post"  # RFC 7591 3.2.1: the server may substitute
+        secret = None if method == "none" else secrets.token_urlsafe(32)
+        scope = metadata.scope
+        if self.baseline_scopes:
+            scope = " ".join(dict.fromkeys([*(scope or "").split(), *self.baseline_scopes]))
         client = RegisteredClient(
             client_id=secrets.token_urlsafe(24), redirect_uris=metadata.redirect_uris,
-            token_endpoint_auth_method=metadata.token_endpoint_auth_method,
+            token_endpoint_auth_method=method,
             grant_types=metadata.grant_types, client_name=metadata.client_name,
-            scope=metadata.scope, secret_sha256=sha256(secret) if secret else None,
+            scope=scope, secret_sha256=sha256(secret) if secret else None,
             created_at=now,
             expires_at=now + (CLIENT_LIFETIME if secret else UNUSED_CLIENT_LIFETIME),
             application_type=metadata.application_type)

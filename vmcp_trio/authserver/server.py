@@ -95,8 +95,11 @@ class AuthorizationServer:
                                                    allow_private=plan.insecure_allow_http,
                                                    registrar=self._registrar(p, client))
                           for p in plan.providers}
-        self.documents = ClientDocuments(allow_http=plan.insecure_allow_http,
-                                         allow_private=plan.insecure_allow_http)
+        documents = plan.client_documents
+        self.documents = ClientDocuments(
+            allow_http=plan.insecure_allow_http, allow_private=plan.insecure_allow_http,
+            enabled=documents.enabled, max_cached=documents.max_cached,
+            default_lifetime=documents.fallback_lifetime.total_seconds())
         """Clients whose client_id is the URL of their metadata document."""
         self.revoked_sessions: dict[str, float] = {}
         """Sessions revoked in this process (replayed code, reused refresh token, revocation),
@@ -112,7 +115,9 @@ class AuthorizationServer:
         audit log, set by the application)."""
         callback_url = self.url("/oauth/callback")
         self.registration = RegistrationEndpoint(
-            storage, allow_confidential=plan.allow_confidential_clients)
+            storage, allow_confidential=plan.allow_confidential_clients,
+            baseline_scopes=plan.baseline_client_scopes,
+            force_confidential=plan.force_confidential_redirect_uris)
         self.authorization = AuthorizeEndpoint(
             storage, documents=self.documents, providers=self.providers, opaque=self.opaque,
             issuer=self.issuer, scopes=scopes, resources=resources,
@@ -122,7 +127,7 @@ class AuthorizationServer:
             storage, providers=self.providers, opaque=self.opaque, issuer=self.issuer,
             callback_url=callback_url, code_lifetime=self.code_lifetime,
             refresh_lifetime=self.refresh_lifetime, start_leg=self.authorization.start_leg,
-            record=self._audit)
+            record=self._audit, keep_upstream=plan.upstream_token_injection)
         self.trusted = TrustedIssuers(plan.trusted_issuers, client)
         """External issuers whose assertions and subject tokens are accepted."""
         self.token = TokenEndpoint(
@@ -236,7 +241,7 @@ class AuthorizationServer:
             "token_endpoint_auth_methods_supported": self._auth_methods(),
             "revocation_endpoint_auth_methods_supported": self._auth_methods(),
             "authorization_response_iss_parameter_supported": True,
-            "client_id_metadata_document_supported": True,
+            "client_id_metadata_document_supported": self.documents.enabled,
         }
         if self.scopes:
             document["scopes_supported"] = list(self.scopes)

@@ -11,6 +11,7 @@ and trusted issuers. The result is an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -18,10 +19,12 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
+from ..auth.ssrf import is_loopback_host
 from . import models as m
 from .durations import Duration
 from .plan import (
     AuthServerPlan,
+    ClientDocumentsPlan,
     MemoryStorage,
     OAuth2Provider,
     OIDCProvider,
@@ -45,6 +48,7 @@ from .trust_rules import (
 __all__ = ["LIFESPAN_RANGES", "hmac_secret_problem", "resolve_auth_server", "secret_list"]
 
 SPEC = ("spec", "authServerConfig")
+_SCOPE_TOKEN = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]+")
 SWITCH = "spec.authServerConfig.insecureAllowHTTP"
 
 LIFESPAN_RANGES: dict[str, tuple[Duration, Duration, Duration]] = {
@@ -80,6 +84,8 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
     check_confidential_transport(resolver, owner, config)
     trusted = resolve_trusted_issuers(resolver, owner, config)
     delegates = resolve_delegate_clients(resolver, owner, config.delegate_clients)
+    documents = _client_documents(resolver, owner, config.cimd)
+    _check_registration_extras(resolver, owner, config)
     if resolver.report.error_count != errors_before or storage is None:
         return None
     return AuthServerPlan(
@@ -96,7 +102,49 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
         allow_confidential_clients=config.confidential_registration,
         trusted_issuers=trusted,
         delegate_clients=delegates,
+        client_documents=documents,
+        baseline_client_scopes=config.baseline_client_scopes,
+        upstream_token_injection=not config.disable_upstream_token_injection,
+        force_confidential_redirect_uris=config.force_confidential_redirect_uris,
     )
+
+
+def _client_documents(resolver: Resolver, owner: Resource,
+                      config: m.ClientDocumentsConfig | None) -> ClientDocumentsPlan:
+    """``cimd``. Without it clients may still name themselves by their metadata document
+    (vmcp's default, as MCP 2026-07-28 has authorization servers support them); ``enabled:
+    false`` turns that off."""
+    if config is None:
+        return ClientDocumentsPlan()
+    default = ClientDocumentsPlan()
+    fallback = config.cache_fallback_ttl or default.fallback_lifetime
+    if not Duration.of(seconds=1) <= fallback <= Duration.of(hours=24):
+        resolver.report.error(owner, (*SPEC, "cimd", "cacheFallbackTtl"), "duration-range",
+                              f"must be between 1s and 24h (got {fallback})")
+    return ClientDocumentsPlan(config.enabled, config.cache_max_size or default.max_cached,
+                               fallback)
+
+
+def _check_registration_extras(resolver: Resolver, owner: Resource,
+                               config: m.AuthServerConfig) -> None:
+    """``baselineClientScopes`` are scope tokens; ``forceConfidentialRedirectUris`` need
+    confidential registration and name https redirect URIs off this machine (a loopback
+    client is public by construction, OAuth 2.1 section 2.1)."""
+    for index, scope in enumerate(config.baseline_client_scopes):
+        if not _SCOPE_TOKEN.fullmatch(scope):
+            resolver.report.error(owner, (*SPEC, "baselineClientScopes", index), "scope",
+                                  "is not a scope token (printable ASCII, no space, quote or "
+                                  "backslash)")
+    if config.force_confidential_redirect_uris and not config.confidential_registration:
+        resolver.report.error(owner, (*SPEC, "forceConfidentialRedirectUris"), "requires",
+                              "needs allowConfidentialClientRegistration: true")
+    for index, uri in enumerate(config.force_confidential_redirect_uris):
+        parts = urlsplit(uri)
+        if parts.scheme != "https" or not parts.hostname or parts.fragment or parts.query \
+                or is_loopback_host(parts.hostname):
+            resolver.report.error(owner, (*SPEC, "forceConfidentialRedirectUris", index),
+                                  "redirect-uri", "must be an https URI of a host other than "
+                                  "this machine's, without query or fragment")
 
 
 def _check_base_url(resolver: Resolver, owner: Resource, path: Sequence[PathPart], url: str,

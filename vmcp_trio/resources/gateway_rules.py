@@ -103,6 +103,11 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     embedded = spec.auth_server_config if isinstance(incoming, EmbeddedIncoming) else None
     if embedded is not None and isinstance(incoming, EmbeddedIncoming):
         check_trust_targets(resolver, gateway, embedded, incoming.resources, incoming.scopes)
+        for index, scope in enumerate(embedded.baseline_client_scopes):
+            if scope not in incoming.scopes:
+                report.error(gateway, ("spec", "authServerConfig", "baselineClientScopes", index),
+                             "scope", f"{scope!r} is not among the scopes this server offers "
+                             f"(oidcConfigRef.scopes: {', '.join(incoming.scopes)})")
     backends: list[BackendPlan] = []
     for member in members:
         outgoing = _outgoing(resolver, gateway, spec, member.name or "", member, incoming)
@@ -476,6 +481,11 @@ def _check_strategy_context(resolver: Resolver, gateway: Resource,
         report.error(gateway, ("spec", "authServerConfig"), "required",
                      f"is required: {uses}, which needs upstream tokens stored by the embedded "
                      "authorization server")
+        return False
+    if auth_server.disable_upstream_token_injection:
+        report.error(gateway, ("spec", "authServerConfig", "disableUpstreamTokenInjection"),
+                     "conflict", f"is true, so the logins' upstream tokens are not kept, but "
+                     f"{uses} ({strategy.strategy}), which needs them")
         return False
     names = [p.name for p in auth_server.upstream_providers]
     for provider, path in needs:

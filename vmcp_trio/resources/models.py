@@ -412,6 +412,13 @@ class SessionStorage(Model):
     hmac_secret_refs: Annotated[tuple[SecretKeyRef, ...], Field(max_length=5)] = ()
 
 
+class ClientDocumentsConfig(Model):
+    """``authServerConfig.cimd``: clients known by their metadata document."""
+    enabled: Bool
+    cache_max_size: Annotated[int, Strict(), Field(ge=1, le=100_000)] | None = None
+    cache_fallback_ttl: DurationText | None = None
+
+
 class AuthServerConfig(Model):
     issuer: UrlText
     authorization_endpoint_base_url: UrlText | None = None
@@ -434,6 +441,11 @@ class AuthServerConfig(Model):
     delegate_clients: Annotated[tuple[DelegateClient, ...], Field(max_length=10)] = ()
     primary_upstream_provider: DnsLabel | None = None
     """The upstream login whose claims authorization policies see (default: the first)."""
+    cimd: ClientDocumentsConfig | None = None
+    baseline_client_scopes: Annotated[tuple[NonEmpty, ...], Field(max_length=10)] = ()
+    disable_upstream_token_injection: Bool = False
+    force_confidential_redirect_uris: Annotated[tuple[UrlText, ...], Field(max_length=10)] = ()
+    """Redirect URIs whose registrations get a secret even when they ask for none."""
 
     @property
     def confidential_registration(self) -> bool:

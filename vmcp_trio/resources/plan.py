@@ -30,6 +30,7 @@ __all__ = [
     "AuthServerPlan",
     "AwsStsAuth",
     "BackendPlan",
+    "ClientDocumentsPlan",
     "CrossAppAccessAuth",
     "EmbeddedIncoming",
     "Endpoint",
@@ -454,6 +455,15 @@ class DelegateClientPlan:
 
 
 @dataclass(frozen=True)
+class ClientDocumentsPlan:
+    """``cimd``: whether clients may name themselves by their metadata document's URL, how
+    many documents are cached, and for how long when the document's host does not say."""
+    enabled: bool = True
+    max_cached: int = 1000
+    fallback_lifetime: Duration = Duration.of(minutes=5)
+
+
+@dataclass(frozen=True)
 class AuthServerPlan:
     issuer: str
     authorization_endpoint: str
@@ -472,6 +482,13 @@ class AuthServerPlan:
     """``allowConfidentialClientRegistration``."""
     trusted_issuers: tuple[TrustedIssuerPlan, ...] = ()
     delegate_clients: tuple[DelegateClientPlan, ...] = ()
+    client_documents: ClientDocumentsPlan = field(default_factory=lambda: ClientDocumentsPlan())
+    baseline_client_scopes: tuple[str, ...] = ()
+    """Scopes every registration's answer includes (``baselineClientScopes``)."""
+    upstream_token_injection: bool = True
+    """False (``disableUpstreamTokenInjection``): the upstream tokens of logins are not kept,
+    and no backend may use them."""
+    force_confidential_redirect_uris: tuple[str, ...] = ()
 
 
 # --- aggregation -------------------------------------------------------------------------------

@@ -104,9 +104,6 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
     ),
 }
 
-_AUTH_SERVER_FIELDS = ("cimd", "disableUpstreamTokenInjection", "baselineClientScopes",
-                       "forceConfidentialRedirectUris")
-"""``authServerConfig`` fields of ToolHive v0.44 that vmcp's authorization server lacks."""
 
 PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
     "MCPServer": (
@@ -130,8 +127,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("config.passthroughHeaders", "passthrough headers"),
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
-        *((f"authServerConfig.{name}", f"the authorization server's {name}")
-          for name in _AUTH_SERVER_FIELDS),
         ("authServerConfig.trustedIssuers[].actorMatcher",
          "CEL actor matchers; allowedActors and allowMayAct work"),
     ),
