@@ -5,7 +5,13 @@ two ``oidc-provider`` instances of the other authorization server tests."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
+
+from vmcp_trio.authserver.upstream import UpstreamProvider
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.resources.plan import OAuth2Provider
 
 from .authserver_helpers import (
     Stack,
@@ -18,8 +24,9 @@ from .authserver_helpers import (
     pkce,
     tokens,
 )
-from .fixtures.idp import Idp
+from .fixtures.idp import Idp, running_idp
 from .gateway_helpers import running_gateway
+from .helpers import free_port
 
 
 def with_options(upstreams: tuple[int, Idp, Idp], **options: Any) -> list[dict[str, Any]]:
@@ -87,3 +94,75 @@ async def test_without_upstream_token_injection_no_upstream_token_is_kept(
         assert gateway.authserver is not None
         for provider in ("corp", "hub"):
             assert await gateway.authserver.storage.get_upstream(session, provider) is None
+
+
+# --- who the user is at an upstream --------------------------------------------------------------
+
+def subject_for(provider: str, upstream_subject: str) -> str:
+    """The ``sub`` of our access tokens: derived from the first provider's user."""
+    return "u-" + hashlib.sha256(f"{provider}\0{upstream_subject}".encode()).hexdigest()[:32]
+
+
+def hub_first(docs: list[dict[str, Any]], **hub_config: Any) -> dict[str, Any]:
+    """hub (oauth2) becomes the first provider, whose user is ours; its config is updated."""
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    providers = vmcp["spec"]["authServerConfig"]["upstreamProviders"]
+    providers.reverse()
+    providers[0]["oauth2Config"].update(hub_config)
+    return providers[0]["oauth2Config"]  # type: ignore[no-any-return]
+
+
+async def test_the_user_from_the_token_response_or_from_the_access_token_alone() -> None:
+    """identityFromToken reads the user from the token response (Slack's ``authed_user.id``;
+    no userInfo call). With neither it nor userInfo the login still works: the user is known
+    by the access token alone, a new one at each login."""
+    port = free_port()
+    callback = (f"http://127.0.0.1:{port}/oauth/callback",)
+    with running_idp(redirect_uris=callback) as corp, \
+            running_idp(redirect_uris=callback, token_response_user=True) as hub:
+        issuer = f"http://127.0.0.1:{port}"
+        docs = as_docs(issuer, corp, hub)
+        hub_config = hub_first(docs, identityFromToken={"subjectPath": "authed_user.id"})
+        del hub_config["userInfo"]
+        async with running_gateway(docs, port=port) as (url, gateway):
+            _, answer, _ = await tokens(Stack(issuer, url, corp, hub, gateway), user="erin")
+            assert claims_of(answer["access_token"])["sub"] == subject_for("hub", "erin")
+
+        del hub_config["identityFromToken"]
+        async with running_gateway(docs, port=port) as (url, gateway):
+            stack = Stack(issuer, url, corp, hub, gateway)
+            subjects = set()
+            for _ in range(2):
+                _, answer, _ = await tokens(stack, user="erin")
+                assert await mcp_status(stack, answer["access_token"]) == 200
+                subjects.add(claims_of(answer["access_token"])["sub"])
+            assert len(subjects) == 2 and subject_for("hub", "erin") not in subjects
+
+
+async def test_an_oidc_providers_profile_from_its_user_info_override(
+        upstreams: tuple[int, Idp, Idp]) -> None:
+    """userInfoOverride: the name comes from the userInfo endpoint (mapped: here the account
+    id, which oidc-provider's /me gives as ``sub``); the user is still the ID token's."""
+    port, corp, hub = upstreams
+    docs = with_options(upstreams)
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    vmcp["spec"]["authServerConfig"]["upstreamProviders"][0]["oidcConfig"]["userInfoOverride"] = {
+        "endpointUrl": f"{corp.issuer}/me", "fieldMapping": {"nameFields": ["sub"]}}
+    async with running_gateway(docs, port=port) as (url, gateway):
+        _, answer, _ = await tokens(Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway),
+                                    user="frank")
+        claims = claims_of(answer["access_token"])
+        assert claims["name"] == "frank" and claims["sub"] == subject_for("corp", "frank")
+
+
+async def test_additional_authorization_params_reach_the_authorization_url() -> None:
+    provider = UpstreamProvider(OAuth2Provider(
+        name="google", authorization_endpoint="https://accounts.example/o/oauth2/auth",
+        token_endpoint="https://oauth2.example/token", client_id="vmcp",
+        scopes=("openid", "email"),
+        authorization_params=(("access_type", "offline"), ("prompt", "consent"))),
+        HttpClient())
+    leg = await provider.start(state="s", redirect_uri="https://vmcp.example/oauth/callback")
+    query = dict(parse_qsl(urlsplit(leg.url).query))
+    assert query["access_type"] == "offline" and query["prompt"] == "consent"
+    assert query["client_id"] == "vmcp" and query["scope"] == "openid email"

@@ -1154,3 +1154,26 @@ def test_no_upstream_tokens_for_a_backend_that_needs_them(embedded: Docs) -> Non
     expect_error(validate(embedded), "conflict",
                  "spec.authServerConfig.disableUpstreamTokenInjection",
                  contains="upstream tokens are not kept, but backend")
+
+
+def test_upstream_authorization_params_and_identity(embedded: Docs) -> None:
+    oauth2 = f"{PROVIDERS}.1.oauth2Config"
+    set_field(vmcp(embedded), f"{oauth2}.additionalAuthorizationParams",
+              {"access_type": "offline", "state": "mine"})
+    set_field(vmcp(embedded), f"{oauth2}.identityFromToken", {"subjectPath": "authed_user.id"})
+    result = validate(embedded)
+    expect_error(result, "reserved",
+                 f"{PROVIDERS}[1].oauth2Config.additionalAuthorizationParams.state",
+                 contains="is set by vmcp for every login")
+    expect_error(result, "one-of", f"{PROVIDERS}[1].oauth2Config.identityFromToken",
+                 contains="must not be set with userInfo")
+    del_field(vmcp(embedded), f"{oauth2}.userInfo")
+    del_field(vmcp(embedded), f"{oauth2}.additionalAuthorizationParams.state")
+    set_field(vmcp(embedded), f"{oauth2}.insecureAllowHTTP", True)
+    set_field(vmcp(embedded), f"{oauth2}.tokenEndpoint", "http://github.internal/token")
+    set_field(vmcp(embedded), f"{oauth2}.allowPrivateIPs", True)
+    result = validate(embedded)
+    assert not result.errors, result.errors
+    hub = result.plans[0].auth_server.providers[1]  # type: ignore[union-attr]
+    assert hub.authorization_params == (("access_type", "offline"),)  # type: ignore[union-attr]
+    assert (hub.allow_http, hub.allow_private) == (True, True)  # type: ignore[union-attr]

@@ -14,6 +14,9 @@
 //   groups          optional; {account: ["group", ...]}: those accounts' tokens carry a `groups`
 //                   claim (JWT access tokens and ID tokens), as a directory's group claim would
 //   grants          optional; the on-behalf-of and ID-JAG stand-ins of grants.mjs (see there)
+//   tokenResponseUser  optional; true: successful token responses also carry
+//                   `authed_user: {id: <account>}`, as Slack's do (our stand-in for providers
+//                   that name the user in the token response: no installable one does)
 //   tokenExchange   optional; enables the RFC 8693 grant below:
 //                   {trustedIssuers: [{issuer, jwksUri}],
 //                    audiences: {AUDIENCE: {scope: "a b", accessTokenTTL: seconds}}}
@@ -166,6 +169,18 @@ const delegation = config.grants
   ? registerGrants(provider, config.grants, { ownKeys, signingKey: config.jwks.keys[0], alg, defaultTTL })
   : { idJag: null };
 if (tokenExchange || delegation.idJag) registerTokenExchange(provider, tokenExchange ?? {}, delegation.idJag);
+if (config.tokenResponseUser) {
+  provider.use(async (ctx, next) => {
+    await next();
+    const entities = ctx.oidc?.entities ?? {};
+    const account = entities.Account?.accountId ?? entities.AuthorizationCode?.accountId
+      ?? entities.RefreshToken?.accountId;
+    if (ctx.path === '/token' && ctx.status === 200 && account && ctx.body
+        && typeof ctx.body === 'object') {
+      ctx.body = { ...ctx.body, authed_user: { id: account } };
+    }
+  });
+}
 provider.on('server_error', (_ctx, err) => process.stderr.write(`server_error: ${err?.stack ?? err}\n`));
 
 // --- RFC 8693 token exchange (our stand-in, see the header) -------------------------------------

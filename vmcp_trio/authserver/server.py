@@ -91,10 +91,7 @@ class AuthorizationServer:
         self.keys = SigningKeys([key.value for key in plan.signing_keys])
         self.opaque = OpaqueTokens([secret.value for secret in plan.hmac_secrets])
         self.refresh_lifetime = plan.refresh_token_lifespan.total_seconds()
-        self.providers = {p.name: UpstreamProvider(p, client, allow_http=plan.insecure_allow_http,
-                                                   allow_private=plan.insecure_allow_http,
-                                                   registrar=self._registrar(p, client))
-                          for p in plan.providers}
+        self.providers = {p.name: self._provider(p, client) for p in plan.providers}
         documents = plan.client_documents
         self.documents = ClientDocuments(
             allow_http=plan.insecure_allow_http, allow_private=plan.insecure_allow_http,
@@ -177,15 +174,23 @@ class AuthorizationServer:
     def url(self, suffix: str) -> str:
         return self.issuer + suffix
 
-    def _registrar(self, provider: ProviderPlan, client: HttpClient) -> UpstreamRegistrar | None:
-        """What registers vmcp at a provider without a configured client id (``dcrConfig``)."""
-        if not isinstance(provider, OAuth2Provider) or provider.registration is None:
-            return None
-        return UpstreamRegistrar(
-            provider.name, provider.registration, storage=self.storage, client=client,
-            redirect_uri=self.url("/oauth/callback"), scopes=provider.scopes,
-            keep_for=self.refresh_lifetime, allow_http=self.plan.insecure_allow_http,
-            allow_private=self.plan.insecure_allow_http)
+    def _provider(self, plan: ProviderPlan, client: HttpClient) -> UpstreamProvider:
+        """One upstream provider: plain http and private addresses when the server's
+        ``insecureAllowHTTP`` allows them, or (oauth2) its own ``insecureAllowHTTP`` and
+        ``allowPrivateIPs``."""
+        insecure = self.plan.insecure_allow_http
+        own = (plan.allow_http, plan.allow_private) if isinstance(plan, OAuth2Provider) \
+            else (False, False)
+        allow_http, allow_private = insecure or own[0], insecure or own[1]
+        registrar = None
+        if isinstance(plan, OAuth2Provider) and plan.registration is not None:  # dcrConfig
+            registrar = UpstreamRegistrar(
+                plan.name, plan.registration, storage=self.storage, client=client,
+                redirect_uri=self.url("/oauth/callback"), scopes=plan.scopes,
+                keep_for=self.refresh_lifetime, allow_http=allow_http,
+                allow_private=allow_private)
+        return UpstreamProvider(plan, client, registrar=registrar, allow_http=allow_http,
+                                allow_private=allow_private)
 
     async def handle(self, request: HttpRequest, send: Send) -> bool:
         """Serve ``request`` if it is one of ours; False otherwise."""

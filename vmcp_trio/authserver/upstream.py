@@ -74,7 +74,7 @@ from ..auth.oauth.tokens import (
 from ..auth.ssrf import fetch_guard
 from ..http.client import HttpClient, HttpError
 from ..protocol import base64url
-from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan
+from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan, UserInfoPlan
 from ..runtime.supervisor import NamedTask
 from .upstream_registration import RegistrationFailed, UpstreamRegistrar, credentials_of
 
@@ -191,9 +191,9 @@ class UpstreamProvider:
             self._endpoints = _Endpoints(None, plan.authorization_endpoint, plan.token_endpoint,
                                          None)
             self._mapping = plan.token_response_mapping
-            if plan.user_info is not None:
-                self._userinfo_headers = self._build_userinfo_headers(
-                    plan.user_info.additional_headers)
+        if plan.user_info is not None:
+            self._userinfo_headers = self._build_userinfo_headers(
+                plan.user_info.additional_headers)
 
     def __repr__(self) -> str:
         return f"UpstreamProvider({self.name!r}, {self.plan.type})"
@@ -362,7 +362,8 @@ class UpstreamProvider:
         url = authorization_url(endpoints.authorization, client_id=client_id,
                                 redirect_uri=redirect_uri, state=state,
                                 code_challenge=challenge, scopes=self.plan.scopes,
-                                extra=() if nonce is None else (("nonce", nonce),))
+                                extra=(*self.plan.authorization_params,
+                                       *(() if nonce is None else (("nonce", nonce),))))
         return LegStart(url, verifier, nonce, client_id)
 
     async def check_response_issuer(self, iss: Sequence[str]) -> None:
@@ -391,23 +392,44 @@ class UpstreamProvider:
     async def finish(self, *, code: str, verifier: str, nonce: str | None, redirect_uri: str,
                      client_id: str | None = None) -> tuple[UpstreamTokens, UpstreamIdentity]:
         """Redeem the leg's code (with its PKCE verifier, as ``client_id``, the client the leg
-        started as) and find out who the user is: the ID token of an oidc provider, the
-        userInfo endpoint of an oauth2 one."""
-        user_info = None if isinstance(self.plan, OIDCProvider) else self.plan.user_info
-        if user_info is None and not isinstance(self.plan, OIDCProvider):
-            # Refused before the code is spent: there would be no way to know the user.
-            raise self._error("has no userInfo endpoint, so the user cannot be identified "
-                              "(configure oauth2Config.userInfo)")
-        if isinstance(self.plan, OIDCProvider) and not nonce:
+        started as) and find out who the user is. An oidc provider: its ID token (the name and
+        email from ``userInfoOverride`` when set). An oauth2 one: ``identityFromToken``'s paths
+        in the token response, else its userInfo endpoint, else the access token alone
+        (``tk-`` and a digest of it, as ToolHive: a new user at each login, with no name)."""
+        plan = self.plan
+        if isinstance(plan, OIDCProvider) and not nonce:
             raise self._error("the login leg has no nonce to check the ID token with")
         tokens = await self._token_request(
             {"grant_type": "authorization_code", "code": code, "redirect_uri": redirect_uri,
              "code_verifier": verifier}, "authorization code",
             await self.credentials_of(client_id))
-        if user_info is None:
+        if isinstance(plan, OIDCProvider):
             assert nonce is not None
-            return tokens, await self._id_token_identity(tokens, nonce)
-        return tokens, await self._userinfo_identity(tokens.access_token)
+            identity = await self._id_token_identity(tokens, nonce)
+            if plan.user_info is None:
+                return tokens, identity
+            profile = await self._userinfo_identity(tokens.access_token, plan.user_info)
+            return tokens, UpstreamIdentity(identity.subject, profile.name or identity.name,
+                                            profile.email or identity.email)
+        if plan.identity_paths is not None:
+            return tokens, self._token_identity(tokens, plan.identity_paths)
+        if plan.user_info is not None:
+            return tokens, await self._userinfo_identity(tokens.access_token, plan.user_info)
+        digest = hashlib.sha256(tokens.access_token.encode("utf-8")).hexdigest()[:32]
+        return tokens, UpstreamIdentity("tk-" + digest)
+
+    def _token_identity(self, tokens: UpstreamTokens,
+                        paths: tuple[str, str | None, str | None]) -> UpstreamIdentity:
+        """``identityFromToken``: the user as the token response names them (trusted as the
+        TLS connection to the token endpoint is: nothing signs it)."""
+        subject_path, name_path, email_path = paths
+        subject = first_text(tokens.document, (subject_path,))
+        if subject is None:
+            raise self._error(f"the token response has no user at {subject_path!r} "
+                              "(identityFromToken.subjectPath)")
+        return UpstreamIdentity(
+            subject, first_text(tokens.document, (name_path,)) if name_path else None,
+            first_text(tokens.document, (email_path,)) if email_path else None)
 
     async def refresh(self, refresh_token: str, *, client_id: str | None = None,
                       scope: str | None = None) -> UpstreamTokens:
@@ -479,9 +501,8 @@ class UpstreamProvider:
                     at_hash.encode("utf-8"), expected.encode("ascii")):
                 raise self._error("the ID token's at_hash does not match the access token")
 
-    async def _userinfo_identity(self, access_token: str) -> UpstreamIdentity:
-        assert not isinstance(self.plan, OIDCProvider) and self.plan.user_info is not None
-        info = self.plan.user_info
+    async def _userinfo_identity(self, access_token: str,
+                                 info: UserInfoPlan) -> UpstreamIdentity:
         if not _BEARER_SAFE.fullmatch(access_token):
             raise self._error("the access token holds characters that cannot be sent in an "
                               "Authorization header")

@@ -302,8 +302,43 @@ def _oidc_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart]
         resolver.report.error(owner, (*here, "scopes"), "scopes",
                               "must include 'openid' for an OIDC provider (without it no ID "
                               "token is issued; use type oauth2 for plain OAuth 2.0)")
+    user_info = None
+    if config.user_info_override is not None:
+        user_info = _user_info(resolver, owner, (*here, "userInfoOverride"),
+                               config.user_info_override, https)
     return OIDCProvider(name, config.issuer_url, config.client_id, secret, scopes,
-                        config.subject_claim or "sub")
+                        config.subject_claim or "sub", user_info,
+                        _authorization_params(resolver, owner, here,
+                                              config.additional_authorization_params))
+
+
+_FRAMEWORK_PARAMS = frozenset({"response_type", "client_id", "redirect_uri", "scope", "state",
+                               "code_challenge", "code_challenge_method", "nonce"})
+
+
+def _authorization_params(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
+                          params: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """``additionalAuthorizationParams``, never one of the parameters vmcp sets itself."""
+    for name in params:
+        if name in _FRAMEWORK_PARAMS:
+            resolver.report.error(owner, (*here, "additionalAuthorizationParams", name),
+                                  "reserved", "is set by vmcp for every login; it cannot be "
+                                  "configured")
+    return tuple(sorted(params.items()))
+
+
+def _user_info(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
+               info: m.UserInfo, https: bool) -> UserInfoPlan:
+    resolver.require_https(owner, (*here, "endpointUrl"), info.endpoint_url, https, SWITCH)
+    mapping = info.field_mapping or m.FieldMapping()
+    return UserInfoPlan(
+        endpoint_url=info.endpoint_url,
+        http_method=info.http_method,
+        additional_headers=tuple(sorted(info.additional_headers.items())),
+        subject_fields=mapping.subject_fields or ("sub",),
+        name_fields=mapping.name_fields or ("name",),
+        email_fields=mapping.email_fields or ("email",),
+    )
 
 
 def _registration(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
@@ -344,6 +379,7 @@ def _registration(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
 def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,
                      config: m.OAuth2Upstream, https: bool) -> OAuth2Provider:
     here = (*path, "oauth2Config")
+    https = https or config.insecure_allow_http
     for alias, url in (("authorizationEndpoint", config.authorization_endpoint),
                        ("tokenEndpoint", config.token_endpoint)):
         resolver.require_https(owner, (*here, alias), url, https, SWITCH)
@@ -353,18 +389,12 @@ def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPar
         secret = resolver.secret(owner, (*here, "clientSecretRef"), config.client_secret_ref)
     user_info = None
     if config.user_info is not None:
-        info = config.user_info
-        resolver.require_https(owner, (*here, "userInfo", "endpointUrl"), info.endpoint_url,
-                               https, SWITCH)
-        mapping = info.field_mapping or m.FieldMapping()
-        user_info = UserInfoPlan(
-            endpoint_url=info.endpoint_url,
-            http_method=info.http_method,
-            additional_headers=tuple(sorted(info.additional_headers.items())),
-            subject_fields=mapping.subject_fields or ("sub",),
-            name_fields=mapping.name_fields or ("name",),
-            email_fields=mapping.email_fields or ("email",),
-        )
+        user_info = _user_info(resolver, owner, (*here, "userInfo"), config.user_info, https)
+    identity = config.identity_from_token
+    if identity is not None and user_info is not None:
+        resolver.report.error(owner, (*here, "identityFromToken"), "one-of",
+                              "must not be set with userInfo: the user is known from one of "
+                              "them")
     token_mapping = None
     if config.token_response_mapping is not None:
         tm = config.token_response_mapping
@@ -374,9 +404,13 @@ def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPar
             refresh_token_path=tm.refresh_token_path or "refresh_token",
             expires_in_path=tm.expires_in_path or "expires_in",
         )
-    return OAuth2Provider(name, config.authorization_endpoint, config.token_endpoint,
-                          config.client_id or "", secret, config.scopes, user_info,
-                          token_mapping, registration)
+    return OAuth2Provider(
+        name, config.authorization_endpoint, config.token_endpoint, config.client_id or "",
+        secret, config.scopes, user_info, token_mapping, registration,
+        None if identity is None else (identity.subject_path, identity.name_path,
+                                       identity.email_path),
+        _authorization_params(resolver, owner, here, config.additional_authorization_params),
+        config.insecure_allow_http, config.allow_private_ips)
 
 
 def _storage(resolver: Resolver, owner: Resource, config: m.Storage | None) -> StoragePlan | None:

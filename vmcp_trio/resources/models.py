@@ -328,6 +328,20 @@ class UpstreamRegistration(Model):
     software_statement: Annotated[str, Strict(), Field(max_length=16384)] | None = None
 
 
+class IdentityFromToken(Model):
+    """``oauth2Config.identityFromToken``: who the user is, read from the token response."""
+    subject_path: DotPath
+    name_path: DotPath | None = None
+    email_path: DotPath | None = None
+
+
+AuthorizationParams = Annotated[dict[
+    Annotated[str, Field(pattern=r"^[A-Za-z0-9_.~-]+$", max_length=128)],
+    Annotated[str, Strict(), Field(max_length=1024)]], Field(max_length=16)]
+"""``additionalAuthorizationParams``: extra query parameters of the provider's authorization
+URL (Google's ``access_type=offline``)."""
+
+
 class OAuth2Upstream(Model):
     authorization_endpoint: UrlText
     token_endpoint: UrlText
@@ -340,6 +354,12 @@ class OAuth2Upstream(Model):
     token_response_mapping: TokenResponseMapping | None = None
     redirect_uri: UrlText | None = None
     """Where the provider sends the user back: ``{issuer}/oauth/callback``, vmcp's callback."""
+    identity_from_token: IdentityFromToken | None = None
+    additional_authorization_params: AuthorizationParams = Field(default_factory=dict)
+    insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
+    """Plain http for this provider's endpoints (development only)."""
+    allow_private_ips: Bool = Field(False, alias="allowPrivateIPs")
+    """This provider may be reached at private addresses (inside the cluster)."""
 
 
 class OIDCUpstream(Model):
@@ -352,6 +372,9 @@ class OIDCUpstream(Model):
     subject_claim: Annotated[str, Strict(), Field(pattern=r"^([a-zA-Z_][a-zA-Z0-9_]*)?$",
                                                   max_length=128)] | None = None
     """The ID token's claim that names the user (default ``sub``; Entra ID's ``oid``)."""
+    user_info_override: UserInfo | None = None
+    """Where the user's name and email come from instead of the ID token."""
+    additional_authorization_params: AuthorizationParams = Field(default_factory=dict)
 
 
 class UpstreamProvider(Model):

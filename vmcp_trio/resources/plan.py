@@ -361,6 +361,10 @@ class OIDCProvider:
     subject_claim: str = "sub"
     """The ID token's claim that names the user (``oidcConfig.subjectClaim``: Entra ID's
     ``oid``, whose ``sub`` differs per application)."""
+    user_info: UserInfoPlan | None = None
+    """``userInfoOverride``: the user's name and email from this endpoint (the subject stays
+    the ID token's)."""
+    authorization_params: tuple[tuple[str, str], ...] = ()
     type: Literal["oidc"] = "oidc"
 
 
@@ -387,6 +391,13 @@ class OAuth2Provider:
     user_info: UserInfoPlan | None = None
     token_response_mapping: TokenResponseMappingPlan | None = None
     registration: RegistrationPlan | None = None
+    identity_paths: tuple[str, str | None, str | None] | None = None
+    """``identityFromToken``: the dot paths of the subject, name and email in the token
+    response. With neither it nor ``user_info``, the user is known by the access token only
+    (a new user at each login)."""
+    authorization_params: tuple[tuple[str, str], ...] = ()
+    allow_http: bool = False
+    allow_private: bool = False
     type: Literal["oauth2"] = "oauth2"
 
 

@@ -96,6 +96,8 @@ class TokenResponse:
     scope: str | None
     token_type: str | None
     id_token: str | None = field(repr=False, default=None)
+    document: dict[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    """The whole answer (for members a configuration names, ``identityFromToken``)."""
 
 
 def basic_authorization(client_id: str, secret: str) -> str:
@@ -268,4 +270,5 @@ def parse_token_response(document: dict[str, Any],
         expires_at=now + lifetime if lifetime else None,
         scope=scope if isinstance(scope, str) else None,
         token_type=token_type if isinstance(token_type, str) else None,
-        id_token=id_token if isinstance(id_token, str) and id_token else None)
+        id_token=id_token if isinstance(id_token, str) and id_token else None,
+        document=document)
