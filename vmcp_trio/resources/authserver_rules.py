@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from ..auth.ssrf import is_loopback_host
+from . import authserver_models as am
 from . import models as m
 from .durations import Duration
 from .plan import (
@@ -66,7 +67,7 @@ _EC_CURVES = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
 
 
 def resolve_auth_server(resolver: Resolver, owner: Resource,
-                        config: m.AuthServerConfig) -> AuthServerPlan | None:
+                        config: am.AuthServerConfig) -> AuthServerPlan | None:
     errors_before = resolver.report.error_count
     https = config.insecure_allow_http
     _check_base_url(resolver, owner, (*SPEC, "issuer"), config.issuer, https)
@@ -110,7 +111,7 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
 
 
 def _client_documents(resolver: Resolver, owner: Resource,
-                      config: m.ClientDocumentsConfig | None) -> ClientDocumentsPlan:
+                      config: am.ClientDocumentsConfig | None) -> ClientDocumentsPlan:
     """``cimd``. Without it clients may still name themselves by their metadata document
     (vmcp's default, as MCP 2026-07-28 has authorization servers support them); ``enabled:
     false`` turns that off."""
@@ -126,7 +127,7 @@ def _client_documents(resolver: Resolver, owner: Resource,
 
 
 def _check_registration_extras(resolver: Resolver, owner: Resource,
-                               config: m.AuthServerConfig) -> None:
+                               config: am.AuthServerConfig) -> None:
     """``baselineClientScopes`` are scope tokens; ``forceConfidentialRedirectUris`` need
     confidential registration and name https redirect URIs off this machine (a loopback
     client is public by construction, OAuth 2.1 section 2.1)."""
@@ -227,7 +228,7 @@ def hmac_secret_problem(secret: bytes) -> str | None:
 
 
 def _lifespans(resolver: Resolver, owner: Resource,
-               config: m.TokenLifespans | None) -> dict[str, Duration]:
+               config: am.TokenLifespans | None) -> dict[str, Duration]:
     given = {
         "accessTokenLifespan": config.access_token_lifespan if config else None,
         "refreshTokenLifespan": config.refresh_token_lifespan if config else None,
@@ -250,7 +251,7 @@ def _lifespans(resolver: Resolver, owner: Resource,
 
 
 def _providers(resolver: Resolver, owner: Resource,
-               config: m.AuthServerConfig) -> tuple[ProviderPlan, ...]:
+               config: am.AuthServerConfig) -> tuple[ProviderPlan, ...]:
     seen: dict[str, int] = {}
     plans: list[ProviderPlan] = []
     https = config.insecure_allow_http
@@ -291,7 +292,7 @@ def _providers(resolver: Resolver, owner: Resource,
 
 
 def _oidc_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,
-                   config: m.OIDCUpstream, https: bool) -> OIDCProvider:
+                   config: am.OIDCUpstream, https: bool) -> OIDCProvider:
     here = (*path, "oidcConfig")
     resolver.require_https(owner, (*here, "issuerUrl"), config.issuer_url, https, SWITCH)
     secret = None
@@ -328,9 +329,9 @@ def _authorization_params(resolver: Resolver, owner: Resource, here: Sequence[Pa
 
 
 def _user_info(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
-               info: m.UserInfo, https: bool) -> UserInfoPlan:
+               info: am.UserInfo, https: bool) -> UserInfoPlan:
     resolver.require_https(owner, (*here, "endpointUrl"), info.endpoint_url, https, SWITCH)
-    mapping = info.field_mapping or m.FieldMapping()
+    mapping = info.field_mapping or am.FieldMapping()
     return UserInfoPlan(
         endpoint_url=info.endpoint_url,
         http_method=info.http_method,
@@ -342,7 +343,7 @@ def _user_info(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
 
 
 def _registration(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
-                  config: m.OAuth2Upstream, https: bool) -> RegistrationPlan | None:
+                  config: am.OAuth2Upstream, https: bool) -> RegistrationPlan | None:
     """``dcrConfig``, or None when the provider has a configured client id (or either is
     wrong: reported)."""
     report, dcr = resolver.report, config.dcr_config
@@ -377,7 +378,7 @@ def _registration(resolver: Resolver, owner: Resource, here: Sequence[PathPart],
 
 
 def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPart], name: str,
-                     config: m.OAuth2Upstream, https: bool) -> OAuth2Provider:
+                     config: am.OAuth2Upstream, https: bool) -> OAuth2Provider:
     here = (*path, "oauth2Config")
     https = https or config.insecure_allow_http
     for alias, url in (("authorizationEndpoint", config.authorization_endpoint),
@@ -413,7 +414,7 @@ def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPar
         config.insecure_allow_http, config.allow_private_ips)
 
 
-def _storage(resolver: Resolver, owner: Resource, config: m.Storage | None) -> StoragePlan | None:
+def _storage(resolver: Resolver, owner: Resource, config: am.Storage | None) -> StoragePlan | None:
     path = (*SPEC, "storage")
     report = resolver.report
     if config is None:

@@ -24,6 +24,7 @@ import string
 from collections.abc import Sequence
 from dataclasses import replace
 
+from . import authserver_models as am
 from . import models as m
 from . import remote_rules
 from .authserver_rules import resolve_auth_server
@@ -330,7 +331,7 @@ def _oidc_plan(inline: m.SharedInlineOIDC, audience: str, scopes: tuple[str, ...
 
 def _oidc_config_ref(resolver: Resolver, gateway: Resource, incoming: m.IncomingAuth,
                      ref: m.OIDCConfigRef,
-                     auth_server: m.AuthServerConfig | None) -> IncomingPlan | None:
+                     auth_server: am.AuthServerConfig | None) -> IncomingPlan | None:
     report = resolver.report
     here = (*INCOMING, "oidcConfigRef")
     if ref.audience and incoming.audience and ref.audience != incoming.audience:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from . import authserver_models as am
 from . import models as m
 from .gateway_config import Placed
 from .loading import load_text
@@ -182,7 +183,7 @@ def _from_authz_ref(resolver: Resolver, owner: Resource, ref: m.NameRef,
 
 
 def _primary_upstream(resolver: Resolver, gateway: Resource, owner: Resource,
-                      block: dict[str, Any], auth_server: m.AuthServerConfig | None,
+                      block: dict[str, Any], auth_server: am.AuthServerConfig | None,
                       at: Path) -> str | None:
     """Whose login's claims ``owner``'s policies see (see the module)."""
     if auth_server is None:
@@ -204,7 +205,7 @@ def _primary_upstream(resolver: Resolver, gateway: Resource, owner: Resource,
 
 
 def resolve_authz(resolver: Resolver, gateway: Resource, config: m.AuthzConfig | None,
-                  ref: m.NameRef | None, auth_server: m.AuthServerConfig | None, *,
+                  ref: m.NameRef | None, auth_server: am.AuthServerConfig | None, *,
                   owner: Resource | None = None, at: Path = INCOMING) -> AuthzPlan | None:
     """The policies of ``authzConfig`` / ``authzConfigRef`` under ``at`` of ``owner``: the
     gateway (the default), or one of its backends, whose policies apply to the calls to it.

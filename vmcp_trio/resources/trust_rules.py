@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from ..auth.ssrf import is_loopback_url
-from . import models as m
+from . import authserver_models as am
 from .plan import DelegateClientPlan, JwtBearerPlan, SecretValue, TrustedIssuerPlan
 from .problems import PathPart
 from .report import Resource
@@ -53,7 +53,7 @@ RESERVED_ACTOR_CLAIMS = frozenset({"sub", "iss", "aud", "exp", "iat", "nbf", "jt
 
 
 def check_confidential_transport(resolver: Resolver, owner: Resource,
-                                 config: m.AuthServerConfig) -> None:
+                                 config: am.AuthServerConfig) -> None:
     """Client secrets reach the token endpoint over TLS, or over loopback when allowed."""
     legacy = config.allow_confidential_clients
     if legacy is not None:
@@ -81,7 +81,7 @@ def check_confidential_transport(resolver: Resolver, owner: Resource,
 
 
 def resolve_trusted_issuers(resolver: Resolver, owner: Resource,
-                            config: m.AuthServerConfig) -> tuple[TrustedIssuerPlan, ...]:
+                            config: am.AuthServerConfig) -> tuple[TrustedIssuerPlan, ...]:
     seen: dict[str, int] = {}
     delegates = {client.client_id for client in config.delegate_clients}
     plans: list[TrustedIssuerPlan] = []
@@ -223,7 +223,7 @@ def resolve_delegate_clients(resolver: Resolver, owner: Resource,
     return tuple(plans)
 
 
-def check_trust_targets(resolver: Resolver, owner: Resource, config: m.AuthServerConfig,
+def check_trust_targets(resolver: Resolver, owner: Resource, config: am.AuthServerConfig,
                         resources: tuple[str, ...], scopes: tuple[str, ...]) -> None:
     """What the trust settings name against the resources (audiences) and scopes the server
     issues tokens for (those of the gateway's ``oidcConfigRef``)."""
