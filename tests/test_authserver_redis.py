@@ -7,6 +7,7 @@ the two ``oidc-provider`` instances of the other authorization server tests.
 
 from __future__ import annotations
 
+import ssl
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +29,14 @@ from .authserver_helpers import (
     tokens,
 )
 from .fixtures.idp import Idp
-from .fixtures.redis_cluster import RedisCluster, running_redis_cluster
+from .fixtures.redis_cluster import (
+    RedisCluster,
+    redis_command,
+    running_redis,
+    running_redis_cluster,
+)
 from .gateway_helpers import running_gateway
-from .helpers import free_port
+from .helpers import free_port, private_ca
 
 
 @pytest.fixture
@@ -291,3 +297,38 @@ async def test_a_metadata_document_client_across_three_replicas_a_restart_and_a_
                         nursery.start_soon(one, stack, answer["refresh_token"])
                 kept = await refresh_at(at(url_b, b), answers[0]["refresh_token"])
                 assert await mcp_status(at(url_a, a), kept["access_token"]) == 200
+
+
+async def test_the_token_storage_over_tls(upstreams: tuple[int, Idp, Idp],
+                                          tmp_path: Path) -> None:
+    """``storage.redis.tls`` with the CA that signed the Redis's certificate: logins and
+    refreshes work over TLS. With another CA the storage is refused (the certificate does not
+    verify): 503 with the reason, never a plaintext fallback."""
+    port, corp, hub = upstreams
+    ca, cert, key = private_ca(tmp_path, "redis")
+    (tmp_path / "other").mkdir()
+    other_ca = private_ca(tmp_path / "other", "else")[0]
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    with running_redis(tmp_path, tls=(ca, cert, key)) as (host, redis_port):
+        for trusted, works in ((ca, True), (other_ca, False)):
+            docs = as_docs(f"http://127.0.0.1:{port}", corp, hub, keys=keys, storage={
+                "type": "redis", "redis": {
+                    "addr": f"{host}:{redis_port}", "dialTimeout": "1s", "readTimeout": "1s",
+                    "tls": {"caCertSecretRef": {"name": "redis-ca", "key": "ca.crt"}}}})
+            docs.insert(0, {"apiVersion": "v1", "kind": "Secret",
+                            "metadata": {"name": "redis-ca"},
+                            "stringData": {"ca.crt": trusted.read_text()}})
+            async with running_gateway(docs, port=port) as (url, gateway):
+                stack = stack_of(upstreams, url, gateway)
+                if works:
+                    client_id, answer, _ = await tokens(stack)
+                    status, rotated = await refresh(stack, client_id, answer["refresh_token"])
+                    assert status == 200, rotated
+                    stored = redis_command(redis_port, "KEYS", "*:upstream:*",
+                                           tls=ssl.create_default_context(cafile=str(ca)))
+                    assert len(stored) == 2  # corp's and hub's tokens, sealed
+                else:
+                    with trio.fail_after(15):
+                        status, _, answer = await call(stack, "POST", "/oauth/register", body={
+                            "redirect_uris": [CLIENT_REDIRECT]})
+                    assert status == 503 and answer["error"] == "temporarily_unavailable"

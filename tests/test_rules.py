@@ -1177,3 +1177,26 @@ def test_upstream_authorization_params_and_identity(embedded: Docs) -> None:
     hub = result.plans[0].auth_server.providers[1]  # type: ignore[union-attr]
     assert hub.authorization_params == (("access_type", "offline"),)  # type: ignore[union-attr]
     assert (hub.allow_http, hub.allow_private) == (True, True)  # type: ignore[union-attr]
+
+
+def test_redis_sentinel_service_tls_and_cluster_mode(embedded: Docs) -> None:
+    storage = "spec.authServerConfig.storage"
+    set_field(vmcp(embedded), storage, {"type": "redis", "redis": {
+        "sentinelConfig": {"masterName": "mymaster",
+                           "sentinelService": {"name": "redis-sentinel"}},
+        "tls": {"insecureSkipVerify": True}, "sentinelTls": {}}})
+    result = validate(embedded)
+    assert not result.errors, result.errors
+    plan = result.plans[0].auth_server.storage  # type: ignore[union-attr]
+    assert plan.sentinel_addrs == ("redis-sentinel.tools.svc:26379",)  # type: ignore[union-attr]
+    assert plan.tls.verify is False and plan.sentinel_tls.verify  # type: ignore[union-attr]
+    set_field(vmcp(embedded), f"{storage}.redis.sentinelConfig.sentinelAddrs", ["s1:26379"])
+    expect_error(validate(embedded), "one-of", f"{storage}.redis.sentinelConfig",
+                 contains="exactly one of sentinelAddrs and sentinelService")
+    set_field(vmcp(embedded), f"{storage}.redis", {"addr": "redis:6379", "clusterMode": True,
+                                                   "sentinelTls": {}})
+    result = validate(embedded)
+    expect_error(result, "not-implemented", f"{storage}.redis.clusterMode",
+                 contains="Redis Cluster")
+    expect_error(result, "unused-field", f"{storage}.redis.sentinelTls",
+                 contains="applies to sentinels only")

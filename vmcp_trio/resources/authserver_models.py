@@ -15,13 +15,29 @@ from typing import Annotated, Literal
 from pydantic import Field, Strict
 
 from .base_model import Model, Scopes, SecretKeyRef
-from .fields import Bool, DnsLabel, DotPath, DurationText, HostPort, NonEmpty, Str, UrlText
+from .fields import Bool, DnsLabel, DotPath, DurationText, HostPort, NonEmpty, Port, Str, UrlText
 from .trust_models import DelegateClient, TrustedIssuer
 
-__all__ = ["AuthServerConfig", "AuthorizationParams", "ClientDocumentsConfig", "FieldMapping",
-           "IdentityFromToken", "OAuth2Upstream", "OIDCUpstream", "RedisACLUser", "RedisStorage",
-           "SentinelConfig", "Storage", "TokenLifespans", "TokenResponseMapping",
-           "UpstreamProvider", "UpstreamRegistration", "UserInfo"]
+__all__ = [
+    "AuthServerConfig",
+    "AuthorizationParams",
+    "ClientDocumentsConfig",
+    "FieldMapping",
+    "IdentityFromToken",
+    "OAuth2Upstream",
+    "OIDCUpstream",
+    "RedisACLUser",
+    "RedisStorage",
+    "RedisTLS",
+    "SentinelConfig",
+    "SentinelService",
+    "Storage",
+    "TokenLifespans",
+    "TokenResponseMapping",
+    "UpstreamProvider",
+    "UpstreamRegistration",
+    "UserInfo",
+]
 
 
 class FieldMapping(Model):
@@ -117,10 +133,24 @@ class TokenLifespans(Model):
     auth_code_lifespan: DurationText | None = None
 
 
+class SentinelService(Model):
+    """The Kubernetes Service in front of the sentinels (reached by its cluster DNS name)."""
+    name: DnsLabel
+    namespace: DnsLabel | None = None
+    port: Port = 26379
+
+
 class SentinelConfig(Model):
     master_name: NonEmpty
-    sentinel_addrs: Annotated[tuple[HostPort, ...], Field(min_length=1, max_length=16)]
+    sentinel_addrs: Annotated[tuple[HostPort, ...], Field(max_length=16)] = ()
+    sentinel_service: SentinelService | None = None
     db: Annotated[int, Field(ge=0, le=1_000_000, strict=True)] | None = None
+
+
+class RedisTLS(Model):
+    """TLS to Redis (``tls``) or to the sentinels (``sentinelTls``): present means on."""
+    insecure_skip_verify: Bool = False
+    ca_cert_secret_ref: SecretKeyRef | None = None
 
 
 class RedisACLUser(Model):
@@ -139,6 +169,8 @@ class RedisStorage(Model):
     read_timeout: DurationText | None = None
     write_timeout: DurationText | None = None
     key_prefix: Annotated[str, Field(min_length=1, max_length=256, strict=True)] | None = None
+    tls: RedisTLS | None = None
+    sentinel_tls: RedisTLS | None = None
 
 
 class Storage(Model):

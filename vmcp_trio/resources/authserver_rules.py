@@ -26,20 +26,18 @@ from .durations import Duration
 from .plan import (
     AuthServerPlan,
     ClientDocumentsPlan,
-    MemoryStorage,
     OAuth2Provider,
     OIDCProvider,
     ProviderPlan,
-    RedisStorage,
     RegistrationPlan,
     SecretValue,
-    StoragePlan,
     TokenResponseMappingPlan,
     UserInfoPlan,
 )
 from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
+from .storage_rules import resolve_auth_storage
 from .trust_rules import (
     check_confidential_transport,
     resolve_delegate_clients,
@@ -60,7 +58,6 @@ LIFESPAN_RANGES: dict[str, tuple[Duration, Duration, Duration]] = {
     "authCodeLifespan": (Duration.of(seconds=30), Duration.of(minutes=10),
                          Duration.of(minutes=10)),
 }
-REDIS_TIMEOUT_RANGE = (Duration.of(ms=100), Duration.of(minutes=1))
 MIN_HMAC_BYTES = 32
 MIN_RSA_BITS = 2048
 _EC_CURVES = (ec.SECP256R1, ec.SECP384R1, ec.SECP521R1)
@@ -81,7 +78,7 @@ def resolve_auth_server(resolver: Resolver, owner: Resource,
     hmacs = _hmac_secrets(resolver, owner, config.hmac_secret_refs)
     lifespans = _lifespans(resolver, owner, config.token_lifespans)
     providers = _providers(resolver, owner, config)
-    storage = _storage(resolver, owner, config.storage)
+    storage = resolve_auth_storage(resolver, owner, config.storage)
     check_confidential_transport(resolver, owner, config)
     trusted = resolve_trusted_issuers(resolver, owner, config)
     delegates = resolve_delegate_clients(resolver, owner, config.delegate_clients)
@@ -412,66 +409,3 @@ def _oauth2_provider(resolver: Resolver, owner: Resource, path: Sequence[PathPar
                                        identity.email_path),
         _authorization_params(resolver, owner, here, config.additional_authorization_params),
         config.insecure_allow_http, config.allow_private_ips)
-
-
-def _storage(resolver: Resolver, owner: Resource, config: am.Storage | None) -> StoragePlan | None:
-    path = (*SPEC, "storage")
-    report = resolver.report
-    if config is None:
-        report.warn(owner, path, "memory-storage",
-                    "is not set: upstream tokens are held in memory and lost on restart, and "
-                    "replicas do not share them (use type: redis for production)")
-        return MemoryStorage()
-    if config.type == "memory":
-        if config.redis is not None:
-            report.error(owner, (*path, "redis"), "unused-field",
-                         "must not be set when type is memory")
-            return None
-        return MemoryStorage()
-    redis = config.redis
-    if redis is None:
-        report.error(owner, (*path, "redis"), "required", "is required when type is redis")
-        return None
-    here = (*path, "redis")
-    errors_before = report.error_count
-    if (redis.sentinel_config is None) == (redis.addr is None):
-        report.error(owner, here, "one-of",
-                     "needs exactly one of sentinelConfig (production) or addr (a single "
-                     "Redis, for development)")
-    db = redis.db
-    sentinel_db = redis.sentinel_config.db if redis.sentinel_config else None
-    if db is not None and sentinel_db is not None and db != sentinel_db:
-        report.error(owner, (*here, "sentinelConfig", "db"), "conflict",
-                     f"is {sentinel_db} but storage.redis.db is {db}; set one of them")
-    username = password = None
-    if redis.acl_user_config is not None:
-        acl = redis.acl_user_config
-        if acl.username_secret_ref is not None:
-            username = resolver.secret(owner, (*here, "aclUserConfig", "usernameSecretRef"),
-                                       acl.username_secret_ref)
-        password = resolver.secret(owner, (*here, "aclUserConfig", "passwordSecretRef"),
-                                   acl.password_secret_ref)
-    timeouts: dict[str, Duration] = {}
-    for alias, value, default in (("dialTimeout", redis.dial_timeout, Duration.of(seconds=5)),
-                                  ("readTimeout", redis.read_timeout, Duration.of(seconds=3)),
-                                  ("writeTimeout", redis.write_timeout, Duration.of(seconds=3))):
-        low, high = REDIS_TIMEOUT_RANGE
-        if value is not None and not low <= value <= high:
-            report.error(owner, (*here, alias), "duration-range",
-                         f"must be between {low} and {high} (got {value})")
-        timeouts[alias] = value if value is not None else default
-    if report.error_count != errors_before:
-        return None
-    sentinel = redis.sentinel_config
-    return RedisStorage(
-        key_prefix=redis.key_prefix or f"vmcp:auth:{{{owner.namespace}:{owner.name}}}:",
-        master_name=sentinel.master_name if sentinel else None,
-        sentinel_addrs=sentinel.sentinel_addrs if sentinel else (),
-        addr=redis.addr,
-        db=db if db is not None else (sentinel_db or 0),
-        username=username,
-        password=password,
-        dial_timeout=timeouts["dialTimeout"],
-        read_timeout=timeouts["readTimeout"],
-        write_timeout=timeouts["writeTimeout"],
-    )

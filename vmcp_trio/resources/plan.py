@@ -48,6 +48,7 @@ __all__ = [
     "OutgoingPlan",
     "ProviderPlan",
     "RedisStorage",
+    "RedisTlsPlan",
     "RoleRule",
     "SecretValue",
     "StaticHeader",
@@ -410,6 +411,14 @@ class MemoryStorage:
 
 
 @dataclass(frozen=True)
+class RedisTlsPlan:
+    """TLS to Redis or its sentinels: the CA certificates that verify them (PEM; None: the
+    system's), or no verification at all (``insecureSkipVerify``)."""
+    ca_certificates: SecretValue | None = None
+    verify: bool = True
+
+
+@dataclass(frozen=True)
 class RedisStorage:
     key_prefix: str
     master_name: str | None = None
@@ -421,6 +430,8 @@ class RedisStorage:
     dial_timeout: Duration = Duration.of(seconds=5)
     read_timeout: Duration = Duration.of(seconds=3)
     write_timeout: Duration = Duration.of(seconds=3)
+    tls: RedisTlsPlan | None = None
+    sentinel_tls: RedisTlsPlan | None = None
     type: Literal["redis"] = "redis"
 
 

@@ -27,6 +27,7 @@ from .plan import RedisStorage, SecretValue
 from .problems import PathPart
 from .report import Resource
 from .resolver import Resolver
+from .storage_rules import sentinel_addresses
 
 __all__ = ["resolve_session_storage"]
 
@@ -91,12 +92,13 @@ def resolve_session_storage(
                          f"{MIN_DERIVING_PASSWORD} bytes to derive it from): the replicas derive "
                          "the keys of requestState and task ids from it, so that what one "
                          "replica hands out opens on every other")
+    addresses = sentinel_addresses(resolver, gateway, (*path, "sentinelConfig"), sentinel)
     if report.error_count != errors_before:
         return None
     return RedisStorage(
         key_prefix=key_prefix,
         master_name=sentinel.master_name if sentinel else None,
-        sentinel_addrs=sentinel.sentinel_addrs if sentinel else (),
+        sentinel_addrs=addresses,
         addr=config.address,
         db=config.db if config.db is not None else (sentinel_db or 0),
         password=password,

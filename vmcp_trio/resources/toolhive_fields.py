@@ -129,6 +129,8 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
         ("authServerConfig.trustedIssuers[].actorMatcher",
          "CEL actor matchers; allowedActors and allowMayAct work"),
+        ("authServerConfig.storage.redis.clusterMode",
+         "the Redis Cluster protocol; use addr (one endpoint) or sentinelConfig"),
     ),
     "MCPRemoteProxy": (
         ("rateLimiting", "rate limiting"),

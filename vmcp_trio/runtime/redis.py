@@ -20,12 +20,16 @@ prefix. Rules it keeps:
   where the new master's messages do not reach it until the sentinels disconnect its clients,
   seconds later.
 * Locks shared by the replicas: ``SET NX PX`` with a random token, released by compare-and-delete.
+* TLS (``tls`` to Redis, ``sentinelTls`` to the sentinels): verified against the configured CA
+  certificates or the system's roots, with the host name checked, or not verified at all when
+  the configuration says ``insecureSkipVerify``.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+import ssl
 import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -38,6 +42,7 @@ from coredis.exceptions import RedisError
 from coredis.retry import NoRetryPolicy
 
 from ..resources.plan import RedisStorage as RedisPlan
+from ..resources.plan import RedisTlsPlan
 from .supervisor import RestartPolicy, Retry, Supervisor
 
 __all__ = ["RedisConnection", "StorageUnavailable", "milliseconds"]
@@ -56,6 +61,18 @@ _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+
+
+def tls_context(plan: RedisTlsPlan) -> ssl.SSLContext:
+    """The client TLS context of a ``tls``/``sentinelTls`` block."""
+    if plan.ca_certificates is not None:
+        context = ssl.create_default_context(cadata=plan.ca_certificates.value.decode("ascii"))
+    else:
+        context = ssl.create_default_context()
+    if not plan.verify:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
 
 
 class StorageUnavailable(Exception):
@@ -102,7 +119,8 @@ class RedisConnection:
                 "stream_timeout": max(plan.read_timeout.total_seconds(),
                                       plan.write_timeout.total_seconds()),
                 "username": plan.username.value.decode() if plan.username else None,
-                "password": plan.password.value.decode() if plan.password else None}
+                "password": plan.password.value.decode() if plan.password else None,
+                "ssl_context": tls_context(plan.tls) if plan.tls else None}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Hold the connection and its subscriptions (a supervised task: a connection that
@@ -131,7 +149,9 @@ class RedisConnection:
         options = self._options()
         if self.plan.master_name:
             timeouts = {"connect_timeout": options["connect_timeout"],
-                        "stream_timeout": options["stream_timeout"]}
+                        "stream_timeout": options["stream_timeout"],
+                        "ssl_context": tls_context(self.plan.sentinel_tls)
+                        if self.plan.sentinel_tls else None}
             locations = []
             for address in self.plan.sentinel_addrs:
                 host, _, port = address.rpartition(":")
