@@ -332,3 +332,31 @@ async def test_the_token_storage_over_tls(upstreams: tuple[int, Idp, Idp],
                         status, _, answer = await call(stack, "POST", "/oauth/register", body={
                             "redirect_uris": [CLIENT_REDIRECT]})
                     assert status == 503 and answer["error"] == "temporarily_unavailable"
+
+
+async def test_sentinels_and_redis_over_tls_through_a_failover(
+        upstreams: tuple[int, Idp, Idp], tmp_path: Path) -> None:
+    """``tls`` and ``sentinelTls`` against a Sentinel group that speaks TLS only: a login,
+    then ``kill -9`` of the master, and the refresh token still refreshes on the new one."""
+    port, corp, hub = upstreams
+    ca, cert, key = private_ca(tmp_path, "redis")
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    with running_redis_cluster(tmp_path, tls=(ca, cert, key)) as cluster:
+        tls = {"caCertSecretRef": {"name": "redis-ca", "key": "ca.crt"}}
+        docs = as_docs(f"http://127.0.0.1:{port}", corp, hub, keys=keys, storage={
+            "type": "redis", "redis": {
+                "sentinelConfig": {"masterName": cluster.master_name,
+                                   "sentinelAddrs": cluster.sentinel_addrs()},
+                "dialTimeout": "1s", "readTimeout": "1s", "tls": tls, "sentinelTls": tls}})
+        docs.insert(0, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "redis-ca"},
+                        "stringData": {"ca.crt": ca.read_text()}})
+        async with running_gateway(docs, port=port) as (url, gateway):
+            stack = stack_of(upstreams, url, gateway)
+            client_id, answer, _ = await tokens(stack)
+            old = await trio.to_thread.run_sync(cluster.kill_master)
+            await trio.to_thread.run_sync(cluster.wait_for_failover, old)
+            with trio.fail_after(20):
+                while (result := await refresh(stack, client_id,
+                                               answer["refresh_token"]))[0] == 503:
+                    await trio.sleep(0.2)
+            assert result[0] == 200, result
