@@ -366,8 +366,9 @@ class RedisStorage:
         await self._do(drop)
 
     async def due_upstreams(self, before: float, limit: int) -> list[tuple[str, str]]:
-        members = await self._do(lambda r: r.zrangebyscore(
-            self._key("refresh-due"), float("-inf"), before, offset=0, count=limit))
+        members = await self._do(lambda r: r.zrange(
+            self._key("refresh-due"), "-inf", before, sortby=PureToken.BYSCORE, offset=0,
+            count=limit))
         return [tuple(str(m).split(" ", 1)) for m in members]  # type: ignore[misc]
 
     async def put_upstream_client(self, client: UpstreamClient, *, as_current: bool) -> None:
