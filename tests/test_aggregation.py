@@ -80,6 +80,22 @@ def test_filter_keeps_listed_tools() -> None:
     assert "jira_create_issue" in catalog.tool_routes
 
 
+def test_tools_hidden_by_exclusion_or_default_visibility() -> None:
+    """excludeAllTools lists no backend tool; a workload's excludeAll hides its tools; under
+    defaultToolVisibility deny only the backends with a tools entry list theirs. Prompts and
+    resources stay listed."""
+    names = lambda plan: [t["name"] for t in build_catalog(listings(), plan).tools]  # noqa: E731
+    assert names(AggregationPlan(exclude_all_tools=True)) == []
+    assert names(AggregationPlan(tools=(WorkloadToolsPlan("jira", exclude_all=True),))) == [
+        "github_search", "github_create_issue"]
+    deny = AggregationPlan(unlisted_tools_visible=False,
+                           tools=(WorkloadToolsPlan("jira", filter=("search",)),))
+    assert names(deny) == ["jira_search"]
+    catalog = build_catalog(listings(), AggregationPlan(exclude_all_tools=True))
+    assert catalog.prompt_routes["github_review"] == Route("github", "review")
+    assert catalog.resource_routes["repo://a"] == "github"
+
+
 def test_resources_and_templates_route_by_uri() -> None:
     catalog = build_catalog(listings(), AggregationPlan())
     assert catalog.resource_backend("repo://a") == "github"

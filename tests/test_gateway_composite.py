@@ -18,6 +18,7 @@ import trio
 from mcp import Client
 from mcp.client.session import ClientRequestContext
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 
@@ -164,3 +165,27 @@ async def test_a_step_the_policies_deny_fails_the_workflow() -> None:
                                                      "arguments": {}})
         assert listed.result["content"][0]["text"] == "no notes"
         await client.aclose()
+
+
+async def test_with_every_backend_tool_hidden_clients_see_the_composite_tools_only() -> None:
+    """excludeAllTools: tools/list holds the composite tools alone, a client cannot call a
+    backend tool, and the composite tool's steps still reach them (as ``<backend>.<tool>``)."""
+    summed = {"name": "sum_twice", "description": "adds, then adds again",
+              "parameters": {"type": "object", "properties": {"a": {"type": "number"}}},
+              "steps": [{"id": "one", "tool": "clock.add", "arguments": {"a": "{{.params.a}}",
+                                                                         "b": 1}},
+                        {"id": "two", "tool": "clock.add", "dependsOn": ["one"],
+                         "arguments": {"a": "{{.steps.one.output.sum}}", "b": 1}}],
+              "output": {"properties": {"sum": {"type": "number",
+                                                "value": "{{.steps.two.output.sum}}"}}}}
+    docs = composite_docs(summed)
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    vmcp["spec"]["aggregation"] = {"excludeAllTools": True}
+    async with running_gateway(docs) as (url, _):
+        with trio.fail_after(30):
+            async with sdk_client(url, "legacy", "accept", []) as client:
+                assert [t.name for t in (await client.list_tools()).tools] == ["sum_twice"]
+                result = await client.call_tool("sum_twice", {"a": 1})
+                assert not result.is_error and result.structured_content == {"sum": 3}
+                with pytest.raises(MCPError, match="Unknown tool: clock_add"):
+                    await client.call_tool("clock_add", {"a": 1, "b": 1})

@@ -6,7 +6,11 @@ plan's aggregation settings, and returns what the client sees plus where each na
 Order of work for tools, per backend: the backend's own MCPToolConfig (``backend_tools``), then
 the workload's rules (``tools``); in each, ``overrides`` (keyed by the name as it comes in)
 rename and redescribe, then ``filter`` keeps the names listed *as renamed* (ToolHive's rule: a
-filter names what the client sees). Then conflict resolution across backends:
+filter names what the client sees). No tool of a backend is listed with ``excludeAllTools``,
+with its workload's ``excludeAll``, or, under ``defaultToolVisibility: deny``, when it has no
+``tools`` entry (prompts and resources are not affected). A tool not listed is still one a
+composite tool's step may call as ``<backend>.<tool>``. Then conflict resolution across
+backends:
 
 * ``prefix``: every name becomes ``prefixFormat.format(workload=backend) + name``; distinct
   backends cannot collide.
@@ -191,6 +195,10 @@ def _shaped(listing: BackendListing, items: list[dict[str, Any]], plan: Aggregat
     ToolHive)."""
     own = next((t for t in plan.backend_tools if t.workload == listing.backend), None)
     rules = next((t for t in plan.tools if t.workload == listing.backend), None)
+    if apply_workload_rules and (plan.exclude_all_tools
+                                 or (rules is not None and rules.exclude_all)
+                                 or (rules is None and not plan.unlisted_tools_visible)):
+        return []
     out: list[tuple[str, dict[str, Any]]] = []
     for item in items:
         name = item.get("name")

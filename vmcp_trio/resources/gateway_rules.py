@@ -542,6 +542,7 @@ def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregati
             filter=t.filter,
             overrides=tuple(ToolOverridePlan(tool, o.name, o.description)
                             for tool, o in sorted(t.overrides.items())),
+            exclude_all=t.exclude_all,
         )
         if t.tool_config_ref is not None:
             shared = remote_rules.tool_config_plan(
@@ -557,6 +558,8 @@ def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregati
         prefix_format=config.prefix_format,
         priority_order=config.priority_order,
         tools=tuple(tools),
+        exclude_all_tools=aggregation.exclude_all_tools,
+        unlisted_tools_visible=aggregation.default_tool_visibility != "deny",
     )
 
 

@@ -326,6 +326,8 @@ class WorkloadTools(Model):
     tool_config_ref: NameRef | None = None
     """An MCPToolConfig whose filter and overrides complete the inline ones (as in ToolHive: a
     non-empty inline ``filter`` wins, an inline override of a tool wins over the config's)."""
+    exclude_all: Bool = False
+    """None of this workload's tools is listed (composite tools still call them)."""
 
 
 class ConflictResolutionConfig(Model):
@@ -339,6 +341,10 @@ class Aggregation(Model):
         default_factory=ConflictResolutionConfig
     )
     tools: tuple[WorkloadTools, ...] = ()
+    exclude_all_tools: Bool = False
+    """No backend tool is listed: clients see the composite tools only, which call them."""
+    default_tool_visibility: Literal["allow", "deny"] | None = None
+    """``deny``: a backend without a ``tools`` entry lists no tool."""
 
 
 # --- operational settings (extension, ToolHive's names) ------------------------------------------

@@ -530,6 +530,8 @@ class WorkloadToolsPlan:
     """Tool names to keep (``None``: all), as the client sees them after ``overrides`` (as in
     ToolHive: a renamed tool is listed under its new name)."""
     overrides: tuple[ToolOverridePlan, ...] = ()
+    exclude_all: bool = False
+    """``excludeAll``: none of the workload's tools is listed."""
 
 
 @dataclass(frozen=True)
@@ -542,6 +544,11 @@ class AggregationPlan:
     """A backend's own MCPToolConfig (``toolConfigRef`` of an MCPServer reached by ``url`` or
     ``command``, or of an MCPRemoteProxy): applied first, as ToolHive's proxy in front of the
     backend would, then :attr:`tools` on what it leaves."""
+    exclude_all_tools: bool = False
+    """No backend tool is listed (``excludeAllTools``)."""
+    unlisted_tools_visible: bool = True
+    """False (``defaultToolVisibility: deny``): a backend without a :attr:`tools` entry lists
+    no tool."""
 
 
 # --- operational -------------------------------------------------------------------------------

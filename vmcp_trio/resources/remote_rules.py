@@ -280,4 +280,5 @@ def merge_tool_config(inline: WorkloadToolsPlan, config: WorkloadToolsPlan) -> W
         workload=inline.workload,
         filter=inline.filter if inline.filter else config.filter,
         overrides=tuple(overrides[tool] for tool in sorted(overrides)),
+        exclude_all=inline.exclude_all,
     )

@@ -120,9 +120,6 @@ PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
 NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
         ("outgoingAuth.default", "a default outgoing strategy"),
-        *_both("aggregation.excludeAllTools", "tool exclusion"),
-        *_both("aggregation.defaultToolVisibility", "tool visibility"),
-        *_both("aggregation.tools[].excludeAll", "tool exclusion"),
         ("passthroughHeaders", "passthrough headers"),
         ("config.passthroughHeaders", "passthrough headers"),
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
