@@ -1200,3 +1200,20 @@ def test_redis_sentinel_service_tls_and_cluster_mode(embedded: Docs) -> None:
                  contains="Redis Cluster")
     expect_error(result, "unused-field", f"{storage}.redis.sentinelTls",
                  contains="applies to sentinels only")
+
+
+def test_a_default_outgoing_strategy_for_backends_without_an_entry(embedded: Docs) -> None:
+    backends = "spec.outgoingAuth.backends"
+    del_field(vmcp(embedded), f"{backends}.jira")
+    set_field(vmcp(embedded), "spec.outgoingAuth.default",
+              {"type": "externalAuthConfigRef",
+               "externalAuthConfigRef": {"name": "reports-exchange"}})
+    result = validate(embedded)
+    assert not result.errors, result.errors
+    jira = next(b for b in result.plans[0].backends if b.name == "jira")
+    assert jira.outgoing.config == "tools/reports-exchange"  # type: ignore[union-attr]
+    github = next(b for b in result.plans[0].backends if b.name == "github-tools")
+    assert github.outgoing.config == "tools/github-inject"  # type: ignore[union-attr]
+    set_field(vmcp(embedded), "spec.outgoingAuth.default", {"type": "externalAuthConfigRef"})
+    expect_error(validate(embedded), "required",
+                 "spec.outgoingAuth.default.externalAuthConfigRef")

@@ -388,14 +388,17 @@ def _check_backend_entries(resolver: Resolver, gateway: Resource, outgoing: m.Ou
                            group: str, member_names: Sequence[str]) -> None:
     report = resolver.report
     path = ("spec", "outgoingAuth", "backends")
+    entries: list[tuple[tuple[PathPart, ...], str | None, m.BackendAuth]] = []
+    if outgoing.default is not None:
+        entries.append((("spec", "outgoingAuth", "default"), None, outgoing.default))
     if outgoing.source == "discovered" and outgoing.backends:
         report.error(gateway, path, "unused-field",
                      "is used only with source: inline (with source: discovered each MCPServer's "
                      "own externalAuthConfigRef applies)")
-        return
-    for name, entry in outgoing.backends.items():
-        here = (*path, name)
-        if name not in member_names:
+    else:
+        entries += [((*path, name), name, entry) for name, entry in outgoing.backends.items()]
+    for here, name, entry in entries:
+        if name is not None and name not in member_names:
             members = ", ".join(member_names) or "none"
             report.error(gateway, here, "group-member",
                          f"names no MCPServer of group {group} (its members: {members})")
@@ -422,15 +425,20 @@ def _outgoing(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpe
     own = member.spec.external_auth_config_ref if member is not None else None
     where: tuple[Resource, tuple[PathPart, ...]] = (member or gateway,
                                                     ("spec", "externalAuthConfigRef"))
+    default = outgoing.default
     if outgoing.source == "discovered":
+        entry = default if own is None else None
+    else:
+        entry = outgoing.backends.get(name, default)
+    if outgoing.source == "discovered" and entry is None:
         ref = own
     else:
-        entry = outgoing.backends.get(name)
         if entry is None:
             return NoOutgoingAuth()
         ref = own if entry.type == "discovered" else entry.external_auth_config_ref
         if entry.type != "discovered":
-            where = (gateway, ("spec", "outgoingAuth", "backends", name,
+            where = (gateway, ("spec", "outgoingAuth",
+                               *(("backends", name) if entry is not default else ("default",)),
                                "externalAuthConfigRef"))
     if ref is None:
         return NoOutgoingAuth()

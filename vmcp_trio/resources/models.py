@@ -290,6 +290,9 @@ class BackendAuth(Model):
 class OutgoingAuth(Model):
     source: Literal["discovered", "inline"] = "discovered"
     backends: dict[Str, BackendAuth] = Field(default_factory=dict)
+    default: BackendAuth | None = None
+    """For a backend without a ``backends`` entry (inline), or whose MCPServer names no
+    ``externalAuthConfigRef`` (discovered)."""
 
 
 # --- session storage ---------------------------------------------------------------------------

@@ -119,7 +119,6 @@ PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
 
 NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
-        ("outgoingAuth.default", "a default outgoing strategy"),
         ("passthroughHeaders", "passthrough headers"),
         ("config.passthroughHeaders", "passthrough headers"),
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
