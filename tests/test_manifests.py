@@ -238,8 +238,7 @@ EXPECTED: dict[str, Expected] = {
     'toolhive-docs/operator-virtualmcpserver-api-02.yaml': Mistake(
         'outgoingAuth backend type service_account (no such type in any release) with a '
         'serviceAccount field; an incomplete snippet: names backends, an MCPOIDCConfig and an '
-        'MCPToolConfig that no document defines; also outgoingAuth.default is not implemented '
-        'yet',
+        'MCPToolConfig that no document defines',
         ('VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[0].workload '
          '[group-member]',
          'VirtualMCPServer engineering-vmcp: spec.config.aggregation.tools[1].toolConfigRef.name '
@@ -251,8 +250,7 @@ EXPECTED: dict[str, Expected] = {
          '[group-member]',
          'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.serviceAccount '
          '[unknown-field]',
-         'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.type [enum]',
-         'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.default [not-implemented]',)),
+         'VirtualMCPServer engineering-vmcp: spec.outgoingAuth.backends.slack.type [enum]',)),
     'toolhive-docs/vmcp-readme-01.yaml': Mistake(
         ('config.group (the field is groupRef), an unknown '
          'config.operational.sessionManagementV2, no spec.incomingAuth'),
