@@ -124,7 +124,7 @@ REFUSED: dict[str, Change] = {
         kind="MCPGrup"),
     "a Secret of another version": lambda docs: kind(docs, "Secret").update(apiVersion="v2"),
     "a feature not implemented, on": lambda docs: kind(docs, "VirtualMCPServer")[
-        "spec"].update(passthroughHeaders=["X-Trace"]),
+        "spec"].update(config={"incomingAuth": {"type": "anonymous"}}),
     "a proxy's field on a server vmcp starts": lambda docs: kind(docs, "MCPServer")[
         "spec"].update(rateLimiting={"shared": {"maxTokens": 5, "refillPeriod": "1m"}}),
 }

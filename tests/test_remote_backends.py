@@ -517,3 +517,41 @@ def test_a_remote_proxys_own_pod_settings_are_said_not_acted_on() -> None:
     notes = {p.path: p.message for p in matching(result, rule="ignored-field")}
     assert "incomingAuth decides who gets in" in notes["spec.authServerRef"]
     assert "config.audit records the calls" in notes["spec.audit"]
+
+
+async def test_passthrough_headers_reach_the_backend_with_each_callers_values() -> None:
+    """passthroughHeaders: the named client headers go to the backend as they came, with the
+    values of the request that calls (a later request's, not the session's first); others do
+    not."""
+    server, state = make_server("remote")
+    async with serving(server, state) as url:
+        docs = gateway_docs(entry(remoteUrl=url, allowPrivateEndpoint=True),
+                            passthroughHeaders=["X-Tenant", "X-Request-Region"])
+        async with running_gateway(docs) as (gateway_url, _):
+            client = RawClient(gateway_url)
+            try:
+                reply = await client.initialize()
+                assert reply.status == 200
+                state.headers.clear()
+                for tenant in ("acme", "globex"):
+                    called = await client.request(
+                        "tools/call", {"name": "entry_add", "arguments": {"a": 1, "b": 2}},
+                        headers=client.headers(x_tenant=tenant, x_other="no"))
+                    assert called.result["structuredContent"]["total"] == 3
+                    calls = [h for h in state.headers if h.get("x-tenant") == tenant]
+                    assert calls and all("x-other" not in h and "x-request-region" not in h
+                                         for h in calls)
+            finally:
+                await client.aclose()
+
+
+def test_passthrough_headers_never_carry_credentials_or_transport_headers() -> None:
+    docs = gateway_docs(entry(headerForward={"addPlaintextHeaders": {"X-Tenant": "acme"}}),
+                        passthroughHeaders=["Authorization", "Mcp-Session-Id", "X-Tenant"])
+    result = validate(docs)
+    expect_error(result, "header", "spec.passthroughHeaders[0]",
+                 contains="is the client's credential")
+    expect_error(result, "header", "spec.passthroughHeaders[1]",
+                 contains="the MCP transport's own header")
+    expect_error(result, "header", "spec.passthroughHeaders[2]",
+                 contains="is set for backend 'entry' already")

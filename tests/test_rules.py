@@ -961,8 +961,6 @@ def test_a_gateway_needs_a_group_somewhere(anonymous: Docs) -> None:
 
 NOT_IMPLEMENTED = [
     # (kind, name, field set, value, reported path, what the message names)
-    (VMCP, None, "spec.config", {"passthroughHeaders": ["X-Trace"]},
-     "spec.config.passthroughHeaders", "passthrough headers"),
     ("MCPServer", "notes", "spec.authzConfig", {"type": "configMap", "configMap": {"name": "a"}},
      "spec.authzConfig", "authorization (Cedar policies)"),
     ("MCPServer", "everything", "spec.rateLimiting", {"shared": {"maxTokens": 5}},

@@ -44,8 +44,11 @@ class IncomingBoundary:
     def __init__(self, authenticator: Authenticator, *, path: str, default_host: str,
                  configured_resource: str | None = None, trust_forwarded: bool = False,
                  scopes_supported: tuple[str, ...] | None = None,
-                 on_refusal: Callable[[AuthFailure], None] | None = None) -> None:
+                 on_refusal: Callable[[AuthFailure], None] | None = None,
+                 passthrough: tuple[str, ...] = ()) -> None:
         self.authenticator = authenticator
+        self.passthrough = passthrough
+        """Request headers (lower-case names) the caller carries on to the backends."""
         self.path = path
         """The protected endpoint's path (``/mcp``)."""
         self.default_host = default_host
@@ -84,13 +87,20 @@ class IncomingBoundary:
             self.resource(request), self.authenticator.authorization_servers, self._scopes()),
             [*_CORS, ("cache-control", "public, max-age=300")])
 
+    def _forwarded(self, request: HttpRequest) -> tuple[tuple[str, str], ...]:
+        if not self.passthrough:
+            return ()
+        return tuple((name, value) for name in self.passthrough
+                     if (value := request.header(name)) is not None)
+
     async def authenticate(self, request: HttpRequest, send: Send) -> Caller | None:
         """Who is calling, or None after answering 400/401/403/503 with a challenge."""
         auth = self.authenticator
         if auth.anonymous:
             identity = await auth.authenticate(None)
             note(subject=identity.subject)
-            return Caller(identity, address=request.client_group)
+            return Caller(identity, address=request.client_group,
+                          forwarded=self._forwarded(request))
         try:
             if request.query_string and "access_token" in request.query:
                 raise AuthFailure(400, "invalid_request", "tokens in the query string are "
@@ -104,7 +114,7 @@ class IncomingBoundary:
                 raise AuthFailure(400, "invalid_request", exc.reason) from None
             identity = known if known is not None else await auth.authenticate(token)
             note(subject=identity.subject)
-            return Caller(identity, token, request.client)
+            return Caller(identity, token, request.client, self._forwarded(request))
         except AuthFailure as failure:
             if self.on_refusal is not None:
                 self.on_refusal(failure)

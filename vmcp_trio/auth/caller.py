@@ -22,6 +22,9 @@ class Caller:
     address: str = ""
     """The client's network address, an IPv6 one as its /64 (what tells anonymous callers
     apart for bounds: :attr:`~vmcp_trio.http.asgi.HttpRequest.client_group`)."""
+    forwarded: tuple[tuple[str, str], ...] = ()
+    """The request's headers that ``passthroughHeaders`` names, as they came: sent on to every
+    backend with this caller's requests."""
 
     @property
     def client_key(self) -> tuple[str, ...]:

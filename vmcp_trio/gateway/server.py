@@ -201,7 +201,7 @@ class GatewayApp:
             configured_resource=None if isinstance(incoming, AnonymousIncoming)
             else incoming.resource_url,
             trust_forwarded=settings.trust_forwarded_headers,
-            on_refusal=self._refused)
+            on_refusal=self._refused, passthrough=self.gateway.plan.passthrough_headers)
 
     def _refused(self, failure: AuthFailure) -> None:
         """Count a request incoming auth refused, and audit it."""

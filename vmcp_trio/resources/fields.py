@@ -24,6 +24,7 @@ __all__ = [
     "DnsSubdomain",
     "DotPath",
     "DurationText",
+    "HeaderName",
     "HostPort",
     "Int",
     "NonEmpty",
@@ -38,6 +39,9 @@ Int = Annotated[int, Strict()]
 Bool = Annotated[bool, Strict()]
 NonEmpty = Annotated[str, Strict(), Field(min_length=1, max_length=4096)]
 Port = Annotated[int, Strict(), Field(ge=1, le=65535)]
+HeaderName = Annotated[str, Strict(), Field(min_length=1, max_length=255,
+                                            pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
+"""An HTTP header name (an RFC 9110 token)."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 

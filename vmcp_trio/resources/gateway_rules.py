@@ -147,6 +147,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
     composites = resolve_composites(resolver, gateway, settings.composite_tools,
                                     settings.composite_tool_refs)
     telemetry = resolve_telemetry(resolver, gateway, spec.telemetry_config_ref)
+    passthrough = _passthrough_headers(resolver, gateway, spec, backends)
 
     if (report.error_count != errors_before or incoming is None or aggregation is None
             or operational is None or len(backends) != len(member_names) or shared is None
@@ -170,7 +171,41 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         audit=audit,
         composite_tools=composites,
         telemetry=telemetry,
+        passthrough_headers=passthrough,
     )
+
+
+def _passthrough_headers(resolver: Resolver, gateway: Resource, spec: m.VirtualMCPServerSpec,
+                         backends: Sequence[BackendPlan]) -> tuple[str, ...]:
+    """``passthroughHeaders`` (``spec``'s, else ``spec.config``'s), lower-cased: none that the
+    transport or a proxy sets, none of the client's credentials, none a backend already gets
+    (its static headers, its strategy's header)."""
+    names = spec.passthrough_headers
+    path: tuple[PathPart, ...] = ("spec", "passthroughHeaders")
+    if names is None and spec.config is not None:
+        names, path = spec.config.passthrough_headers, ("spec", "config", "passthroughHeaders")
+    taken: dict[str, str] = {}
+    for backend in backends:
+        if isinstance(backend.endpoint, HttpEndpoint):
+            for header in backend.endpoint.headers:
+                taken.setdefault(header.name.lower(), backend.name)
+        own = getattr(backend.outgoing, "header_name", None)
+        if isinstance(own, str):
+            taken.setdefault(own.lower(), backend.name)
+    kept: list[str] = []
+    for index, name in enumerate(names or ()):
+        lower = name.lower()
+        problem = remote_rules.header_problem(name)
+        if lower in ("authorization", "cookie"):
+            problem = ("is the client's credential: it never reaches a backend (outgoingAuth "
+                       "decides what each backend gets)")
+        elif lower in taken:
+            problem = f"is set for backend {taken[lower]!r} already (its headers or credentials)"
+        if problem is not None:
+            resolver.report.error(gateway, (*path, index), "header", problem)
+        elif lower not in kept:
+            kept.append(lower)
+    return tuple(kept)
 
 
 BACKEND_KINDS = ("MCPServer", "MCPServerEntry", "MCPRemoteProxy")

@@ -32,6 +32,7 @@ from .fields import (
     DnsLabel,
     DnsSubdomain,
     DurationText,
+    HeaderName,
     HostPort,
     NonEmpty,
     Port,
@@ -401,6 +402,7 @@ class GatewayConfig(Model):
     """Checked field by field by :mod:`.composite_plan` (its rules, its paths)."""
     composite_tool_refs: tuple[NameRef, ...] | None = None
     backends: tuple[StaticBackend, ...] = ()
+    passthrough_headers: Annotated[tuple[HeaderName, ...], Field(max_length=32)] | None = None
 
 
 class TelemetryConfigRef(Model):
@@ -424,6 +426,9 @@ class VirtualMCPServerSpec(Model):
     composite_tool_refs: tuple[NameRef, ...] | None = None
     telemetry_config_ref: TelemetryConfigRef | None = None
     config: GatewayConfig | None = None
+    passthrough_headers: Annotated[tuple[HeaderName, ...], Field(max_length=32)] | None = None
+    """Client request headers sent on to every backend as they came (this one wins over
+    ``config.passthroughHeaders``, as in ToolHive)."""
 
 
 def _env_list_or_map(value: object) -> object:
@@ -472,11 +477,6 @@ class MCPServerSpec(Model):
 
 
 # --- remote backends and their tools (ToolHive v0.10+) -------------------------------------------
-
-HeaderName = Annotated[str, Strict(), Field(min_length=1, max_length=255,
-                                            pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")]
-"""An HTTP header name (an RFC 9110 token)."""
-
 
 class HeaderFromSecret(Model):
     header_name: HeaderName

@@ -710,9 +710,11 @@ class GatewayPlan:
     rate_limits: RateLimitRules | None = None
     audit: AuditSettings = AuditSettings()
     composite_tools: tuple[WorkflowPlan, ...] = ()
+    """The composite tools the gateway offers beside its backends' (:mod:`.composite_plan`)."""
     telemetry: TelemetryPlan | None = None
     """``telemetryConfigRef``'s OpenTelemetry settings (applied at start)."""
-    """The composite tools the gateway offers beside its backends' (:mod:`.composite_plan`)."""
+    passthrough_headers: tuple[str, ...] = ()
+    """Client request headers (lower-case names) sent on to every backend as they came."""
 
     def answers_to(self, name: str) -> bool:
         """Whether ``--name`` picks it: ``NAME``, or ``NAMESPACE/NAME`` as vmcp lists it."""

@@ -119,8 +119,6 @@ PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
 
 NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
-        ("passthroughHeaders", "passthrough headers"),
-        ("config.passthroughHeaders", "passthrough headers"),
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
         ("authServerConfig.trustedIssuers[].actorMatcher",

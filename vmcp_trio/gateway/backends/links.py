@@ -13,7 +13,8 @@
 * Every HTTP link carries the backend's outgoing credentials (boundary 2) for the caller the
   session holds now (:class:`SessionCredentials`), given the request they go with (a signing
   strategy, ``awsSts``'s SigV4, signs it); a credential that cannot be had is that backend's
-  error for that call. A backend's static headers (an MCPServerEntry's or
+  error for that call. The caller's ``passthroughHeaders`` go with its requests (never the
+  credentials' names: refused at load). A backend's static headers (an MCPServerEntry's or
   MCPRemoteProxy's ``headerForward``, checked at load so that none collides with the
   credentials or the transport's own headers) go with every request, health checks included
   (:class:`StaticHeaders`).
@@ -80,13 +81,18 @@ class SessionCredentials:
         self._sign = strategy.sign if isinstance(strategy, RequestSigner) else None
 
     async def headers(self, request: OutgoingRequest) -> list[tuple[str, str]]:
+        caller = self.caller()
         try:
             if self._sign is not None:
-                return await self._sign(self.caller(), request)
-            return await self.strategy.headers(self.caller())  # type: ignore[union-attr]
+                found = await self._sign(caller, request)
+            else:
+                found = await self.strategy.headers(caller)  # type: ignore[union-attr]
         except CredentialError as exc:
             raise BackendError(self.backend, f"has no credential for this caller: {exc}") \
                 from None
+        if caller is not None and caller.forwarded:  # passthroughHeaders
+            return [*caller.forwarded, *found]
+        return found
 
 
 class StaticHeaders:
