@@ -96,6 +96,16 @@ def test_tools_hidden_by_exclusion_or_default_visibility() -> None:
     assert catalog.resource_routes["repo://a"] == "github"
 
 
+def test_an_override_replaces_the_annotations_it_names() -> None:
+    backends = [BackendListing("github", tools=[
+        {"name": "delete_repo", "annotations": {"destructiveHint": False, "title": "Delete"}}])]
+    plan = AggregationPlan(tools=(WorkloadToolsPlan("github", overrides=(ToolOverridePlan(
+        "delete_repo", annotations=(("destructiveHint", True), ("readOnlyHint", False))),)),))
+    (tool,) = build_catalog(backends, plan).tools
+    assert tool["annotations"] == {"destructiveHint": True, "readOnlyHint": False,
+                                   "title": "Delete"}
+
+
 def test_resources_and_templates_route_by_uri() -> None:
     catalog = build_catalog(listings(), AggregationPlan())
     assert catalog.resource_backend("repo://a") == "github"

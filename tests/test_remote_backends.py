@@ -312,12 +312,14 @@ def test_a_filter_naming_a_renamed_tool_is_warned() -> None:
     assert "list 'gh_create_pr' instead" in warning.message
 
 
-def test_tool_annotation_overrides_are_ignored_with_a_warning() -> None:
-    result = validate(gateway_docs(tool_config(toolsOverride={
-        "add": {"name": "plus", "annotations": {"readOnlyHint": True}}})))
-    assert result.ok
-    (warning,) = matching(result, rule="ignored-field")
-    assert warning.path == "spec.toolsOverride.add.annotations"
+def test_a_tool_configs_annotation_overrides_reach_its_workloads_rules() -> None:
+    result = validate(gateway_docs(entry(), tool_config(toolsOverride={
+        "add": {"name": "plus", "annotations": {"readOnlyHint": True}}}),
+        aggregation={"tools": [{"workload": "entry", "toolConfigRef": {"name": "tools"}}]}))
+    assert result.ok and not matching(result, rule="ignored-field"), result.problems
+    (rules,) = result.plans[0].aggregation.tools
+    assert rules.overrides == (ToolOverridePlan("add", "plus", None,
+                                                (("readOnlyHint", True),)),)
 
 
 def test_the_filter_matches_names_after_overrides_in_both_stages() -> None:

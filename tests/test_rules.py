@@ -1215,3 +1215,13 @@ def test_a_default_outgoing_strategy_for_backends_without_an_entry(embedded: Doc
     set_field(vmcp(embedded), "spec.outgoingAuth.default", {"type": "externalAuthConfigRef"})
     expect_error(validate(embedded), "required",
                  "spec.outgoingAuth.default.externalAuthConfigRef")
+
+
+def test_tool_annotation_overrides_in_mcp_camel_case(embedded: Docs) -> None:
+    vmcp(embedded)["spec"]["aggregation"] = {"tools": [{"workload": "jira", "overrides": {
+        "create_issue": {"annotations": {"destructiveHint": True, "title": "New issue"}}}}]}
+    result = validate(embedded)
+    assert not result.errors, result.errors
+    (rules,) = result.plans[0].aggregation.tools
+    assert rules.overrides[0].annotations == (("destructiveHint", True),
+                                              ("title", "New issue"))

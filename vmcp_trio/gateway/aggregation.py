@@ -183,6 +183,10 @@ def _apply(rules: WorkloadToolsPlan | None, item: dict[str, Any]) -> dict[str, A
             shown["name"] = override.name
         if override.description is not None:
             shown["description"] = override.description
+        if override.annotations:
+            own = item.get("annotations")
+            shown["annotations"] = {**(own if isinstance(own, dict) else {}),
+                                    **dict(override.annotations)}
     if rules.filter is not None and shown["name"] not in rules.filter:
         return None
     return shown

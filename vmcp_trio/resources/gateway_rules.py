@@ -52,7 +52,6 @@ from .plan import (
     SecretValue,
     StaticCredentialAuth,
     TokenExchangeAuth,
-    ToolOverridePlan,
     UpstreamInjectAuth,
     WorkloadToolsPlan,
 )
@@ -583,7 +582,7 @@ def _aggregation(resolver: Resolver, gateway: Resource, aggregation: m.Aggregati
         inline = WorkloadToolsPlan(
             workload=t.workload,
             filter=t.filter,
-            overrides=tuple(ToolOverridePlan(tool, o.name, o.description)
+            overrides=tuple(remote_rules.override_plan(tool, o)
                             for tool, o in sorted(t.overrides.items())),
             exclude_all=t.exclude_all,
         )

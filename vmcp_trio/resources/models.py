@@ -318,9 +318,19 @@ class SessionStorage(Model):
 # --- aggregation (extension, ToolHive's names) -------------------------------------------------
 
 
+class ToolAnnotations(Model):
+    title: Str | None = None
+    read_only_hint: Bool | None = None
+    destructive_hint: Bool | None = None
+    idempotent_hint: Bool | None = None
+    open_world_hint: Bool | None = None
+
+
 class ToolOverride(Model):
     name: NonEmpty | None = None
     description: Str | None = None
+    annotations: ToolAnnotations | None = None
+    """Replace the tool's annotations of these names (the others stay the backend's)."""
 
 
 class WorkloadTools(Model):
@@ -522,14 +532,6 @@ class RemoteProxySpec(RemoteBackendSpec):
     authz_config: AuthzConfig | None = None
     """Cedar policies for the calls to this backend (the pod's, in ToolHive)."""
     authz_config_ref: NameRef | None = None
-
-
-class ToolAnnotations(Model):
-    title: Str | None = None
-    read_only_hint: Bool | None = None
-    destructive_hint: Bool | None = None
-    idempotent_hint: Bool | None = None
-    open_world_hint: Bool | None = None
 
 
 class ToolConfigSpec(Model):

@@ -521,6 +521,8 @@ class ToolOverridePlan:
     tool: str
     name: str | None = None
     description: str | None = None
+    annotations: tuple[tuple[str, str | bool], ...] = ()
+    """MCP annotation names (``readOnlyHint``...) and the values that replace the tool's."""
 
 
 @dataclass(frozen=True)

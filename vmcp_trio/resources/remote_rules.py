@@ -65,6 +65,7 @@ __all__ = [
     "check_tool_config",
     "header_problem",
     "merge_tool_config",
+    "override_plan",
     "private_host",
     "read_ca_bundle",
     "remote_endpoint",
@@ -254,6 +255,15 @@ def check_tool_config(resolver: Resolver, resource: Resource) -> None:
                        spec.tools_override)
 
 
+def override_plan(tool: str, override: m.ToolOverride) -> ToolOverridePlan:
+    """One tool's override: its new name, description and annotations (MCP's names)."""
+    annotations: tuple[tuple[str, str | bool], ...] = ()
+    if override.annotations is not None:
+        given = override.annotations.model_dump(by_alias=True, exclude_none=True)
+        annotations = tuple(sorted(given.items()))
+    return ToolOverridePlan(tool, override.name, override.description, annotations)
+
+
 def tool_config_plan(resolver: Resolver, owner: Resource, path: Sequence[PathPart],
                      ref: m.NameRef, workload: str) -> WorkloadToolsPlan | None:
     """The MCPToolConfig ``ref`` names, as rules for ``workload``; None (reported at ``path``)
@@ -265,7 +275,7 @@ def tool_config_plan(resolver: Resolver, owner: Resource, path: Sequence[PathPar
     return WorkloadToolsPlan(
         workload=workload,
         filter=spec.tools_filter or None,
-        overrides=tuple(ToolOverridePlan(tool, o.name, o.description)
+        overrides=tuple(override_plan(tool, o)
                         for tool, o in sorted(spec.tools_override.items())),
     )
 

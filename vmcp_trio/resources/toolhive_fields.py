@@ -87,8 +87,6 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
                "backend unhealthy)"),
         *_both("operational.failureHandling.statusReportingInterval",
                "status is reported to Kubernetes only"),
-        *_both("aggregation.tools[].overrides.*.annotations",
-               "tool annotation overrides are not implemented yet"),
     ),
     "MCPRemoteProxy": (
         ("oidcConfigRef", _PROXY_INCOMING),
@@ -98,9 +96,6 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
                   "gateway's own config.audit records the calls that reach this backend"),
         ("telemetry", _TELEMETRY),
         ("telemetryConfigRef", _TELEMETRY),
-    ),
-    "MCPToolConfig": (
-        ("toolsOverride.*.annotations", "tool annotation overrides are not implemented yet"),
     ),
 }
 
