@@ -19,7 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from vmcp_trio.auth.incoming.build import AuthSettings
+from vmcp_trio.auth.incoming.authenticator import AuthFailure
+from vmcp_trio.auth.incoming.build import AuthSettings, build_authenticator
+from vmcp_trio.http.client import HttpClient
+from vmcp_trio.resources.plan import OIDCIncoming
 
 from .fixtures.k8s_apiserver import ISSUER, FakeApiServer, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
@@ -104,3 +107,30 @@ def test_serve_outside_a_cluster_says_so(tmp_path: Path) -> None:
                             cwd=ROOT, check=False)
     assert result.returncode == 1, result.stderr[-2000:]
     assert "incoming auth" in result.stderr and "KUBERNETES_SERVICE_HOST" in result.stderr
+
+
+async def test_an_inline_issuer_whose_jwks_asks_for_a_bearer_token(
+        apiserver: FakeApiServer) -> None:
+    """``jwksAuthTokenPath`` (an MCPOIDCConfig's inline issuer): the JWKS request carries the
+    token of that file, read at each fetch; without it the API server's JWKS refuses vmcp
+    and the caller gets 503, not a wrong verdict."""
+    jwks_url = f"https://{apiserver.host}:{apiserver.port}/openid/v1/jwks"
+    ca = (apiserver.account_dir / "ca.crt").read_text()
+    token = apiserver.token(audience="gw")
+    for path in (str(apiserver.account_dir / "token"), None):
+        plan = OIDCIncoming(issuer=ISSUER, audience="gw", jwks_url=jwks_url,
+                            jwks_allow_private_ip=True, ca_bundle=ca,
+                            jwks_auth_token_path=path)
+        client = HttpClient()
+        authenticator = build_authenticator(plan, AuthSettings(), client)
+        try:
+            if path is not None:
+                assert (await authenticator.authenticate(token)).subject.endswith(":client")
+            else:
+                with pytest.raises(AuthFailure) as refused:
+                    await authenticator.authenticate(token)
+                assert refused.value.status == 503
+        finally:
+            await client.aclose()
+    assert ("/openid/v1/jwks", f"Bearer {apiserver.pod_token}") in apiserver.requests
+    assert ("/openid/v1/jwks", "") in apiserver.requests

@@ -360,6 +360,7 @@ def _oidc_plan(inline: m.SharedInlineOIDC, audience: str, scopes: tuple[str, ...
         jwks_allow_private_ip=inline.jwks_allow_private_ip,
         protected_resource_allow_private_ip=inline.protected_resource_allow_private_ip,
         insecure_allow_http=inline.insecure_allow_http,
+        jwks_auth_token_path=inline.jwks_auth_token_path,
     )
 
 

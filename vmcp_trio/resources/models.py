@@ -137,6 +137,9 @@ class SharedInlineOIDC(Model):
     insecure_allow_http: Bool = Field(False, alias="insecureAllowHTTP")
     ca_bundle_ref: CABundleRef | None = None
     """CA certificates (PEM, in a ConfigMap) the issuer's TLS certificate may also chain to."""
+    jwks_auth_token_path: NonEmpty | None = None
+    """A file holding the bearer token the issuer's discovery and JWKS requests carry (read
+    at each fetch: a rotated token is picked up)."""
 
 
 class InlineOIDC(SharedInlineOIDC):

@@ -118,6 +118,8 @@ class OIDCIncoming:
     insecure_allow_http: bool = False
     ca_bundle: str | None = None
     """PEM CA certificates the issuer's endpoints may also chain to (``caBundleRef``)."""
+    jwks_auth_token_path: str | None = None
+    """``jwksAuthTokenPath``: the bearer token of the discovery and JWKS requests is in it."""
     mode: Literal["oidc"] = "oidc"
 
 

@@ -125,7 +125,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("rateLimiting", "rate limiting"),
     ),
     "MCPOIDCConfig": (
-        ("inline.jwksAuthTokenPath", "an authenticated JWKS request"),
         ("kubernetesServiceAccount.introspectionUrl", "token introspection"),
     ),
 }

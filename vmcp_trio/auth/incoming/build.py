@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 from collections.abc import Awaitable, Callable
@@ -38,7 +39,10 @@ from .authenticator import AnonymousAuthenticator, Authenticator, JwtAuthenticat
 from .introspection import Introspector
 from .jwks import JwksCache
 
-__all__ = ["AuthSettings", "IncomingAuthError", "IssuerMetadata", "build_authenticator"]
+__all__ = ["AuthSettings", "IncomingAuthError", "IssuerMetadata", "bearer_from_file",
+           "build_authenticator"]
+
+log = logging.getLogger("vmcp.auth")
 
 
 
@@ -61,18 +65,22 @@ class IssuerMetadata:
     the embedded authorization server's, for its trusted issuers)."""
 
     def __init__(self, client: HttpClient, issuer: str, *, allow_http: bool,
-                 allow_private: bool) -> None:
+                 allow_private: bool,
+                 headers: Callable[[], list[tuple[str, str]]] = list) -> None:
         self.client = client
         self.issuer = issuer
         self.allow_http = allow_http
         self.allow_private = allow_private
+        self.headers = headers
+        """Sent with the discovery request (``jwksAuthTokenPath``'s bearer token)."""
         self._document: dict[str, Any] | None = None
 
     async def get(self) -> dict[str, Any]:
         if self._document is None:
             self._document = await discover(self.client, self.issuer,
                                             allow_http=self.allow_http,
-                                            allow_private=self.allow_private)
+                                            allow_private=self.allow_private,
+                                            headers=self.headers())
         return self._document
 
     def endpoint(self, name: str, configured: str | None) -> Callable[[], Awaitable[str]]:
@@ -84,6 +92,20 @@ class IssuerMetadata:
                 raise DiscoveryError(f"the issuer's metadata has no {name}")
             return value
         return url
+
+
+def bearer_from_file(path: Path) -> Callable[[], list[tuple[str, str]]]:
+    """An ``Authorization: Bearer`` header with the token in ``path``, read at each request
+    (a rotated token is picked up); none while the file is missing or empty (the fetch then
+    fails as the issuer says, and is retried)."""
+    def headers() -> list[tuple[str, str]]:
+        try:
+            token = path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            log.warning("jwksAuthTokenPath %s cannot be read", path)
+            return []
+        return [("authorization", f"Bearer {token}")] if token else []
+    return headers
 
 
 def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: HttpClient, *,
@@ -111,11 +133,13 @@ def build_authenticator(plan: IncomingPlan, settings: AuthSettings, client: Http
 def _oidc(plan: OIDCIncoming, settings: AuthSettings, client: HttpClient) -> JwtAuthenticator:
     if plan.ca_bundle is not None:  # the issuer's endpoints chain to a private CA
         client = HttpClient.trusting(plan.ca_bundle)
+    headers = list if plan.jwks_auth_token_path is None \
+        else bearer_from_file(Path(plan.jwks_auth_token_path))
     metadata = IssuerMetadata(client, plan.issuer, allow_http=plan.insecure_allow_http,
-                         allow_private=plan.jwks_allow_private_ip)
+                              allow_private=plan.jwks_allow_private_ip, headers=headers)
     jwks = JwksCache(plan.issuer, metadata.endpoint("jwks_uri", plan.jwks_url), client,
                      allow_http=plan.insecure_allow_http,
-                     allow_private=plan.jwks_allow_private_ip)
+                     allow_private=plan.jwks_allow_private_ip, headers=headers)
     introspector = None
     if plan.client_secret is not None:
         introspector = Introspector(
@@ -145,12 +169,7 @@ def _kubernetes(plan: KubernetesIncoming, settings: AuthSettings) -> JwtAuthenti
     if plan.use_cluster_auth and ca.exists():
         context.load_verify_locations(cafile=str(ca))
     client = HttpClient(ssl_context=context)
-    token_file = account_dir / "token"
-
-    def headers() -> list[tuple[str, str]]:
-        if plan.use_cluster_auth and token_file.exists():
-            return [("authorization", "Bearer " + token_file.read_text().strip())]
-        return []
+    headers = bearer_from_file(account_dir / "token") if plan.use_cluster_auth else list
 
     async def jwks_url() -> str:
         return plan.jwks_url or f"{api_server}/openid/v1/jwks"

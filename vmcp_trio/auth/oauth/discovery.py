@@ -220,7 +220,9 @@ def _covers(named: str, resource: str) -> bool:
 # --- fetching ----------------------------------------------------------------------------------
 
 async def _first_document(client: HttpClient, urls: list[str], *, refused: str, missing: str,
-                          allow_http: bool, allow_private: bool) -> tuple[str, dict[str, Any]]:
+                          allow_http: bool, allow_private: bool,
+                          headers: Iterable[tuple[str, str]] = ()
+                          ) -> tuple[str, dict[str, Any]]:
     """``(url, document)`` of the first candidate that answers 200 with a JSON object."""
     problems: list[str] = []
     for url in urls:
@@ -229,7 +231,7 @@ async def _first_document(client: HttpClient, urls: list[str], *, refused: str, 
         except UnsafeUrl as exc:
             raise DiscoveryError(f"{refused}: {exc}") from None
         try:
-            status, _, document = await fetch_json(client, url, guard=guard)
+            status, _, document = await fetch_json(client, url, guard=guard, headers=headers)
         except FetchError as exc:
             problems.append(str(exc))
             continue
@@ -241,11 +243,12 @@ async def _first_document(client: HttpClient, urls: list[str], *, refused: str, 
 
 
 async def _issuer_document(client: HttpClient, issuer: str, urls: list[str], *,
-                           allow_http: bool, allow_private: bool) -> dict[str, Any]:
+                           allow_http: bool, allow_private: bool,
+                           headers: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
     url, document = await _first_document(
         client, urls, refused="the issuer's metadata URL is refused",
         missing=f"no metadata for the issuer {issuer}", allow_http=allow_http,
-        allow_private=allow_private)
+        allow_private=allow_private, headers=headers)
     if document.get("issuer") != issuer:
         raise DiscoveryError(f"{url} names the issuer {str(document.get('issuer'))[:200]!r}, "
                              f"not {issuer!r}")
@@ -253,11 +256,14 @@ async def _issuer_document(client: HttpClient, issuer: str, urls: list[str], *,
 
 
 async def discover(client: HttpClient, issuer: str, *, allow_http: bool,
-                   allow_private: bool) -> dict[str, Any]:
+                   allow_private: bool,
+                   headers: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
     """The metadata document of an issuer from the configuration (OIDC Discovery first, see the
-    module's rules); raises :class:`DiscoveryError` saying what failed."""
+    module's rules; ``headers``: sent with each request, such as the bearer token an issuer
+    inside the cluster asks for); raises :class:`DiscoveryError` saying what failed."""
     return await _issuer_document(client, issuer, _configured_issuer_urls(issuer),
-                                  allow_http=allow_http, allow_private=allow_private)
+                                  allow_http=allow_http, allow_private=allow_private,
+                                  headers=headers)
 
 
 def _strings(document: dict[str, Any], name: str) -> tuple[str, ...]:
