@@ -197,8 +197,7 @@ async def test_a_trusted_issuers_keys_are_fetched_behind_the_ssrf_guard(
 def test_the_configuration_of_trusted_issuers(upstreams: tuple[int, Idp, Idp]) -> None:
     """``vmcp validate``: a subject may only be bound to resources this server issues tokens
     for, ``acceptedAudiences`` name this server (never a resource), ``maxAssertionAge`` is above
-    zero, ``allowPrivateIPs`` needs ``jwksUrl``, and a CEL ``actorMatcher`` is refused as not
-    implemented rather than ignored."""
+    zero, ``allowPrivateIPs`` needs ``jwksUrl``, and an ``actorMatcher`` must be CEL."""
     port, corp, hub = upstreams
     issuer = f"http://127.0.0.1:{port}"
     cases: list[tuple[str, Any, str, str]] = [
@@ -209,7 +208,7 @@ def test_the_configuration_of_trusted_issuers(upstreams: tuple[int, Idp, Idp]) -
         ("jwtBearerGrant.maxAssertionAge", "0s", "duration-range",
          "jwtBearerGrant.maxAssertionAge"),
         ("jwksUrl", None, "required", "allowPrivateIPs"),
-        ("actorMatcher", "has(claims.roles)", "not-implemented", "actorMatcher"),
+        ("actorMatcher", "has(claims.roles", "cel", "actorMatcher"),
     ]
     for field, value, rule, path in cases:
         docs = trusting_docs(issuer, corp, hub)

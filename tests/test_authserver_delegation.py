@@ -44,6 +44,7 @@ def delegation_docs(issuer: str, corp: Idp, hub: Idp) -> list[dict[str, Any]]:
         "issuerUrl": corp.issuer, "jwksUrl": corp.jwks_uri, "insecureAllowHTTP": True,
         "allowPrivateIPs": True, "expectedAudience": issuer + "/mcp",
         "allowedActors": [EXTERNAL_ACTOR], "allowMayAct": True,
+        "actorMatcher": 'claims["azp"].startsWith("partner-") && claims["sub"] != "mallory"',
         "allowedDelegateClients": ["agent-a", "agent-b"]}, {
         "issuerUrl": hub.issuer, "jwksUrl": hub.jwks_uri, "insecureAllowHTTP": True,
         "allowPrivateIPs": True, "expectedAudience": issuer + "/mcp",
@@ -195,6 +196,13 @@ async def test_a_trusted_issuers_allowlists(stack: Stack) -> None:
         "act": {"iss": stack.corp.issuer, "sub": EXTERNAL_ACTOR}}
     refused(await exchange(stack, "agent-a", corp_token(stack, azp="someone-else")),
             "invalid_request", "allowedActors")
+    # actorMatcher (CEL over the subject token's claims) admits a class of actors besides
+    status, answer = await exchange(stack, "agent-a", corp_token(stack, azp="partner-7"))
+    assert status == 200, answer
+    assert claims_of(answer["access_token"])["act"]["act"]["sub"] == "partner-7"
+    refused(await exchange(stack, "agent-a", corp_token(stack, azp="partner-7",
+                                                        sub="mallory")),
+            "invalid_request", "nor admitted by actorMatcher")
     refused(await exchange(stack, "agent-c", allowed), "invalid_request",
             "allowedDelegateClients")
     refused(await exchange(stack, "agent-a", corp_token(stack, azp=EXTERNAL_ACTOR,

@@ -42,6 +42,10 @@ def test_aws_sts_plans_rules_by_priority_and_the_regions_sts(embedded: Docs) -> 
     assert isinstance(plan, AwsStsAuth)
     assert plan.role_rules == (RoleRule("admins", ARN + "admin"), RoleRule("ops", ARN + "ops"),
                                RoleRule("staff", ARN + "staff"))
+    use(embedded, aws(roleMappings=[{"matcher": '"admins" in claims["groups"]',
+                                     "roleArn": ARN + "admin"}]))
+    assert planned(embedded).role_rules == (
+        RoleRule(None, ARN + "admin", '"admins" in claims["groups"]'),)
     assert (plan.sts_url, plan.service, plan.session_duration, plan.role_claim,
             plan.session_name_claim) == ("https://sts.us-west-2.amazonaws.com/", "aws-mcp", 900,
                                          "groups", "sub")
@@ -69,8 +73,8 @@ AWS_PROBLEMS = [
      "exactly one of claim and matcher"),
     ({"roleMappings": [{"claim": "a", "matcher": "true", "roleArn": ARN + "r"}]}, "one-of",
      "spec.awsSts.roleMappings[0].claim", "exactly one"),
-    ({"roleMappings": [{"matcher": '"admins" in claims["groups"]', "roleArn": ARN + "r"}]},
-     "not-implemented", "spec.awsSts.roleMappings[0].matcher", "CEL matchers"),
+    ({"roleMappings": [{"matcher": '"admins" in claims["groups"', "roleArn": ARN + "r"}]},
+     "cel", "spec.awsSts.roleMappings[0].matcher", "is not a CEL expression"),
     ({"fallbackRoleArn": ARN + "r", "subjectProviderName": "okta"}, "provider-name",
      "spec.awsSts.subjectProviderName", "defines only: corp, github"),
 ]

@@ -368,3 +368,19 @@ async def test_what_sts_says_when_it_refuses(status: int, body: str, words: str)
             await strategy.sign(caller("frank", "frank-token.x.y", []),
                                 OutgoingRequest("GET", "https://aws-mcp.us-east-1.api.aws/mcp"))
         assert "frank-token" not in str(caught.value)
+
+
+def test_a_cel_matcher_picks_the_role_from_any_claim() -> None:
+    """roleMappings[].matcher: the first rule whose CEL expression is true of the caller's
+    claims; an expression that fails on these claims (a missing key) is no match."""
+    plan = AwsStsAuth(config="t/aws", region="us-east-1", service="aws-mcp",
+                      sts_url="https://sts.us-east-1.amazonaws.com/", role_rules=(
+                          RoleRule(None, ADMIN_ROLE, 'claims["tenant"] == "acme" && '
+                                                     '"admins" in claims["groups"]'),
+                          RoleRule("staff", ADMIN_ROLE.replace("admin", "staff"))),
+                      fallback_role_arn=None, session_duration=900)
+    strategy = AwsSts(plan, HttpClient(), None)
+    assert strategy.role_for({"tenant": "acme", "groups": ["admins"]}) == ADMIN_ROLE
+    assert strategy.role_for({"groups": ["admins", "staff"]}).endswith("staff")
+    with pytest.raises(CredentialError, match="no roleMappings rule"):
+        strategy.role_for({"tenant": "globex", "groups": ["admins"]})

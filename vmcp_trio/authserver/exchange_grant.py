@@ -16,7 +16,8 @@ the operator declared; a registered client never holds this grant). Rules kept h
   and only that actor may (``may_act.iss``, when present, must be this server; a trusted
   issuer's must carry it, and that issuer must have ``allowMayAct``); without ``may_act``, one
   of our tokens may be exchanged by any delegate client, and a trusted issuer's only when its
-  ``actorClaim`` (default ``azp``) is in ``allowedActors``. A trusted issuer's tokens are
+  ``actorClaim`` (default ``azp``) is in ``allowedActors`` or its ``actorMatcher`` (CEL over
+  the subject token's ``claims``) is true. A trusted issuer's tokens are
   exchanged only by its ``allowedDelegateClients`` (``*``: every delegate client).
 * Scopes: those asked for (``scope``), each one the client's (``delegateClients[].scopes``)
   and the subject token's, else ``invalid_scope``; none when none are asked for.
@@ -44,6 +45,7 @@ from typing import Any
 
 import orjson
 
+from ..auth.claims_matcher import ClaimsMatcher, compile_matcher
 from ..auth.incoming.authenticator import token_scopes
 from ..auth.incoming.jwks import KeysUnavailable
 from ..auth.jwt import TokenError, check_claims, parse_jws, verify_signature
@@ -128,6 +130,7 @@ class ExchangeGrant:
             expires_at=float("inf")) for plan in delegates}
         """The delegate clients, as the token endpoint authenticates them (either secret
         method)."""
+        self._matchers: dict[str, ClaimsMatcher] = {}
 
     async def grant(self, client: RegisteredClient, form: dict[str, str]) -> AccessGrant:
         plan = self.plans[client.client_id]  # only delegate clients hold this grant
@@ -237,10 +240,23 @@ class ExchangeGrant:
         if external is None:
             return None  # one of ours: any delegate client may act for its subject
         value = claims.get(external.actor_claim)
-        if not isinstance(value, str) or value not in external.allowed_actors:
-            raise _refused("subject token", "it has no may_act, and its client "
-                                            f"({external.actor_claim}) is not in allowedActors")
-        return value
+        if isinstance(value, str) and value in external.allowed_actors:
+            return value
+        matcher = self._actor_matcher(external)
+        if matcher is not None and matcher.matches(claims):
+            return value if isinstance(value, str) else None
+        raise _refused("subject token", "it has no may_act, and its client "
+                                        f"({external.actor_claim}) is not in allowedActors"
+                       + (" nor admitted by actorMatcher" if matcher is not None else ""))
+
+    def _actor_matcher(self, external: TrustedIssuerPlan) -> ClaimsMatcher | None:
+        """The issuer's ``actorMatcher``, compiled once (the configuration checked it)."""
+        if external.actor_matcher is None:
+            return None
+        matcher = self._matchers.get(external.issuer)
+        if matcher is None:
+            matcher = self._matchers[external.issuer] = compile_matcher(external.actor_matcher)
+        return matcher
 
     def _scopes(self, asked: str | None, plan: DelegateClientPlan,
                 claims: dict[str, Any]) -> tuple[str, ...]:

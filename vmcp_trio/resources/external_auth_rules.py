@@ -15,8 +15,8 @@ incoming auth, its authorization server's providers) is :mod:`.gateway_rules`' j
   allows); ``tokenExchange`` also with ``insecureAllowHTTP``, an ``xaa`` target with
   ``insecureTargetTokenUrl``.
 * **awsSts**: ``fallbackRoleArn`` or ``roleMappings`` (or both); each mapping exactly one of
-  ``claim`` and ``matcher``, and ``matcher`` (a CEL expression) is not implemented yet: refused
-  at its field rather than never matching. STS is ``https://sts.<region>.amazonaws.com``
+  ``claim`` and ``matcher`` (a CEL expression over the caller's ``claims``, compiled here: a
+  syntax error is reported at its field). STS is ``https://sts.<region>.amazonaws.com``
   (``.amazonaws.com.cn`` in China), or what ``AWS_ENDPOINT_URL_STS``, else ``AWS_ENDPOINT_URL``,
   says in vmcp's environment (the AWS SDKs' variables).
 * **obo** (Entra ID): ``tenantId``, ``clientId``, ``clientSecretRef`` and one of ``audience``
@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from ..auth.claims_matcher import MatcherError, compile_matcher
 from ..auth.ssrf import is_loopback_url
 from . import models as m
 from . import remote_rules
@@ -210,12 +211,14 @@ def _aws_sts(resolver: Resolver, resource: Resource, sts: AwsSts,
             report.error(resource, (*path, "claim"), "one-of",
                          "exactly one of claim and matcher must be set")
         elif mapping.matcher is not None:
-            report.error(resource, (*path, "matcher"), "not-implemented",
-                         "CEL matchers are not implemented yet: refused rather than never "
-                         "matching (use claim, a value of the roleClaim claim)")
-        elif mapping.claim is not None:
+            try:
+                compile_matcher(mapping.matcher)
+            except MatcherError as exc:
+                report.error(resource, (*path, "matcher"), "cel", str(exc))
+        if (mapping.claim is None) != (mapping.matcher is None):
             rank = mapping.priority if mapping.priority is not None else 2**31
-            ranked.append((rank, index, RoleRule(mapping.claim, mapping.role_arn)))
+            ranked.append((rank, index, RoleRule(mapping.claim, mapping.role_arn,
+                                                 mapping.matcher)))
     url, variable = sts_url(sts.region, resolver.environ)
     if variable is not None:
         problem = (None if url.startswith(("https://", "http://")) else

@@ -212,10 +212,11 @@ class StaticCredentialAuth:
 @dataclass(frozen=True)
 class RoleRule:
     """An ``awsSts.roleMappings`` rule: ``role_arn`` when the caller's role claim holds
-    ``claim``."""
+    ``claim``, or (``matcher``) when the CEL expression is true of the caller's claims."""
 
-    claim: str
+    claim: str | None
     role_arn: str
+    matcher: str | None = None
 
 
 @dataclass(frozen=True)
@@ -464,6 +465,9 @@ class TrustedIssuerPlan:
     """Set when its tokens may be RFC 8693 subject tokens (delegation)."""
     actor_claim: str = "azp"
     allowed_actors: tuple[str, ...] = ()
+    actor_matcher: str | None = None
+    """``actorMatcher``: a CEL expression over the subject token's claims that admits actors
+    besides :attr:`allowed_actors`."""
     allow_may_act: bool = False
     allowed_delegate_clients: tuple[str, ...] = ()
 

@@ -116,8 +116,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
-        ("authServerConfig.trustedIssuers[].actorMatcher",
-         "CEL actor matchers; allowedActors and allowMayAct work"),
         ("authServerConfig.storage.redis.clusterMode",
          "the Redis Cluster protocol; use addr (one endpoint) or sentinelConfig"),
     ),

@@ -5,8 +5,7 @@ server accepts: RFC 7523 assertions through ``jwtBearerGrant``, RFC 8693 subject
 the delegation fields) and ``authServerConfig.delegateClients`` (the confidential clients
 declared by the operator that may use RFC 8693 token exchange). Shape only, as in
 :mod:`.models`: the rules between fields and with the rest of the server's configuration are
-:mod:`.trust_rules`'. ``trustedIssuers[].actorMatcher`` (a CEL expression) is not here: it is
-refused as not implemented (:mod:`.toolhive_fields`).
+:mod:`.trust_rules`'.
 """
 
 from __future__ import annotations
@@ -53,6 +52,9 @@ class TrustedIssuer(Model):
     expected_audience: Text2048 | None = None
     actor_claim: Annotated[str, Strict(), Field(min_length=1, max_length=64)] | None = None
     allowed_actors: Annotated[tuple[Text256, ...], Field(max_length=50)] = ()
+    actor_matcher: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] | None = None
+    """A CEL expression over the subject token's claims (``claims``) that admits actors
+    besides ``allowedActors``."""
     allow_may_act: Bool = False
     allowed_delegate_clients: Annotated[tuple[Text256, ...],
                                         Field(min_length=1, max_length=50)] | None = None

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
+from ..auth.claims_matcher import MatcherError, compile_matcher
 from ..auth.ssrf import is_loopback_url
 from . import authserver_models as am
 from .plan import DelegateClientPlan, JwtBearerPlan, SecretValue, TrustedIssuerPlan
@@ -126,6 +127,11 @@ def _trusted_issuer(resolver: Resolver, owner: Resource, path: tuple[PathPart, .
     delegation = _delegation_problems(trusted, delegates)
     for where, message in delegation:
         report.error(owner, (*path, *where), "trusted-issuer", message)
+    if trusted.actor_matcher is not None:
+        try:
+            compile_matcher(trusted.actor_matcher)
+        except MatcherError as exc:
+            report.error(owner, (*path, "actorMatcher"), "cel", str(exc))
     if report.error_count != errors_before:
         return None
     clients = trusted.allowed_delegate_clients or ()
@@ -134,7 +140,8 @@ def _trusted_issuer(resolver: Resolver, owner: Resource, path: tuple[PathPart, .
         allow_http=trusted.insecure_allow_http, allow_private=trusted.allow_private_ips,
         jwt_bearer=grant, expected_audience=trusted.expected_audience,
         actor_claim=trusted.actor_claim or "azp", allowed_actors=trusted.allowed_actors,
-        allow_may_act=trusted.allow_may_act, allowed_delegate_clients=clients)
+        actor_matcher=trusted.actor_matcher, allow_may_act=trusted.allow_may_act,
+        allowed_delegate_clients=clients)
 
 
 def _jwt_bearer(resolver: Resolver, owner: Resource, path: tuple[PathPart, ...],
@@ -167,7 +174,7 @@ Problems = list[tuple[tuple[PathPart, ...], str]]
 def _delegation_problems(trusted: TrustedIssuer, delegates: set[str]) -> Problems:
     """What is wrong with the issuer's RFC 8693 delegation fields."""
     delegating = bool(trusted.expected_audience or trusted.actor_claim or trusted.allowed_actors
-                      or trusted.allow_may_act)
+                      or trusted.actor_matcher or trusted.allow_may_act)
     clients = trusted.allowed_delegate_clients or ()
     problems: Problems = []
     if trusted.jwt_bearer_grant is None and not trusted.expected_audience:
@@ -175,8 +182,8 @@ def _delegation_problems(trusted: TrustedIssuer, delegates: set[str]) -> Problem
                                                 "configured (the audience its subject tokens "
                                                 "must name)"))
     elif delegating and not trusted.expected_audience:
-        problems.append((("expectedAudience",), "is required with actorClaim, allowedActors "
-                                                "or allowMayAct"))
+        problems.append((("expectedAudience",), "is required with actorClaim, allowedActors, "
+                                                "actorMatcher or allowMayAct"))
     if delegating and not clients:
         problems.append((("allowedDelegateClients",), "is required with expectedAudience, "
                                                       "actorClaim, allowedActors or allowMayAct "

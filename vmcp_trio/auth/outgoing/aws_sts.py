@@ -6,7 +6,9 @@ request it:
 
 1. picks the role: the first ``roleMappings`` rule (by priority, then as written) whose
    ``claim`` the caller's ``roleClaim`` claim holds (a list that contains it, or an object with
-   it as a key, as CEL's ``in`` has it), else ``fallbackRoleArn``; none is the caller's error;
+   it as a key, as CEL's ``in`` has it), or whose ``matcher`` is true of the caller's claims
+   (:mod:`~vmcp_trio.auth.claims_matcher`), else ``fallbackRoleArn``; none is the caller's
+   error;
 2. names the session after the caller's ``sessionNameClaim`` claim (2 to 64 of letters, digits
    and ``_+=,.@-``, as STS requires);
 3. calls ``AssumeRoleWithWebIdentity`` (unsigned: the web identity token is the credential) with
@@ -36,6 +38,7 @@ import trio
 from ...http.client import HttpClient, HttpError
 from ...resources.plan import AwsStsAuth
 from ..caller import Caller
+from ..claims_matcher import compile_matcher
 from .cache import GrantCache, GrantError, grant_key
 from .sigv4 import AwsCredentials, OutgoingRequest, sign
 from .subject import CredentialError, UpstreamTokens, subject_token
@@ -69,11 +72,18 @@ class AwsSts:
         self.credentials: GrantCache[AwsCredentials] = cache or GrantCache()
         self.calls = 0
         """AssumeRoleWithWebIdentity calls made (cache misses), for tests and metrics."""
+        self._matchers = {rule: compile_matcher(rule.matcher) for rule in plan.role_rules
+                          if rule.matcher is not None}
+        """The rules' CEL matchers, compiled (the configuration checked they compile)."""
 
     def role_for(self, claims: dict[str, Any]) -> str:
         held = claims.get(self.plan.role_claim)
         for rule in self.plan.role_rules:
-            if isinstance(held, list | dict) and rule.claim in held:
+            matcher = self._matchers.get(rule)
+            if matcher is not None:
+                if matcher.matches(claims):
+                    return rule.role_arn
+            elif isinstance(held, list | dict) and rule.claim in held:
                 return rule.role_arn
         if self.plan.fallback_role_arn is None:
             raise CredentialError(f"no roleMappings rule of {self.plan.config} matches the "
