@@ -192,3 +192,30 @@ async def test_a_subscription_their_policies_do_not_allow_is_not_made() -> None:
             assert ack["method"] == "notifications/subscriptions/acknowledged", ack
             assert ack["params"]["notifications"].get("resourceSubscriptions", []) == granted
             assert sum("alice://static" in uris for uris in state.listens) == len(granted)
+
+
+async def test_the_proxys_own_rate_limits_on_the_calls_routed_to_it() -> None:
+    """An MCPRemoteProxy's ``rateLimiting`` (its pod's, in ToolHive): on its tools, by its own
+    names, besides the gateway's; refused with -32029 before the backend is called, and the
+    other backends are not counted."""
+    server, state = make_server("alice")
+    async with serving_backend(server, state) as url:
+        docs = with_guarded(url, rateLimiting={
+            "tools": [{"name": "add", "shared": {"maxTokens": 2, "refillPeriod": "1h"}}]})
+        del resource(docs, "MCPRemoteProxy")["spec"]["authzConfig"]
+        async with running_gateway(docs) as (gateway_url, _):
+            client = RawClient(gateway_url)
+            try:
+                assert (await client.initialize()).status == 200
+                for _ in range(2):
+                    allowed = await call(client, "guarded_add", {"a": 1, "b": 1})
+                    assert allowed["result"]["structuredContent"]["total"] == 2
+                calls_before = state.methods.count("tools/call")
+                refused = await call(client, "guarded_add", {"a": 1, "b": 1})
+                assert refused["error"]["code"] == -32029, refused
+                assert refused["error"]["data"]["retryAfterSeconds"] >= 1
+                assert state.methods.count("tools/call") == calls_before  # never sent
+                other = await call(client, "clock_echo", {"message": "free"})
+                assert other["result"]["content"][0]["text"] == "free"
+            finally:
+                await client.aclose()

@@ -222,13 +222,18 @@ def test_the_entrys_external_auth_config_is_its_outgoing_strategy() -> None:
                  kind="MCPServerEntry", contains="refers to MCPExternalAuthConfig dev/gone")
 
 
-@pytest.mark.parametrize(("backend", "path", "what"), [
-    (proxy(rateLimiting={"shared": {"maxTokens": 5}}), "spec.rateLimiting", "rate limiting"),
-])
-def test_security_fields_are_not_implemented(backend: dict[str, Any], path: str,
-                                             what: str) -> None:
-    expect_error(validate(gateway_docs(backend)), "not-implemented", path,
-                 kind=backend["kind"], contains=f"is not implemented yet ({what})")
+def test_a_proxys_rate_limits_are_its_backends_own() -> None:
+    result = validate(gateway_docs(proxy(rateLimiting={
+        "shared": {"maxTokens": 5, "refillPeriod": "1m"}})))
+    assert result.ok, result.problems
+    (backend,) = result.plans[0].backends
+    assert backend.rate_limits is not None and backend.rate_limits.shared is not None
+    assert backend.rate_limits.shared.max_tokens == 5
+    assert result.plans[0].rate_limits is None  # not the gateway's
+    per_user = validate(gateway_docs(proxy(rateLimiting={
+        "perUser": {"maxTokens": 5, "refillPeriod": "1m"}})))
+    expect_error(per_user, "rate-limit", "spec.rateLimiting.perUser", kind="MCPRemoteProxy",
+                 contains="per-user limits need authenticated callers")
 
 
 def test_backend_names_are_unique_across_kinds() -> None:

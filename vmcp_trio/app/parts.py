@@ -39,7 +39,7 @@ from ..authserver.server import AuthorizationServer
 from ..authserver.storage import Storage
 from ..authserver.storage.memory import MemoryStorage
 from ..authserver.storage.redis import RedisStorage
-from ..gateway.admission import BackendPolicies, Gate
+from ..gateway.admission import BackendPolicies, Gate, RateLimiter
 from ..gateway.backends.links import BackendLinks
 from ..gateway.backends.stdio import StdioProcess
 from ..gateway.call_log import CallLog
@@ -55,6 +55,7 @@ from ..resources.plan import (
     BackendPlan,
     EmbeddedIncoming,
     GatewayPlan,
+    RateLimitRules,
     StdioEndpoint,
 )
 from ..resources.plan import RedisStorage as RedisStoragePlan
@@ -350,18 +351,26 @@ def gate_for(process: GatewayProcess) -> Gate | None:
     plan (None: none of them)."""
     plan = process.plan
     policies = _cedar(plan.authz, plan.name) if plan.authz is not None else None
-    backends = {backend.name: BackendPolicies(_cedar(backend.authz, backend.name),
-                                              backend.authz.primary_upstream_provider)
-                for backend in plan.backends if backend.authz is not None}
-    if policies is None and plan.rate_limits is None and not backends:
+    own = [backend for backend in plan.backends
+           if backend.authz is not None or backend.rate_limits is not None]
+    if policies is None and plan.rate_limits is None and not own:
         return None
     gate = Gate(policies, None, process.metrics,
                 primary_upstream=plan.authz.primary_upstream_provider if plan.authz else None,
-                tokens=process.authserver, backends=backends)
-    if plan.rate_limits is not None:
-        gate.limiter = (RedisRateLimiter(process.shared.redis, plan.rate_limits,
-                                         on_unavailable=gate.rate_limit_unavailable)
-                        if process.shared is not None else LocalRateLimiter(plan.rate_limits))
+                tokens=process.authserver)
+
+    def limiter(rules: RateLimitRules | None, scope: tuple[str, ...]) -> RateLimiter | None:
+        if rules is None:
+            return None
+        if process.shared is None:
+            return LocalRateLimiter(rules)
+        return RedisRateLimiter(process.shared.redis, rules,
+                                on_unavailable=gate.rate_limit_unavailable, scope=scope)
+    gate.limiter = limiter(plan.rate_limits, ())
+    gate.backends = {backend.name: BackendPolicies(
+        _cedar(backend.authz, backend.name) if backend.authz is not None else None,
+        backend.authz.primary_upstream_provider if backend.authz is not None else None,
+        limiter(backend.rate_limits, ("backend", backend.name))) for backend in own}
     return gate
 
 

@@ -76,11 +76,12 @@ class Refusal:
 
 @dataclass(frozen=True)
 class BackendPolicies:
-    """A backend's own policies, and the upstream login whose claims they see (None: the
-    token's)."""
+    """A backend's own policies, the upstream login whose claims they see (None: the
+    token's), and its own rate limits (on ``tools/call``, by the backend's tool names)."""
 
-    policies: CedarPolicies
+    policies: CedarPolicies | None
     primary_upstream: str | None = None
+    limiter: RateLimiter | None = None
 
 
 def _jwt_claims(token: str) -> dict[str, Any] | None:
@@ -212,7 +213,7 @@ class Gate:
         for item in kept:
             backend, own_item = _backends_own(catalog, list_method, item)
             own = self.backends.get(backend)
-            if own is None:
+            if own is None or own.policies is None:
                 out.append(item)
                 continue
             if backend not in seen:
@@ -226,18 +227,30 @@ class Gate:
     async def refuse_at(self, identity: Identity, backend: str, request: Request,
                         params: Mapping[str, Any],
                         hints: Mapping[str, Any]) -> ErrorResponse | None:
-        """``backend``'s own policies on ``request`` as routed to it (``params``: under the
-        backend's own names; ``hints``: the tool's annotations): None when they allow it."""
+        """``backend``'s own policies, then its own rate limits, on ``request`` as routed to it
+        (``params``: under the backend's own names; ``hints``: the tool's annotations): None
+        when they allow it."""
         own = self.backends.get(backend)
-        checks = checks_for(request.method, params, lambda _: hints) if own else []
-        if own is None or not checks:
+        if own is None:
             return None
-        try:
-            claims = await self.claims(identity, own.primary_upstream)
-        except StorageUnavailable as exc:
-            return _undecided(request, exc).reply
-        denied = self._denied(request, own.policies, claims, checks)
-        return None if denied is None else denied.reply
+        checks = checks_for(request.method, params, lambda _: hints) if own.policies else []
+        if own.policies is not None and checks:
+            try:
+                claims = await self.claims(identity, own.primary_upstream)
+            except StorageUnavailable as exc:
+                return _undecided(request, exc).reply
+            denied = self._denied(request, own.policies, claims, checks)
+            if denied is not None:
+                return denied.reply
+        if own.limiter is not None and request.method == "tools/call":
+            name = params.get("name")
+            admission = await own.limiter.admit(
+                None if identity is ANONYMOUS else f"{identity.issuer} {identity.subject}",
+                name if isinstance(name, str) else None)
+            if not admission.allowed:
+                self.metrics.rate_limited.labels(f"{backend}: {admission.limit or ''}").inc()
+                return refusal(request.id, admission)
+        return None
 
 
 

@@ -30,7 +30,7 @@ from . import remote_rules
 from .authserver_rules import resolve_auth_server
 from .composite_rules import resolve_composites
 from .durations import Duration
-from .gateway_config import gateway_settings
+from .gateway_config import Placed, gateway_settings
 from .plan import (
     DEFAULT_SERVICE_ACCOUNT_AUDIENCE,
     AggregationPlan,
@@ -109,17 +109,22 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
                              "scope", f"{scope!r} is not among the scopes this server offers "
                              f"(oidcConfigRef.scopes: {', '.join(incoming.scopes)})")
     backends: list[BackendPlan] = []
+    shared_storage = settings.session_storage.value is not None \
+        and settings.session_storage.value.provider == "redis"
     for member in members:
         outgoing = _outgoing(resolver, gateway, spec, member.name or "", member, incoming)
         endpoint = _static_or_own(static, member.name or "", resolver.endpoints.get(member.key))
-        authz = None
+        authz = limits = None
         if isinstance(member.spec, m.RemoteProxySpec):
             authz = resolve_authz(resolver, gateway, member.spec.authz_config,
                                   member.spec.authz_config_ref, embedded, owner=member,
                                   at=("spec",))
+            limits = resolve_rate_limits(
+                resolver, member, Placed(member.spec.rate_limiting, ("spec", "rateLimiting")),
+                authenticated=spec.incoming_auth.type == "oidc", shared_storage=shared_storage)
         if outgoing is not None and endpoint is not None and _headers_fit(
                 resolver, gateway, member, endpoint, outgoing):
-            backends.append(BackendPlan(member.name or "", endpoint, outgoing, authz))
+            backends.append(BackendPlan(member.name or "", endpoint, outgoing, authz, limits))
     for name, static_endpoint in static.items():
         outgoing = _outgoing(resolver, gateway, spec, name, None, incoming)
         if outgoing is not None and static_endpoint is not None and all(
@@ -139,9 +144,7 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
                           spec.incoming_auth.authz_config_ref, embedded)
     rate_limits = resolve_rate_limits(
         resolver, gateway, settings.rate_limiting,
-        authenticated=spec.incoming_auth.type == "oidc",
-        shared_storage=settings.session_storage.value is not None
-        and settings.session_storage.value.provider == "redis")
+        authenticated=spec.incoming_auth.type == "oidc", shared_storage=shared_storage)
     audit = resolve_audit(resolver, gateway, settings.audit)
     composites = resolve_composites(resolver, gateway, settings.composite_tools,
                                     settings.composite_tool_refs)

@@ -535,6 +535,9 @@ class RemoteProxySpec(RemoteBackendSpec):
     authz_config: AuthzConfig | None = None
     """Cedar policies for the calls to this backend (the pod's, in ToolHive)."""
     authz_config_ref: NameRef | None = None
+    rate_limiting: RateLimiting | None = None
+    """Token buckets on the calls to this backend (the pod's, in ToolHive), besides the
+    gateway's; tools named as this backend names them."""
 
 
 class ToolConfigSpec(Model):

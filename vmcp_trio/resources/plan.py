@@ -332,6 +332,9 @@ class BackendPlan:
     authz: AuthzPlan | None = None
     """The backend's own policies (an MCPRemoteProxy's ``authzConfig``), for the calls routed
     to it, besides the gateway's."""
+    rate_limits: RateLimitRules | None = None
+    """The backend's own rate limits (an MCPRemoteProxy's ``rateLimiting``), on the calls
+    routed to it, besides the gateway's; tools by the backend's names."""
 
 
 # --- embedded authorization server -------------------------------------------------------------

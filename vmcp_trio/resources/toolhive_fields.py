@@ -119,9 +119,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
         ("authServerConfig.storage.redis.clusterMode",
          "the Redis Cluster protocol; use addr (one endpoint) or sentinelConfig"),
     ),
-    "MCPRemoteProxy": (
-        ("rateLimiting", "rate limiting"),
-    ),
     "MCPOIDCConfig": (
         ("kubernetesServiceAccount.introspectionUrl", "token introspection"),
     ),

@@ -270,16 +270,19 @@ class RedisRateLimiter:
     (``on_unavailable`` is told, for the metric and the warning)."""
 
     def __init__(self, connection: RedisConnection, rules: RateLimitRules, *,
-                 on_unavailable: Callable[[], None]) -> None:
+                 on_unavailable: Callable[[], None], scope: tuple[str, ...] = ()) -> None:
         self.connection = connection
         self.rules = rules
         self.on_unavailable = on_unavailable
+        self.scope = scope
+        """Key parts before the buckets' (a backend's own limits: ``backend``, its name), so
+        that two sets of limits in one Redis never share a bucket."""
 
     async def admit(self, user: str | None, tool: str | None) -> Admission:
         checks = _checks(self.rules, user, tool)
         if not checks:
             return ADMITTED
-        keys = [self.connection.key("ratelimit", *check.key) for check in checks]
+        keys = [self.connection.key("ratelimit", *self.scope, *check.key) for check in checks]
         args: list[str | int] = []
         for check in checks:
             args += [check.bucket.max_tokens, repr(check.bucket.refill_seconds * 1_000_000)]
