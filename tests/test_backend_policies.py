@@ -219,3 +219,39 @@ async def test_the_proxys_own_rate_limits_on_the_calls_routed_to_it() -> None:
                 assert other["result"]["content"][0]["text"] == "free"
             finally:
                 await client.aclose()
+
+
+async def test_a_server_vmcp_starts_gets_its_proxys_policies_limits_and_filter() -> None:
+    """An MCPServer vmcp starts (``command``) has no ToolHive proxy in front of it: vmcp applies
+    its ``authzConfig``, ``rateLimiting`` and older ``tools`` filter itself. At its in-cluster
+    URL the same fields are its proxy's business (set aside)."""
+    docs = quickstart_docs()
+    clock = resource(docs, "MCPServer", "clock")
+    clock["spec"]["tools"] = ["echo", "add"]
+    clock["spec"]["authzConfig"] = {"type": "inline", "inline": {"policies": [
+        'permit(principal, action == Action::"call_tool", resource == Tool::"echo");',
+        'permit(principal, action == Action::"list_tools", resource);']}}
+    clock["spec"]["rateLimiting"] = {"shared": {"maxTokens": 1, "refillPeriod": "1h"}}
+    result = validate(docs)
+    assert result.ok, result.problems
+    (plan,) = result.plans
+    backend = next(b for b in plan.backends if b.name == "clock")
+    assert backend.authz is not None and backend.rate_limits is not None
+    async with running_gateway(docs) as (url, _):
+        client = RawClient(url)
+        try:
+            assert (await client.initialize()).status == 200
+            listed = {t["name"] for t in (await client.request("tools/list")).result["tools"]}
+            assert {n for n in listed if n.startswith("clock_")} == {"clock_echo"}
+            assert (await call(client, "clock_echo", {"message": "hi"}))["result"]
+            again = await call(client, "clock_echo", {"message": "hi"})
+            assert again["error"]["code"] == -32029  # one call an hour
+        finally:
+            await client.aclose()
+    in_cluster = quickstart_docs()
+    server = resource(in_cluster, "MCPServer", "clock")
+    for field in ("command", "args"):
+        server["spec"].pop(field, None)
+    server["spec"]["rateLimiting"] = {"shared": {"maxTokens": 1, "refillPeriod": "1h"}}
+    result = validate(in_cluster)
+    assert result.ok and all(b.rate_limits is None for b in result.plans[0].backends)

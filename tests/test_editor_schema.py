@@ -126,7 +126,7 @@ REFUSED: dict[str, Change] = {
     "a feature not implemented, on": lambda docs: kind(docs, "VirtualMCPServer")[
         "spec"].update(config={"incomingAuth": {"type": "anonymous"}}),
     "a proxy's field on a server vmcp starts": lambda docs: kind(docs, "MCPServer")[
-        "spec"].update(rateLimiting={"shared": {"maxTokens": 5, "refillPeriod": "1m"}}),
+        "spec"].update(webhookConfigRef={"name": "hooks"}),
 }
 
 ACCEPTED: dict[str, Change] = {

@@ -961,10 +961,9 @@ def test_a_gateway_needs_a_group_somewhere(anonymous: Docs) -> None:
 
 NOT_IMPLEMENTED = [
     # (kind, name, field set, value, reported path, what the message names)
-    ("MCPServer", "notes", "spec.authzConfig", {"type": "configMap", "configMap": {"name": "a"}},
-     "spec.authzConfig", "authorization (Cedar policies)"),
-    ("MCPServer", "everything", "spec.rateLimiting", {"shared": {"maxTokens": 5}},
-     "spec.rateLimiting", "rate limiting"),
+    ("MCPServer", "notes", "spec.webhookConfigRef", {"name": "hooks"},
+     "spec.webhookConfigRef", "webhooks (MCPWebhookConfig)"),
+    ("MCPServer", "everything", "spec.audit", {"enabled": True}, "spec.audit", "audit logging"),
 ]
 
 

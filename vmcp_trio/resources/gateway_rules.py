@@ -115,7 +115,9 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         outgoing = _outgoing(resolver, gateway, spec, member.name or "", member, incoming)
         endpoint = _static_or_own(static, member.name or "", resolver.endpoints.get(member.key))
         authz = limits = None
-        if isinstance(member.spec, m.RemoteProxySpec):
+        if isinstance(member.spec, m.RemoteProxySpec) or (
+                isinstance(member.spec, m.MCPServerSpec)
+                and (member.spec.url is not None or member.spec.command is not None)):
             authz = resolve_authz(resolver, gateway, member.spec.authz_config,
                                   member.spec.authz_config_ref, embedded, owner=member,
                                   at=("spec",))

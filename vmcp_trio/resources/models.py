@@ -487,6 +487,13 @@ class MCPServerSpec(Model):
     tool_config_ref: NameRef | None = None
     """An MCPToolConfig; vmcp applies it to a server it reaches by ``url`` or starts. A server
     at its in-cluster URL has it applied by ToolHive's proxy (vmcp leaves it alone)."""
+    tools: tuple[NonEmpty, ...] | None = None
+    """The tools to keep (ToolHive's filter before MCPToolConfig), as :attr:`tool_config_ref`."""
+    authz_config: AuthzConfig | None = None
+    """Cedar policies for the calls to this server, as for an MCPRemoteProxy's."""
+    authz_config_ref: NameRef | None = None
+    rate_limiting: RateLimiting | None = None
+    """Token buckets on the calls to this server, as for an MCPRemoteProxy's."""
 
 
 # --- remote backends and their tools (ToolHive v0.10+) -------------------------------------------

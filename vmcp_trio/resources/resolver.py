@@ -209,10 +209,16 @@ class Resolver:
             for resource in self.of_kind(kind):
                 ref = resource.spec.tool_config_ref
                 endpoint = self.endpoints.get(resource.key)
-                if ref is None or (isinstance(endpoint, HttpEndpoint) and endpoint.in_cluster):
+                if isinstance(endpoint, HttpEndpoint) and endpoint.in_cluster:
                     continue  # ToolHive's proxy in front of an in-cluster server applies it
-                tools = remote_rules.tool_config_plan(self, resource, ("spec", "toolConfigRef"),
-                                                      ref, resource.name or "")
+                kept = getattr(resource.spec, "tools", None)  # an MCPServer's older filter
+                if kept is not None and ref is not None:
+                    self.report.error(resource, ("spec", "tools"), "conflict",
+                                      "is the older form of toolConfigRef: give one of them")
+                    continue
+                tools = WorkloadToolsPlan(resource.name or "", kept) if kept is not None else \
+                    None if ref is None else remote_rules.tool_config_plan(
+                        self, resource, ("spec", "toolConfigRef"), ref, resource.name or "")
                 if tools is not None:
                     self.backend_tools[resource.key] = tools
 

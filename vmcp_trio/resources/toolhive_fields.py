@@ -16,21 +16,19 @@ with its own rule:
   no security decision and no result a client gets: telemetry (vmcp serves ``/metrics``; its
   traces follow the process's ``OTEL_*`` environment), an MCPRemoteProxy's own incoming OIDC
   (its pod's, which vmcp does not run), the optimizer and its embedding server, code mode, the
-  runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker, status reporting
-  and tool annotation overrides.
+  runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker and status
+  reporting.
 * ``not-implemented``: an error per field. Features whose absence would make the gateway do less
-  than the manifest says, above all about security: rate limiting on an MCPRemoteProxy (the
-  pod's own), webhooks, tool exclusion, passthrough headers, ``outgoingAuth.default``, the
-  runtime form of incoming/outgoing auth, the
-  authorization server's and MCPOIDCConfig's newer options (CIMD settings, DCR upstream, a
-  trusted issuer's CEL ``actorMatcher``). They are refused, never
-  silently dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``)
-  is accepted without a word.
+  than the manifest says, above all about security: webhooks, the runtime form of
+  incoming/outgoing auth, Redis Cluster, an MCPOIDCConfig's introspection of service-account
+  tokens. They are refused, never silently dropped. A value that turns nothing on (``false``,
+  or a block with ``enabled: false``) is accepted without a word.
 
 An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
 the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
 they pass as the operator's business. A server vmcp reaches directly (``url``) or starts
-(``command``) has no such proxy: there they are not implemented.
+(``command``) has no such proxy: vmcp applies its authorization, rate limits and tool filter
+itself (:data:`PROXY_APPLIED`, in the models), and refuses the rest as not implemented.
 """
 
 from __future__ import annotations
@@ -100,12 +98,15 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
 }
 
 
+PROXY_APPLIED: dict[str, tuple[str, ...]] = {
+    "MCPServer": ("authzConfig", "authzConfigRef", "rateLimiting", "tools"),
+}
+"""Fields that ToolHive's proxy in front of a server enforces, and vmcp itself for a server it
+reaches by ``url`` or starts by ``command`` (in the models); set aside for a server at its
+in-cluster URL, whose proxy applies them."""
+
 PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
     "MCPServer": (
-        ("authzConfig", "authorization (Cedar policies)"),
-        ("authzConfigRef", "authorization (MCPAuthzConfig)"),
-        ("rateLimiting", "rate limiting"),
-        ("tools", "the tool filter"),
         ("webhookConfigRef", "webhooks (MCPWebhookConfig)"),
         ("authServerRef", "an embedded authorization server in front of one backend"),
         ("audit", "audit logging"),
@@ -176,6 +177,9 @@ def set_aside(kind: str, spec: Any, report: Report, resource: Resource) -> Any:
             if not _inert(value):
                 report.warn(resource, path, "ignored-field", f"is ignored: {what}")
     refused = list(NOT_IMPLEMENTED.get(kind, ()))
+    if proxied:
+        for name in PROXY_APPLIED.get(kind, ()):
+            spec.pop(name, None)
     for pattern, what in PROXY_ENFORCED.get(kind, ()):
         if proxied:
             spec.pop(pattern, None)
