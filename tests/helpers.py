@@ -17,6 +17,8 @@ from __future__ import annotations
 import copy
 import datetime
 import ipaddress
+import os
+import random
 import socket
 import subprocess
 import time
@@ -103,11 +105,36 @@ def expect_error(result: ValidationResult, rule: str, path: str, *, kind: str | 
 
 
 
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_WORKER_PORTS = 4000
+_next_port: int | None = None
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Under pytest-xdist (``make test`` runs two workers) each worker takes its ports from a
+    range of its own below the kernel's ephemeral ports (worker ``gwN``: 10000 + 4000 N, 4000
+    of them, in turn), so that no worker picks a port another one chose and is about to listen
+    on; the kernel's own choices (a server binding port 0, an outgoing connection) stay in the
+    ephemeral range above. Alone, the kernel picks."""
+    global _next_port
+    if not _WORKER.startswith("gw"):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+    low = 10_000 + _WORKER_PORTS * int(_WORKER[2:])
+    if _next_port is None:
+        _next_port = low + random.randrange(_WORKER_PORTS)
+    for _ in range(_WORKER_PORTS):
+        port, _next_port = _next_port, low + (_next_port + 1 - low) % _WORKER_PORTS
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{low + _WORKER_PORTS - 1}")
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float = 10) -> None:
