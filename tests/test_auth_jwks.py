@@ -179,7 +179,8 @@ async def test_the_supervised_refresher_follows_max_age() -> None:
 def test_unsafe_urls_are_refused(url: str, allow_http: bool, allow_private: bool,
                                  reason: str) -> None:
     with pytest.raises(UnsafeUrl, match=reason):
-        check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
+        check_fetch_url(url, allow_http=allow_http, allow_private=allow_private,
+                        switch="jwksAllowPrivateIP")
 
 
 def test_what_the_configuration_allows_passes_with_the_guard_its_fetch_needs() -> None:

@@ -501,7 +501,8 @@ async def test_documents_on_private_addresses_are_refused_outside_development(
     runs for development (insecureAllowHTTP)."""
     client_id = documents.publish("/agent.json")
     strict = ClientDocuments(allow_http=True, allow_private=False)
-    with pytest.raises(ClientDocumentError, match="non-public address"):
+    with pytest.raises(ClientDocumentError, match=r"non-public address \(set authServerConfig"
+                                                  r"\.insecureAllowHTTP to allow it\)"):
         await strict.resolve(client_id)
     https_only = ClientDocuments(allow_http=False, allow_private=False)
     assert not https_only.is_document_client(client_id)

@@ -94,10 +94,18 @@ def _literal(host: str) -> bool:
     return True
 
 
-class PublicAddresses:
-    """The connect guard of fetches that may reach public addresses only (see above)."""
+def _hint(switch: str | None) -> str:
+    """What a refusal says to do: the setting that allows private addresses for this fetch,
+    when the caller knows it."""
+    return f"set {switch} to allow it" if switch else "private addresses are refused here"
 
-    def __init__(self) -> None:
+
+class PublicAddresses:
+    """The connect guard of fetches that may reach public addresses only (see above);
+    ``switch``: the setting a refusal names."""
+
+    def __init__(self, switch: str | None = None) -> None:
+        self.switch = switch
         self._limiter: trio.CapacityLimiter | None = None
 
     async def addresses(self, host: str, port: int) -> Sequence[str]:
@@ -118,23 +126,30 @@ class PublicAddresses:
         for address in found:
             if not is_public(address):
                 raise HttpError(f"{host[:100]} resolves to the non-public address {address} "
-                                "(set jwksAllowPrivateIP to allow it)")
+                                f"({_hint(self.switch)})")
         return found
 
 
 PUBLIC_ONLY = PublicAddresses()
+_NAMED: dict[str, PublicAddresses] = {}
 
 
-def fetch_guard(*, allow_private: bool) -> PublicAddresses | None:
-    """The connect guard a fetch uses: :data:`PUBLIC_ONLY`, or None when private addresses are
-    allowed."""
-    return None if allow_private else PUBLIC_ONLY
+def fetch_guard(*, allow_private: bool, switch: str | None = None) -> PublicAddresses | None:
+    """The connect guard a fetch uses (one per ``switch``, the setting its refusals name), or
+    None when private addresses are allowed."""
+    if allow_private:
+        return None
+    if switch is None:
+        return PUBLIC_ONLY
+    return _NAMED.setdefault(switch, PublicAddresses(switch))
 
 
-def check_fetch_url(url: str, *, allow_http: bool, allow_private: bool
-                    ) -> PublicAddresses | None:
+def check_fetch_url(url: str, *, allow_http: bool, allow_private: bool,
+                    switch: str | None = None) -> PublicAddresses | None:
     """Raise :class:`UnsafeUrl` when ``url`` shows it may not be fetched; else the connect
-    guard its fetch must go through (:func:`fetch_guard`). No lookup is made here."""
+    guard its fetch must go through (:func:`fetch_guard`). No lookup is made here.
+    ``switch``: the setting that allows private addresses for this fetch, which a refusal
+    names (a generic word without it)."""
     try:
         parts = urlsplit(url)
         host = parts.hostname
@@ -146,6 +161,5 @@ def check_fetch_url(url: str, *, allow_http: bool, allow_private: bool
         raise UnsafeUrl(f"{url[:200]} uses plain http (set insecureAllowHTTP to allow it)")
     if not allow_private and (is_loopback_host(host) or host.endswith(".localhost") or (
             _literal(host) and not is_public(host))):
-        raise UnsafeUrl(f"{url[:200]} names a non-public address (set jwksAllowPrivateIP to "
-                        "allow it)")
-    return fetch_guard(allow_private=allow_private)
+        raise UnsafeUrl(f"{url[:200]} names a non-public address ({_hint(switch)})")
+    return fetch_guard(allow_private=allow_private, switch=switch)

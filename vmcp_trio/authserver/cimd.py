@@ -139,7 +139,8 @@ class ClientDocuments:
             raise ClientDocumentError(exc.description) from None
         try:
             guard = check_fetch_url(url, allow_http=self.allow_http,
-                                    allow_private=self.allow_private)
+                                    allow_private=self.allow_private,
+                                    switch="authServerConfig.insecureAllowHTTP")
         except UnsafeUrl as exc:
             raise ClientDocumentError(f"the client_id URL is refused: {exc}") from None
         self.fetches += 1

@@ -55,10 +55,12 @@ class TrustedIssuers:
         self.issuers: dict[str, tuple[TrustedIssuerPlan, JwksCache]] = {}
         for plan in plans:
             metadata = IssuerMetadata(client, plan.issuer, allow_http=plan.allow_http,
-                                      allow_private=plan.allow_private)
+                                      allow_private=plan.allow_private,
+                                      private_switch="trustedIssuers[].allowPrivateIPs")
             self.issuers[plan.issuer] = (plan, JwksCache(
                 plan.issuer, metadata.endpoint("jwks_uri", plan.jwks_url), client,
-                allow_http=plan.allow_http, allow_private=plan.allow_private))
+                allow_http=plan.allow_http, allow_private=plan.allow_private,
+                private_switch="trustedIssuers[].allowPrivateIPs"))
 
     def supervised(self) -> list[NamedTask]:
         """Each issuer's key refresher, for the supervisor."""

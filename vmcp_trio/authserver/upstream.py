@@ -186,7 +186,8 @@ class UpstreamProvider:
         if isinstance(plan, OIDCProvider):
             self._jwks = JwksCache(plan.issuer_url, self._jwks_uri, client,
                                    allow_http=allow_http, allow_private=allow_private,
-                                   fetch_timeout=timeout)
+                                   fetch_timeout=timeout,
+                                   private_switch="authServerConfig.insecureAllowHTTP")
         else:
             self._endpoints = _Endpoints(None, plan.authorization_endpoint, plan.token_endpoint,
                                          None)

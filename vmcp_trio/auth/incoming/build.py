@@ -66,13 +66,16 @@ class IssuerMetadata:
 
     def __init__(self, client: HttpClient, issuer: str, *, allow_http: bool,
                  allow_private: bool,
-                 headers: Callable[[], list[tuple[str, str]]] = list) -> None:
+                 headers: Callable[[], list[tuple[str, str]]] = list,
+                 private_switch: str | None = None) -> None:
         self.client = client
         self.issuer = issuer
         self.allow_http = allow_http
         self.allow_private = allow_private
         self.headers = headers
         """Sent with the discovery request (``jwksAuthTokenPath``'s bearer token)."""
+        self.private_switch = private_switch
+        """The setting that allows private addresses, named when one is refused."""
         self._document: dict[str, Any] | None = None
 
     async def get(self) -> dict[str, Any]:
@@ -80,7 +83,8 @@ class IssuerMetadata:
             self._document = await discover(self.client, self.issuer,
                                             allow_http=self.allow_http,
                                             allow_private=self.allow_private,
-                                            headers=self.headers())
+                                            headers=self.headers(),
+                                            switch=self.private_switch)
         return self._document
 
     def endpoint(self, name: str, configured: str | None) -> Callable[[], Awaitable[str]]:
@@ -136,10 +140,12 @@ def _oidc(plan: OIDCIncoming, settings: AuthSettings, client: HttpClient) -> Jwt
     headers = list if plan.jwks_auth_token_path is None \
         else bearer_from_file(Path(plan.jwks_auth_token_path))
     metadata = IssuerMetadata(client, plan.issuer, allow_http=plan.insecure_allow_http,
-                              allow_private=plan.jwks_allow_private_ip, headers=headers)
+                              allow_private=plan.jwks_allow_private_ip, headers=headers,
+                              private_switch="jwksAllowPrivateIP")
     jwks = JwksCache(plan.issuer, metadata.endpoint("jwks_uri", plan.jwks_url), client,
                      allow_http=plan.insecure_allow_http,
-                     allow_private=plan.jwks_allow_private_ip, headers=headers)
+                     allow_private=plan.jwks_allow_private_ip, headers=headers,
+                     private_switch="jwksAllowPrivateIP")
     introspector = None
     if plan.client_secret is not None:
         introspector = Introspector(

@@ -88,7 +88,8 @@ class Introspector:
             raise IntrospectionUnavailable(str(exc)) from None
         try:
             guard = check_fetch_url(endpoint, allow_http=self.allow_http,
-                                    allow_private=self.allow_private)
+                                    allow_private=self.allow_private,
+                                    switch="jwksAllowPrivateIP")
         except UnsafeUrl as exc:
             raise IntrospectionUnavailable(f"the introspection endpoint is refused: "
                                            f"{exc}") from None

@@ -51,12 +51,15 @@ class JwksCache:
                  default_refresh: float = 900.0, miss_interval: float = 30.0,
                  fetch_timeout: float = 5.0,
                  headers: Callable[[], list[tuple[str, str]]] = list,
+                 private_switch: str | None = None,
                  on_removed: Callable[[str], None] | None = None) -> None:
         self.issuer = issuer
         self._url = url
         self.client = client
         self.allow_http = allow_http
         self.allow_private = allow_private
+        self.private_switch = private_switch
+        """The setting that allows private addresses, named when one is refused."""
         self.min_refresh = min_refresh
         self.max_refresh = max_refresh
         self.default_refresh = default_refresh
@@ -80,7 +83,8 @@ class JwksCache:
         url = await self._url()
         try:
             guard = check_fetch_url(url, allow_http=self.allow_http,
-                                    allow_private=self.allow_private)
+                                    allow_private=self.allow_private,
+                                    switch=self.private_switch)
         except UnsafeUrl as exc:
             raise FetchError(f"the JWKS URL is refused: {exc}") from None
         self.fetches += 1

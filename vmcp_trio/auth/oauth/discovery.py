@@ -221,13 +221,14 @@ def _covers(named: str, resource: str) -> bool:
 
 async def _first_document(client: HttpClient, urls: list[str], *, refused: str, missing: str,
                           allow_http: bool, allow_private: bool,
-                          headers: Iterable[tuple[str, str]] = ()
+                          headers: Iterable[tuple[str, str]] = (), switch: str | None = None
                           ) -> tuple[str, dict[str, Any]]:
     """``(url, document)`` of the first candidate that answers 200 with a JSON object."""
     problems: list[str] = []
     for url in urls:
         try:
-            guard = check_fetch_url(url, allow_http=allow_http, allow_private=allow_private)
+            guard = check_fetch_url(url, allow_http=allow_http, allow_private=allow_private,
+                                    switch=switch)
         except UnsafeUrl as exc:
             raise DiscoveryError(f"{refused}: {exc}") from None
         try:
@@ -244,11 +245,12 @@ async def _first_document(client: HttpClient, urls: list[str], *, refused: str, 
 
 async def _issuer_document(client: HttpClient, issuer: str, urls: list[str], *,
                            allow_http: bool, allow_private: bool,
-                           headers: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+                           headers: Iterable[tuple[str, str]] = (),
+                           switch: str | None = None) -> dict[str, Any]:
     url, document = await _first_document(
         client, urls, refused="the issuer's metadata URL is refused",
         missing=f"no metadata for the issuer {issuer}", allow_http=allow_http,
-        allow_private=allow_private, headers=headers)
+        allow_private=allow_private, headers=headers, switch=switch)
     if document.get("issuer") != issuer:
         raise DiscoveryError(f"{url} names the issuer {str(document.get('issuer'))[:200]!r}, "
                              f"not {issuer!r}")
@@ -256,14 +258,15 @@ async def _issuer_document(client: HttpClient, issuer: str, urls: list[str], *,
 
 
 async def discover(client: HttpClient, issuer: str, *, allow_http: bool,
-                   allow_private: bool,
-                   headers: Iterable[tuple[str, str]] = ()) -> dict[str, Any]:
+                   allow_private: bool, headers: Iterable[tuple[str, str]] = (),
+                   switch: str | None = None) -> dict[str, Any]:
     """The metadata document of an issuer from the configuration (OIDC Discovery first, see the
     module's rules; ``headers``: sent with each request, such as the bearer token an issuer
-    inside the cluster asks for); raises :class:`DiscoveryError` saying what failed."""
+    inside the cluster asks for; ``switch``: the setting that allows a private address, which
+    a refusal names); raises :class:`DiscoveryError` saying what failed."""
     return await _issuer_document(client, issuer, _configured_issuer_urls(issuer),
                                   allow_http=allow_http, allow_private=allow_private,
-                                  headers=headers)
+                                  headers=headers, switch=switch)
 
 
 def _strings(document: dict[str, Any], name: str) -> tuple[str, ...]:
