@@ -500,8 +500,8 @@ def main() -> None:
         outcomes, samples, faults, counts = last_run(args)
     else:
         outcomes, samples, faults, counts = run(args)
-    metrics, ratios = report(outcomes, samples, faults, args, RESULTS, settle=SETTLE)
-    metrics.update(counts)
+    metrics, ratios = report(outcomes, samples, faults, args, RESULTS, settle=SETTLE,
+                             counts=counts)
     (RESULTS / "soak-faults.json").write_bytes(orjson.dumps(
         {"faults": [dataclasses.asdict(fault) for fault in faults], "counts": counts,
          "minutes": args.minutes, "rate": args.rate}))

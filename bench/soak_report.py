@@ -130,8 +130,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def report(outcomes: list[Outcome], samples: list[dict[str, Any]], faults: list[FaultRecord],
-           args: argparse.Namespace, results: Path, *,
-           settle: float) -> tuple[dict[str, Any], dict[str, float]]:
+           args: argparse.Namespace, results: Path, *, settle: float,
+           counts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+    """The run's metrics (``counts``: the load's own, such as sessions reopened) and ratios,
+    with the Markdown report and the plot written to ``results``."""
     verdict = judge(outcomes, faults, settle)
     start = min(o.started for o in outcomes)
     warm_until = start + min(60.0, args.minutes * 6)
@@ -160,10 +162,13 @@ def report(outcomes: list[Outcome], samples: list[dict[str, Any]], faults: list[
                        "recovered_s": round(f.recovered - start, 2)} for f in faults],
         "call_p50_ms": round(percentile(quiet, 0.5) * 1000, 1),
         "call_p99_ms": round(percentile(quiet, 0.99) * 1000, 1),
+        **counts,
         "flatness": flat, "baseline": back,
         "unexcused": [f"{o.kind} at {o.started - start:.1f}s: {o.cause}"
                       for o in verdict["outside"] + verdict["untouched"]][:50]}
-    rss_slopes = [row["rss_mib_per_hour"] for row in flat if "rss_mib_per_hour" in row]
+    # a replica restarted late is judged over minutes: its warm-up is no trend
+    rss_slopes = [row["rss_mib_per_hour"] for row in flat
+                  if "rss_mib_per_hour" in row and row["minutes"] >= args.minutes / 2]
     ratios = {"succeeded_share": round((len(outcomes) - failed) / len(outcomes), 5),
               "worst_rss_mib_per_hour": round(max(rss_slopes, default=0.0), 2)}
     write_markdown(results / "soak.md", metrics, kinds, causes, faults, start)
