@@ -28,8 +28,10 @@ $(STAMP): $(RUNTIME)
 ## the fuzzing itself is `make fuzz`
 test: lint pytest
 
+# two workers, each test file on one of them (its module fixtures start once); free ports come
+# from a range per worker (tests/helpers.free_port)
 pytest: $(STAMP) peers mcp1 packages
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadfile
 
 ## packages: Debian redis-server + redis-sentinel (7.0), haproxy, zsh and chromium for the tests that run
 ## them (no-op when installed)

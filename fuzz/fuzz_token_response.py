@@ -37,7 +37,7 @@ from vmcp_trio.auth.oauth.tokens import (
     token_request,
 )
 from vmcp_trio.http.client import ConnectGuard, HttpClient
-from vmcp_trio.resources.models import TokenResponseMapping
+from vmcp_trio.resources.authserver_models import TokenResponseMapping
 from vmcp_trio.resources.plan import TokenResponseMappingPlan
 
 STATUSES = (200, 200, 200, 201, 400, 401, 500, 503)

@@ -375,13 +375,17 @@ async def test_an_error_in_a_200_answer_is_an_error(stand_in: NestedTokenServer,
     assert caught.value.oauth_error == "bad_verification_code"
 
 
-async def test_oauth2_without_userinfo_cannot_identify_the_user(stand_in: NestedTokenServer,
-                                                                http: HttpClient) -> None:
+async def test_oauth2_without_userinfo_knows_the_user_by_the_access_token(
+        stand_in: NestedTokenServer, http: HttpClient) -> None:
+    """Neither userInfo nor identityFromToken (an MCP authorization server upstream, say): the
+    user is ``tk-`` and a digest of the access token, as ToolHive's synthesis mode, with no
+    name; nothing of the token itself is in it."""
     provider = upstream(stand_in_plan(stand_in, user_info=None), http)
     leg = await provider.start(state="s", redirect_uri=REDIRECT_URI)
-    with pytest.raises(UpstreamError, match=r"'nested'.*userInfo"):
-        await finish(provider, "code", leg)
-    assert stand_in.requests == []  # the code was not spent
+    tokens, identity = await finish(provider, "code", leg)
+    digest = hashlib.sha256(tokens.access_token.encode()).hexdigest()[:32]
+    assert identity.subject == "tk-" + digest and identity.name is None
+    assert tokens.access_token not in identity.subject
 
 
 def test_invalid_additional_headers_are_refused_at_construction(

@@ -310,7 +310,9 @@ def test_the_same_key_raw_or_hex_opens_the_same_file(tmp_path: Path) -> None:
     assert _secret(env, "get", "token")[1] == VALUE + "\n"
 
 
-@pytest.mark.parametrize("content", [b"", b"short", os.urandom(31), b"zz" * 32, b"ab" * 31])
+@pytest.mark.parametrize("content", [b"", b"short", bytes(range(200, 231)), b"zz" * 32,
+                                     b"ab" * 31], ids=["empty", "short", "31-bytes", "not-hex",
+                                                       "31-hex-bytes"])
 def test_a_bad_key_file_is_a_usage_error(tmp_path: Path, content: bytes) -> None:
     (tmp_path / "key").write_bytes(content)
     env = _environ(tmp_path, VMCP_SECRETS_PASSWORD="", VMCP_SECRETS_KEY_FILE=str(tmp_path / "key"))
