@@ -175,10 +175,7 @@ class Gate:
                 if denied is not None:
                     return denied
         if self.limiter is not None and request.method == "tools/call":
-            name = params.get("name")
-            admission = await self.limiter.admit(
-                None if identity is ANONYMOUS else f"{identity.issuer} {identity.subject}",
-                name if isinstance(name, str) else None)
+            admission = await _admitted(self.limiter, identity, params)
             if not admission.allowed:
                 self.metrics.rate_limited.labels(admission.limit or "").inc()
                 seconds = retry_after_seconds(admission)
@@ -243,15 +240,22 @@ class Gate:
             if denied is not None:
                 return denied.reply
         if own.limiter is not None and request.method == "tools/call":
-            name = params.get("name")
-            admission = await own.limiter.admit(
-                None if identity is ANONYMOUS else f"{identity.issuer} {identity.subject}",
-                name if isinstance(name, str) else None)
+            admission = await _admitted(own.limiter, identity, params)
             if not admission.allowed:
                 self.metrics.rate_limited.labels(f"{backend}: {admission.limit or ''}").inc()
                 return refusal(request.id, admission)
         return None
 
+
+
+async def _admitted(limiter: RateLimiter, identity: Identity,
+                    params: Mapping[str, Any]) -> Admission:
+    """One ``tools/call`` through ``limiter``: the caller's own buckets unless anonymous, the
+    tool's by the name in ``params``."""
+    name = params.get("name")
+    return await limiter.admit(
+        None if identity is ANONYMOUS else f"{identity.issuer} {identity.subject}",
+        name if isinstance(name, str) else None)
 
 
 def _backends_own(catalog: Catalog, list_method: str,
