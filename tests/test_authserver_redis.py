@@ -32,6 +32,7 @@ from .fixtures.idp import Idp
 from .fixtures.redis_cluster import (
     RedisCluster,
     redis_command,
+    running_cluster_mode,
     running_redis,
     running_redis_cluster,
 )
@@ -360,3 +361,30 @@ async def test_sentinels_and_redis_over_tls_through_a_failover(
                                                answer["refresh_token"]))[0] == 503:
                     await trio.sleep(0.2)
             assert result[0] == 200, result
+
+
+async def test_the_token_storage_on_a_redis_cluster(upstreams: tuple[int, Idp, Idp],
+                                                   tmp_path: Path) -> None:
+    """``clusterMode`` (managed cluster-mode Redis): logins, refresh rotation and a revocation
+    heard by another replica, through a cluster of three masters. The rotation is one script
+    over five keys: a cluster runs it only because they share a slot (the prefix's hash tag)."""
+    port, corp, hub = upstreams
+    keys = (generate_signing_key("ec").decode(), generate_hmac_secret().decode())
+    with running_cluster_mode(tmp_path) as (host, redis_port):
+        docs = as_docs(f"http://127.0.0.1:{port}", corp, hub, keys=keys, storage={
+            "type": "redis", "redis": {"addr": f"{host}:{redis_port}", "clusterMode": True,
+                                       "dialTimeout": "1s", "readTimeout": "1s"}})
+        async with running_gateway(docs, port=port) as (url_a, a), \
+                running_gateway(docs, port=free_port()) as (url_b, b):
+            stack = stack_of(upstreams, url_a, a)
+            client_id, answer, _ = await tokens(stack)
+            status, rotated = await refresh(stack, client_id, answer["refresh_token"])
+            assert status == 200, rotated
+            other = stack_of(upstreams, url_b, b)
+            assert await mcp_status(other, rotated["access_token"]) == 200  # cached at b now
+            status, _, _ = await call(stack, "POST", "/oauth/revoke", form={
+                "token": rotated["refresh_token"], "client_id": client_id})
+            assert status == 200
+            with trio.fail_after(5):
+                while await mcp_status(other, rotated["access_token"]) != 401:
+                    await trio.sleep(0.1)

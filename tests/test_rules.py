@@ -1191,12 +1191,14 @@ def test_redis_sentinel_service_tls_and_cluster_mode(embedded: Docs) -> None:
     expect_error(validate(embedded), "one-of", f"{storage}.redis.sentinelConfig",
                  contains="exactly one of sentinelAddrs and sentinelService")
     set_field(vmcp(embedded), f"{storage}.redis", {"addr": "redis:6379", "clusterMode": True,
-                                                   "sentinelTls": {}})
+                                                   "sentinelTls": {}, "db": 2})
     result = validate(embedded)
-    expect_error(result, "not-implemented", f"{storage}.redis.clusterMode",
-                 contains="Redis Cluster")
+    expect_error(result, "cluster-db", f"{storage}.redis.db", contains="database 0 only")
     expect_error(result, "unused-field", f"{storage}.redis.sentinelTls",
                  contains="applies to sentinels only")
+    set_field(vmcp(embedded), f"{storage}.redis", {"addr": "redis:6379", "clusterMode": True})
+    result = validate(embedded)
+    assert not result.errors and result.plans[0].auth_server.storage.cluster_mode  # type: ignore[union-attr]
 
 
 def test_a_default_outgoing_strategy_for_backends_without_an_entry(embedded: Docs) -> None:

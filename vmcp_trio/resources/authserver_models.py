@@ -171,6 +171,8 @@ class RedisStorage(Model):
     key_prefix: Annotated[str, Field(min_length=1, max_length=256, strict=True)] | None = None
     tls: RedisTLS | None = None
     sentinel_tls: RedisTLS | None = None
+    cluster_mode: Bool = False
+    """``addr`` is a Redis Cluster's discovery endpoint (managed cluster-mode services)."""
 
 
 class Storage(Model):

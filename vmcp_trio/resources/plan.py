@@ -438,6 +438,8 @@ class RedisStorage:
     write_timeout: Duration = Duration.of(seconds=3)
     tls: RedisTlsPlan | None = None
     sentinel_tls: RedisTlsPlan | None = None
+    cluster_mode: bool = False
+    """``addr`` is a Redis Cluster's discovery endpoint (``clusterMode``)."""
     type: Literal["redis"] = "redis"
 
 

@@ -13,8 +13,7 @@ at its field. Rules kept here:
   without it), or not at all with ``insecureSkipVerify``;
 * timeouts between :data:`REDIS_TIMEOUT_RANGE`; one ``db``.
 
-``clusterMode`` (the Redis Cluster protocol) is refused as not implemented
-(:mod:`.toolhive_fields`).
+``clusterMode``: ``addr`` is a Redis Cluster's discovery endpoint (database 0 only).
 """
 
 from __future__ import annotations
@@ -127,6 +126,12 @@ def resolve_auth_storage(resolver: Resolver, owner: Resource,
     if sentinel_tls is not None and sentinel is None:
         report.error(owner, (*here, "sentinelTls"), "unused-field",
                      "applies to sentinels only: set sentinelConfig, or tls for addr")
+    if redis.cluster_mode and redis.addr is None:
+        report.error(owner, (*here, "clusterMode"), "requires",
+                     "needs addr, the cluster's discovery endpoint (not sentinelConfig)")
+    if redis.cluster_mode and db:
+        report.error(owner, (*here, "db"), "cluster-db",
+                     "must be 0 with clusterMode: a Redis Cluster has database 0 only")
     if report.error_count != errors_before:
         return None
     return RedisStorage(
@@ -142,4 +147,5 @@ def resolve_auth_storage(resolver: Resolver, owner: Resource,
         write_timeout=timeouts["writeTimeout"],
         tls=tls,
         sentinel_tls=sentinel_tls,
+        cluster_mode=redis.cluster_mode,
     )

@@ -117,8 +117,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
-        ("authServerConfig.storage.redis.clusterMode",
-         "the Redis Cluster protocol; use addr (one endpoint) or sentinelConfig"),
     ),
     "MCPOIDCConfig": (
         ("kubernetesServiceAccount.introspectionUrl", "token introspection"),

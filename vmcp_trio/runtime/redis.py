@@ -19,6 +19,9 @@ prefix. Rules it keeps:
   is no longer the master (a replica, or the old master back before the sentinels make it one),
   where the new master's messages do not reach it until the sentinels disconnect its clients,
   seconds later.
+* A Redis Cluster (``clusterMode``, at ``addr``, a discovery endpoint): the cluster client routes
+  each command; every key of a storage carries its prefix's hash tag, so a script's keys are in
+  one slot.
 * Locks shared by the replicas: ``SET NX PX`` with a random token, released by compare-and-delete.
 * TLS (``tls`` to Redis, ``sentinelTls`` to the sentinels): verified against the configured CA
   certificates or the system's roots, with the host name checked, or not verified at all when
@@ -33,10 +36,10 @@ import ssl
 import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
 import trio
-from coredis import PureToken, Redis, Sentinel
+from coredis import PureToken, Redis, RedisCluster, Sentinel
 from coredis.connection import TCPLocation
 from coredis.exceptions import RedisError
 from coredis.retry import NoRetryPolicy
@@ -164,6 +167,13 @@ class RedisConnection:
                     yield primary
             return
         host, _, port = str(self.plan.addr).rpartition(":")
+        if self.plan.cluster_mode:
+            del options["db"]  # a cluster has database 0 only
+            async with RedisCluster(host.strip("[]"), int(port), **options) as cluster:
+                # The commands the storages send have the same API on a cluster client; their
+                # keys share one hash tag (the prefix's {namespace:name}), so one slot.
+                yield cast("Redis[str]", cluster)
+            return
         async with Redis(host.strip("[]"), int(port), **options) as client:
             yield client
 
@@ -224,7 +234,8 @@ class RedisConnection:
                                      f"{str(exc)[:200]}") from None
 
     async def durable(self, client: Redis[str]) -> None:
-        """Inside an operation: wait (bounded) for one replica to hold what was written."""
+        """Inside an operation: wait (bounded) for one replica to hold what was written (with
+        Sentinel; a cluster's replication is its own, and WAIT cannot be routed there)."""
         if self.plan.master_name:
             await client.wait(1, WAIT_MS)
 

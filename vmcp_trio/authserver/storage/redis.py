@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 import orjson
 import trio
 from coredis import PureToken, Redis
-from coredis.exceptions import ResponseError
+from coredis.exceptions import RedisClusterError, ResponseError
 
 from ...auth.sealer import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
@@ -157,7 +157,7 @@ class RedisStorage:
         async def policy(r: Redis[str]) -> str | None:
             try:
                 found = await r.config_get(["maxmemory-policy"])
-            except ResponseError:
+            except (ResponseError, RedisClusterError):  # renamed, or not routable (a cluster)
                 return None
             return found.get("maxmemory-policy")
         while True:
