@@ -255,3 +255,31 @@ async def test_a_server_vmcp_starts_gets_its_proxys_policies_limits_and_filter()
     server["spec"]["rateLimiting"] = {"shared": {"maxTokens": 1, "refillPeriod": "1h"}}
     result = validate(in_cluster)
     assert result.ok and all(b.rate_limits is None for b in result.plans[0].backends)
+
+
+async def test_a_server_vmcp_starts_has_its_own_audit_even_when_the_gateways_is_off(
+        tmp_path: Path) -> None:
+    """An MCPServer's ``audit.enabled`` (its proxy's audit log, in ToolHive): the requests it
+    serves are written to the gateway's audit log (``config.audit``'s file) although the
+    gateway records nothing else."""
+    log = tmp_path / "audit.jsonl"
+    docs = quickstart_docs()
+    resource(docs, "MCPServer", "clock")["spec"]["audit"] = {"enabled": True}
+    resource(docs, "VirtualMCPServer")["spec"]["config"] = {
+        "audit": {"enabled": False, "logFile": str(log)}}
+    async with running_gateway(docs) as (url, _):
+        client = RawClient(url)
+        try:
+            assert (await client.initialize()).status == 200
+            await call(client, "notes_list_notes", {})
+            await call(client, "clock_echo", {"message": "audited"})
+            await call(client, "notes_list_notes", {})
+            with trio.fail_after(10):
+                while not log.exists() or not log.read_text().strip():
+                    await trio.sleep(0.05)
+            await trio.sleep(0.3)  # anything else would have been written by now too
+        finally:
+            await client.aclose()
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [(e["type"], e["metadata"]["extra"]["backend_name"]) for e in events] == [
+        ("mcp_tool_call", "clock")], events

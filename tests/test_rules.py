@@ -963,7 +963,9 @@ NOT_IMPLEMENTED = [
     # (kind, name, field set, value, reported path, what the message names)
     ("MCPServer", "notes", "spec.webhookConfigRef", {"name": "hooks"},
      "spec.webhookConfigRef", "webhooks (MCPWebhookConfig)"),
-    ("MCPServer", "everything", "spec.audit", {"enabled": True}, "spec.audit", "audit logging"),
+    ("MCPServer", "everything", "spec.authServerRef", {"kind": "MCPExternalAuthConfig",
+                                                        "name": "as"},
+     "spec.authServerRef", "an embedded authorization server in front of one backend"),
 ]
 
 

@@ -439,7 +439,8 @@ class ClientSession:
               backend: str | None = None, seconds: float | None = None) -> None:
         """Record the audit event of a request answered (or refused with ``status``)."""
         audit = self.services.audit
-        if not audit.settings.enabled:
+        if not audit.settings.enabled or (audit.settings.backends is not None
+                                          and backend not in audit.settings.backends):
             return
         access = ACCESS.get()
         audit.record(mcp_event(

@@ -148,6 +148,12 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
         resolver, gateway, settings.rate_limiting,
         authenticated=spec.incoming_auth.type == "oidc", shared_storage=shared_storage)
     audit = resolve_audit(resolver, gateway, settings.audit)
+    audited = frozenset(member.name or "" for member in members
+                        if isinstance(member.spec, m.MCPServerSpec) and member.spec.audit
+                        and member.spec.audit.enabled
+                        and (member.spec.url is not None or member.spec.command is not None))
+    if audit is not None and audited and not audit.enabled:
+        audit = replace(audit, enabled=True, backends=audited)
     composites = resolve_composites(resolver, gateway, settings.composite_tools,
                                     settings.composite_tool_refs)
     telemetry = resolve_telemetry(resolver, gateway, spec.telemetry_config_ref)

@@ -467,6 +467,10 @@ def _env_list_or_map(value: object) -> object:
 EnvName = Annotated[str, Strict(), Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$", max_length=256)]
 
 
+class Enabled(Model):
+    enabled: Bool = False
+
+
 class MCPServerSpec(Model):
     transport: Literal["stdio", "streamable-http", "sse"] | None = None
     proxy_mode: Literal["sse", "streamable-http"] | None = None
@@ -494,6 +498,8 @@ class MCPServerSpec(Model):
     authz_config_ref: NameRef | None = None
     rate_limiting: RateLimiting | None = None
     """Token buckets on the calls to this server, as for an MCPRemoteProxy's."""
+    audit: Enabled | None = None
+    """Its requests are recorded in the gateway's audit log, whether or not every request is."""
 
 
 # --- remote backends and their tools (ToolHive v0.10+) -------------------------------------------
@@ -557,10 +563,6 @@ class ToolConfigSpec(Model):
 class TelemetryHeaderFromSecret(Model):
     name: NonEmpty
     secret_key_ref: SecretKeyRef
-
-
-class Enabled(Model):
-    enabled: Bool = False
 
 
 class TracingSettings(Enabled):

@@ -663,6 +663,9 @@ class AuditSettings:
     max_data_size: int = 1024
     detect_application_errors: bool = True
     max_delegation_depth: int = 10
+    backends: frozenset[str] | None = None
+    """None: every request is recorded; else only those a backend of these served (the
+    MCPServers with ``audit.enabled`` under a gateway whose own audit is off)."""
 
     def __post_init__(self) -> None:
         unknown = sorted((self.event_types | self.exclude_event_types) - AUDIT_EVENT_TYPES)

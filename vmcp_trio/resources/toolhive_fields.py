@@ -99,7 +99,7 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
 
 
 PROXY_APPLIED: dict[str, tuple[str, ...]] = {
-    "MCPServer": ("authzConfig", "authzConfigRef", "rateLimiting", "tools"),
+    "MCPServer": ("authzConfig", "authzConfigRef", "rateLimiting", "tools", "audit"),
 }
 """Fields that ToolHive's proxy in front of a server enforces, and vmcp itself for a server it
 reaches by ``url`` or starts by ``command`` (in the models); set aside for a server at its
@@ -109,7 +109,6 @@ PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
     "MCPServer": (
         ("webhookConfigRef", "webhooks (MCPWebhookConfig)"),
         ("authServerRef", "an embedded authorization server in front of one backend"),
-        ("audit", "audit logging"),
     ),
 }
 
