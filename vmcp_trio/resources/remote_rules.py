@@ -7,11 +7,11 @@ its static headers; a :class:`WorkloadToolsPlan`), reporting each rule at its fi
   pod: a URL backend at ``remoteUrl`` of the group ``groupRef`` names, over ``transport``.
 * **MCPRemoteProxy** is, in ToolHive, a proxy *pod* in front of ``remoteUrl`` (vMCP reaches the
   pod). Outside Kubernetes there is no pod: vmcp connects to ``remoteUrl`` directly, and applies
-  itself what the pod would on the way (``headerForward``, ``toolConfigRef``, and its Cedar
-  policies: :mod:`.policy_rules`, for the calls routed to it). The pod's own incoming side does
-  not exist here: ``oidcConfigRef`` is ignored with a warning (the VirtualMCPServer's
-  ``incomingAuth`` decides who gets in), and so is ``audit`` (the gateway's records the calls);
-  rate limiting is refused as not implemented. ``remoteURL`` (up to v0.15) means ``remoteUrl``.
+  itself what the pod would on the way (``headerForward``, ``toolConfigRef``, its Cedar
+  policies and its rate limits: :mod:`.policy_rules`, for the calls routed to it). The pod's
+  own incoming side does not exist here: ``oidcConfigRef`` is ignored with a warning (the
+  VirtualMCPServer's ``incomingAuth`` decides who gets in), and so is ``audit`` (the gateway's
+  records the calls). ``remoteURL`` (up to v0.15) means ``remoteUrl``.
 * Both: ``externalAuthConfigRef`` is the backend's own outgoing strategy, as an MCPServer's (the
   VirtualMCPServer's ``outgoingAuth`` decides whether it applies). ``headerForward`` adds static
   headers to every request to the backend: ``addPlaintextHeaders`` and ``addHeadersFromSecret``
