@@ -24,7 +24,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -37,7 +37,7 @@ from vmcp_trio.app.parts import GatewayProcess
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 
 from .fixtures.idp import Idp, _next_step, browse, running_idp
-from .gateway_helpers import RawClient, quickstart_docs
+from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 from .helpers import free_port
 
 CLIENT_REDIRECT = "http://127.0.0.1:9/callback"
@@ -51,6 +51,25 @@ class Stack:
     hub: Idp
     gateway: GatewayProcess | None = None
     """The gateway when it runs in the test's process."""
+
+
+def issuer_of(upstreams: tuple[int, Idp, Idp]) -> str:
+    """The issuer of the gateway that listens on the port ``chained_upstreams`` chose."""
+    return f"http://127.0.0.1:{upstreams[0]}"
+
+
+def stack_of(upstreams: tuple[int, Idp, Idp], url: str, gateway: Any) -> Stack:
+    """The stack of a gateway serving ``url`` on the upstreams' port."""
+    _, corp, hub = upstreams
+    return Stack(issuer_of(upstreams), url, corp, hub, gateway)
+
+
+@contextlib.asynccontextmanager
+async def running_stack(upstreams: tuple[int, Idp, Idp],
+                        docs: list[dict[str, Any]]) -> AsyncIterator[Stack]:
+    """A gateway of ``docs`` on the upstreams' port, in the test's process, as a stack."""
+    async with running_gateway(docs, port=upstreams[0]) as (url, gateway):
+        yield stack_of(upstreams, url, gateway)
 
 
 def as_docs(issuer: str, corp: Idp, hub: Idp, *, storage: dict[str, Any] | None = None,

@@ -10,9 +10,8 @@ from typing import Any
 
 import pytest
 
-from .authserver_helpers import Stack, as_docs, chained_upstreams
+from .authserver_helpers import Stack, as_docs, chained_upstreams, issuer_of, running_stack
 from .fixtures.idp import Idp
-from .gateway_helpers import running_gateway
 from .helpers import example_docs
 
 
@@ -42,7 +41,6 @@ def upstreams() -> Iterator[tuple[int, Idp, Idp]]:
 async def authserver_stack(upstreams: tuple[int, Idp, Idp]) -> AsyncIterator[Stack]:
     """A gateway with the embedded authorization server in front of the two upstreams, in the
     test's process."""
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    async with running_gateway(as_docs(issuer, corp, hub), port=port) as (url, gateway):
-        yield Stack(issuer, url, corp, hub, gateway)
+    _, corp, hub = upstreams
+    async with running_stack(upstreams, as_docs(issuer_of(upstreams), corp, hub)) as stack:
+        yield stack

@@ -21,7 +21,15 @@ import trio
 
 from vmcp_trio.authserver.keygen import generate_hmac_secret, generate_signing_key
 
-from .authserver_helpers import Stack, as_docs, call, claims_of, mcp_status
+from .authserver_helpers import (
+    Stack,
+    as_docs,
+    call,
+    claims_of,
+    issuer_of,
+    mcp_status,
+    running_stack,
+)
 from .fixtures.idp import Idp, served_jwks
 from .fixtures.redis_cluster import redis_command, running_redis
 from .gateway_helpers import running_gateway
@@ -65,10 +73,9 @@ async def present(stack: Stack, token: str, *, resource_url: str | None = None,
 
 @pytest.fixture
 async def stack(upstreams: tuple[int, Idp, Idp]) -> Any:
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    async with running_gateway(trusting_docs(issuer, corp, hub), port=port) as (url, gateway):
-        yield Stack(issuer, url, corp, hub, gateway)
+    _, corp, hub = upstreams
+    async with running_stack(upstreams, trusting_docs(issuer_of(upstreams), corp, hub)) as stack:
+        yield stack
 
 
 async def test_an_assertion_buys_one_access_token_once(stack: Stack) -> None:

@@ -29,9 +29,11 @@ from .authserver_helpers import (
     Stack,
     as_docs,
     call,
+    issuer_of,
     login,
     pkce,
     register,
+    running_stack,
     tokens,
 )
 from .fixtures.idp import Idp
@@ -78,10 +80,10 @@ async def authenticates(stack: Stack, client_id: str | None = None, *,
 
 @pytest.fixture
 async def stack(upstreams: tuple[int, Idp, Idp]) -> Any:
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    async with running_gateway(confidential_docs(issuer, corp, hub), port=port) as (url, gw):
-        yield Stack(issuer, url, corp, hub, gw)
+    _, corp, hub = upstreams
+    docs = confidential_docs(issuer_of(upstreams), corp, hub)
+    async with running_stack(upstreams, docs) as stack:
+        yield stack
 
 
 async def test_a_registration_gets_its_secret_once_and_only_its_hash_is_kept(

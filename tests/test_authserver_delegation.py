@@ -19,9 +19,18 @@ from typing import Any
 
 import pytest
 
-from .authserver_helpers import Stack, as_docs, call, claims_of, mcp_status, register, tokens
+from .authserver_helpers import (
+    Stack,
+    as_docs,
+    call,
+    claims_of,
+    issuer_of,
+    mcp_status,
+    register,
+    running_stack,
+    tokens,
+)
 from .fixtures.idp import Idp
-from .gateway_helpers import running_gateway
 from .helpers import expect_error, resource, validate
 from .jwt_helpers import mint, private_key_of
 
@@ -54,10 +63,9 @@ def delegation_docs(issuer: str, corp: Idp, hub: Idp) -> list[dict[str, Any]]:
 
 @pytest.fixture
 async def stack(upstreams: tuple[int, Idp, Idp]) -> Any:
-    port, corp, hub = upstreams
-    issuer = f"http://127.0.0.1:{port}"
-    async with running_gateway(delegation_docs(issuer, corp, hub), port=port) as (url, gw):
-        yield Stack(issuer, url, corp, hub, gw)
+    _, corp, hub = upstreams
+    async with running_stack(upstreams, delegation_docs(issuer_of(upstreams), corp, hub)) as stack:
+        yield stack
 
 
 async def exchange(stack: Stack, client: str, subject_token: str, *, post: bool = False,

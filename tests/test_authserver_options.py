@@ -20,8 +20,10 @@ from .authserver_helpers import (
     call,
     claims_of,
     document_server,
+    issuer_of,
     mcp_status,
     pkce,
+    running_stack,
     tokens,
 )
 from .fixtures.idp import Idp, running_idp
@@ -30,8 +32,8 @@ from .helpers import free_port
 
 
 def with_options(upstreams: tuple[int, Idp, Idp], **options: Any) -> list[dict[str, Any]]:
-    port, corp, hub = upstreams
-    docs = as_docs(f"http://127.0.0.1:{port}", corp, hub)
+    _, corp, hub = upstreams
+    docs = as_docs(issuer_of(upstreams), corp, hub)
     vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
     vmcp["spec"]["authServerConfig"].update(options)
     return docs
@@ -39,12 +41,10 @@ def with_options(upstreams: tuple[int, Idp, Idp], **options: Any) -> list[dict[s
 
 async def test_metadata_document_clients_can_be_turned_off(
         upstreams: tuple[int, Idp, Idp]) -> None:
-    port, corp, hub = upstreams
     docs = with_options(upstreams, cimd={"enabled": False})
     with document_server() as documents:
         client_id = documents.publish("/agent.json")
-        async with running_gateway(docs, port=port) as (url, gateway):
-            stack = Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway)
+        async with running_stack(upstreams, docs) as stack:
             _, _, metadata = await call(stack, "GET", "/.well-known/oauth-authorization-server")
             assert metadata["client_id_metadata_document_supported"] is False
             status, _, page = await call(stack, "GET", authorize_url(
@@ -58,13 +58,11 @@ async def test_registrations_get_the_baseline_scopes_and_forced_secrets(
     """A client that registers as public with a redirect URI the configuration forces gets a
     secret (client_secret_post), which the token endpoint then requires; every registration's
     scope includes the baseline."""
-    port, corp, hub = upstreams
     docs = with_options(upstreams, allowConfidentialClientRegistration=True,
                         insecureAllowConfidentialOverLoopbackHTTP=True,
                         forceConfidentialRedirectUris=["https://app.example/cb"],
                         baselineClientScopes=["mcp:tools"])
-    async with running_gateway(docs, port=port) as (url, gateway):
-        stack = Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway)
+    async with running_stack(upstreams, docs) as stack:
         status, _, forced = await call(stack, "POST", "/oauth/register", body={
             "redirect_uris": ["https://app.example/cb"], "token_endpoint_auth_method": "none",
             "scope": "openid"})
@@ -84,16 +82,14 @@ async def test_registrations_get_the_baseline_scopes_and_forced_secrets(
 
 async def test_without_upstream_token_injection_no_upstream_token_is_kept(
         upstreams: tuple[int, Idp, Idp]) -> None:
-    port, corp, hub = upstreams
     docs = with_options(upstreams, disableUpstreamTokenInjection=True)
-    async with running_gateway(docs, port=port) as (url, gateway):
-        stack = Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway)
+    async with running_stack(upstreams, docs) as stack:
         _, answer, _ = await tokens(stack)
         assert await mcp_status(stack, answer["access_token"]) == 200
         session = claims_of(answer["access_token"])["tsid"]
-        assert gateway.authserver is not None
+        assert stack.gateway is not None and stack.gateway.authserver is not None
         for provider in ("corp", "hub"):
-            assert await gateway.authserver.storage.get_upstream(session, provider) is None
+            assert await stack.gateway.authserver.storage.get_upstream(session, provider) is None
 
 
 # --- who the user is at an upstream --------------------------------------------------------------
@@ -143,14 +139,13 @@ async def test_an_oidc_providers_profile_from_its_user_info_override(
         upstreams: tuple[int, Idp, Idp]) -> None:
     """userInfoOverride: the name comes from the userInfo endpoint (mapped: here the account
     id, which oidc-provider's /me gives as ``sub``); the user is still the ID token's."""
-    port, corp, hub = upstreams
+    corp = upstreams[1]
     docs = with_options(upstreams)
     vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
     vmcp["spec"]["authServerConfig"]["upstreamProviders"][0]["oidcConfig"]["userInfoOverride"] = {
         "endpointUrl": f"{corp.issuer}/me", "fieldMapping": {"nameFields": ["sub"]}}
-    async with running_gateway(docs, port=port) as (url, gateway):
-        _, answer, _ = await tokens(Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway),
-                                    user="frank")
+    async with running_stack(upstreams, docs) as stack:
+        _, answer, _ = await tokens(stack, user="frank")
         claims = claims_of(answer["access_token"])
         assert claims["name"] == "frank" and claims["sub"] == subject_for("corp", "frank")
 

@@ -26,6 +26,7 @@ from .authserver_helpers import (
     document_server,
     login_as_document_client,
     mcp_status,
+    stack_of,
     tokens,
 )
 from .fixtures.idp import Idp
@@ -62,11 +63,6 @@ def docs_for(upstreams: tuple[int, Idp, Idp], cluster: RedisCluster,
     docs.insert(0, {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "redis"},
                     "stringData": {"password": str(cluster.password)}})
     return docs
-
-
-def stack_of(upstreams: tuple[int, Idp, Idp], url: str, gateway: Any) -> Stack:
-    port, corp, hub = upstreams
-    return Stack(f"http://127.0.0.1:{port}", url, corp, hub, gateway)
 
 
 def redis_keys(cluster: RedisCluster) -> list[str]:

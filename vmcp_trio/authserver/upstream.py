@@ -76,7 +76,7 @@ from ..http.client import HttpClient, HttpError
 from ..protocol import base64url
 from ..resources.plan import OIDCProvider, ProviderPlan, TokenResponseMappingPlan, UserInfoPlan
 from ..runtime.supervisor import NamedTask
-from .upstream_registration import RegistrationFailed, UpstreamRegistrar, credentials_of
+from .upstream_registration import RegistrationFailed, UpstreamRegistrar
 
 __all__ = ["LegStart", "RegistrationGone", "UpstreamError", "UpstreamIdentity",
            "UpstreamProvider", "UpstreamTokens"]
@@ -318,7 +318,7 @@ class UpstreamProvider:
         if self.registrar is None:
             return self._credentials
         try:
-            return credentials_of(await self.registrar.current())
+            return await self.registrar.credentials()
         except RegistrationFailed as exc:
             raise self._error(f"registering vmcp at the provider failed: {exc}") from None
 
@@ -331,9 +331,9 @@ class UpstreamProvider:
             if client_id == self._credentials.client_id:
                 return self._credentials
         else:
-            registered = await self.registrar.by_client_id(client_id)
+            registered = await self.registrar.credentials_for(client_id)
             if registered is not None:
-                return credentials_of(registered)
+                return registered
         raise RegistrationGone(f"upstream provider {self.name!r}: the client that obtained "
                                "these tokens is no longer vmcp's (its client id changed since)")
 

@@ -40,8 +40,7 @@ from ..http.client import HttpClient
 from ..resources.plan import RegistrationPlan
 from .storage import Storage, UpstreamClient
 
-__all__ = ["CLIENT_NAME", "REGISTRATION_WAIT", "RegistrationFailed", "UpstreamRegistrar",
-           "credentials_of"]
+__all__ = ["CLIENT_NAME", "REGISTRATION_WAIT", "RegistrationFailed", "UpstreamRegistrar"]
 
 CLIENT_NAME = "vmcp-trio"
 REGISTRATION_WAIT = 10.0
@@ -57,7 +56,7 @@ class RegistrationFailed(Exception):
     """Registering vmcp at the provider failed; the message says where and why."""
 
 
-def credentials_of(client: UpstreamClient) -> ClientCredentials:
+def _as_credentials(client: UpstreamClient) -> ClientCredentials:
     method: ClientAuthMethod = ("client_secret_post" if client.auth_method == "client_secret_post"
                                 else "none" if client.client_secret is None
                                 else "client_secret_basic")
@@ -98,9 +97,18 @@ class UpstreamRegistrar:
         await self.storage.put_upstream_client(renewed, as_current=as_current)
         return renewed
 
-    async def current(self) -> UpstreamClient:
-        """The registration for new logins: the stored one for these settings, else a new one.
-        Raises :class:`RegistrationFailed` and the storage's ``StorageUnavailable``."""
+    async def credentials(self) -> ClientCredentials:
+        """vmcp's client for new logins: the registration stored for these settings, else a
+        new one. Raises :class:`RegistrationFailed` and the storage's ``StorageUnavailable``."""
+        return _as_credentials(await self._current_registration())
+
+    async def credentials_for(self, client_id: str) -> ClientCredentials | None:
+        """The client ``client_id`` names (the current registration or an older one), or
+        None: it is gone."""
+        found = await self._registration_of(client_id)
+        return None if found is None else _as_credentials(found)
+
+    async def _current_registration(self) -> UpstreamClient:
         if self._current is not None and self._usable(self._current):
             self._current = await self._renewed(self._current, as_current=True)
             return self._current
@@ -113,8 +121,7 @@ class UpstreamRegistrar:
             self._current = await self._renewed(found, as_current=True)
             return self._current
 
-    async def by_client_id(self, client_id: str) -> UpstreamClient | None:
-        """The registration ``client_id`` names (current or older), or None: it is gone."""
+    async def _registration_of(self, client_id: str) -> UpstreamClient | None:
         if self._current is not None and self._current.client_id == client_id:
             return self._current
         found = await self.storage.get_upstream_client(self.provider, client_id)

@@ -343,14 +343,19 @@ class RedisStorage:
         await self._do(put)
 
     async def get_upstream(self, session_id: str, provider: str) -> StoredUpstream | None:
-        key = self._key("upstream", session_id, provider)
+        return await self._get_sealed(self._key("upstream", session_id, provider),
+                                      StoredUpstream, "stored upstream tokens")
+
+    async def _get_sealed(self, key: str, cls: type[T], what: str) -> T | None:
+        """The record sealed under ``key``; None when there is none or it does not open (the
+        sealing secrets changed: logged, as ``what``)."""
         sealed = await self._do(lambda r: r.get(key))
         if sealed is None:
             return None
         try:
-            return _decode(StoredUpstream, self.sealer.open(sealed, context=key))
+            return _decode(cls, self.sealer.open(sealed, context=key))
         except SealingError as exc:
-            log.warning("stored upstream tokens do not open: %s", exc)
+            log.warning("%s do not open: %s", what, exc)
             return None
 
     async def drop_session(self, session_id: str, until: float) -> None:
@@ -386,15 +391,8 @@ class RedisStorage:
         await self._do(put)
 
     async def get_upstream_client(self, provider: str, client_id: str) -> UpstreamClient | None:
-        key = self._key("upstream-client", provider, client_id)
-        sealed = await self._do(lambda r: r.get(key))
-        if sealed is None:
-            return None
-        try:
-            return _decode(UpstreamClient, self.sealer.open(sealed, context=key))
-        except SealingError as exc:
-            log.warning("a stored upstream client registration does not open: %s", exc)
-            return None
+        return await self._get_sealed(self._key("upstream-client", provider, client_id),
+                                      UpstreamClient, "stored upstream client registrations")
 
     async def registered_upstream_client(self, provider: str,
                                          fingerprint: str) -> UpstreamClient | None:
