@@ -126,7 +126,7 @@ REFUSED: dict[str, Change] = {
     "a feature not implemented, on": lambda docs: kind(docs, "VirtualMCPServer")[
         "spec"].update(config={"incomingAuth": {"type": "anonymous"}}),
     "a proxy's field on a server vmcp starts": lambda docs: kind(docs, "MCPServer")[
-        "spec"].update(webhookConfigRef={"name": "hooks"}),
+        "spec"].update(authServerRef={"kind": "MCPExternalAuthConfig", "name": "as"}),
 }
 
 ACCEPTED: dict[str, Change] = {

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,8 @@ def test_what_a_reload_changes() -> None:
         GatewayPlan,
         HttpEndpoint,
         RateLimitRules,
+        WebhookPlan,
+        WebhooksPlan,
     )
 
     def plan(*backends: BackendPlan, **fields: Any) -> GatewayPlan:
@@ -160,6 +163,11 @@ def test_what_a_reload_changes() -> None:
     limited = changes(plan(a), plan(a, rate_limits=RateLimitRules(shared=Bucket(1, 1.0))))
     assert limited.describe() == "policies or rate limits"
     assert changes(plan(a), plan(a, audit=AuditSettings(enabled=True))).describe() == "audit"
+    # What a backend has of its own at the gate rebuilds the gate and reconnects nothing.
+    hooks = WebhooksPlan("ns/hooks", validating=(WebhookPlan("v", "https://v.example"),))
+    for own in ({"rate_limits": RateLimitRules(shared=Bucket(1, 1.0))}, {"webhooks": hooks}):
+        diff = changes(plan(a), plan(replace(a, **own)))
+        assert (diff.changed, diff.policies) == (frozenset(), True), own
 
 
 async def test_no_call_is_lost_across_a_reload_under_traffic(tmp_path: Path) -> None:

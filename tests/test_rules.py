@@ -778,8 +778,7 @@ def test_documents_of_other_api_groups_are_skipped(anonymous: Docs, api_version:
 
 
 @pytest.mark.parametrize(("kind", "why"), [
-    ("MCPRegistry", "ToolHive's registry server"), ("EmbeddingServer", "optimizer"),
-    ("MCPWebhookConfig", "ToolHive's proxy in front of an MCPServer")])
+    ("MCPRegistry", "ToolHive's registry server"), ("EmbeddingServer", "optimizer")])
 def test_toolhive_kinds_that_are_not_the_gateways_are_skipped(anonymous: Docs, kind: str,
                                                               why: str) -> None:
     anonymous.append({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": kind,
@@ -961,8 +960,6 @@ def test_a_gateway_needs_a_group_somewhere(anonymous: Docs) -> None:
 
 NOT_IMPLEMENTED = [
     # (kind, name, field set, value, reported path, what the message names)
-    ("MCPServer", "notes", "spec.webhookConfigRef", {"name": "hooks"},
-     "spec.webhookConfigRef", "webhooks (MCPWebhookConfig)"),
     ("MCPServer", "everything", "spec.authServerRef", {"kind": "MCPExternalAuthConfig",
                                                         "name": "as"},
      "spec.authServerRef", "an embedded authorization server in front of one backend"),

@@ -35,6 +35,7 @@ from ..auth.outgoing.shared_exchange import SharedExchangeCache
 from ..auth.outgoing.strategies import BackendStrategy, build_strategy
 from ..auth.policy.cedar import CedarPolicies
 from ..auth.policy.rate_limits import LocalRateLimiter, RedisRateLimiter
+from ..auth.policy.webhooks import Webhooks
 from ..authserver.server import AuthorizationServer
 from ..authserver.storage import Storage
 from ..authserver.storage.memory import MemoryStorage
@@ -347,12 +348,12 @@ def _cedar(authz: AuthzPlan, server_name: str) -> CedarPolicies:
 
 
 def gate_for(process: GatewayProcess) -> Gate | None:
-    """The authorization policies (the gateway's and its backends' own) and rate limits of the
-    plan (None: none of them)."""
+    """The authorization policies (the gateway's and its backends' own), rate limits and
+    backends' webhooks of the plan (None: none of them)."""
     plan = process.plan
     policies = _cedar(plan.authz, plan.name) if plan.authz is not None else None
-    own = [backend for backend in plan.backends
-           if backend.authz is not None or backend.rate_limits is not None]
+    own = [backend for backend in plan.backends if backend.authz is not None
+           or backend.rate_limits is not None or backend.webhooks is not None]
     if policies is None and plan.rate_limits is None and not own:
         return None
     gate = Gate(policies, None, process.metrics,
@@ -370,7 +371,9 @@ def gate_for(process: GatewayProcess) -> Gate | None:
     gate.backends = {backend.name: BackendPolicies(
         _cedar(backend.authz, backend.name) if backend.authz is not None else None,
         backend.authz.primary_upstream_provider if backend.authz is not None else None,
-        limiter(backend.rate_limits, ("backend", backend.name))) for backend in own}
+        limiter(backend.rate_limits, ("backend", backend.name)),
+        Webhooks(backend.webhooks, backend.name, process.metrics)
+        if backend.webhooks is not None else None) for backend in own}
     return gate
 
 

@@ -33,7 +33,7 @@ import trio
 
 from ..auth.incoming.build import IncomingAuthError
 from ..gateway.backends.stdio import StdioProcess
-from ..resources.plan import AuthzPlan, GatewayPlan, StdioEndpoint
+from ..resources.plan import BackendPlan, GatewayPlan, StdioEndpoint
 from ..resources.problems import Problem
 from ..runtime.logs import say
 from ..runtime.supervisor import TaskHealth
@@ -79,7 +79,8 @@ class Changes:
     other: bool
     """Aggregation or operational settings, or the composite tools."""
     policies: bool = False
-    """Authorization policies (the gateway's or a backend's own) or rate limits."""
+    """Authorization policies (the gateway's or a backend's own), rate limits, or a backend's
+    webhooks."""
     audit: bool = False
 
     @property
@@ -104,9 +105,15 @@ class Changes:
         return "; ".join(parts)
 
 
-def _own_policies(plan: GatewayPlan) -> dict[str, AuthzPlan]:
-    """The backends that have policies of their own, and theirs."""
-    return {b.name: b.authz for b in plan.backends if b.authz is not None}
+def _own_policies(plan: GatewayPlan) -> dict[str, tuple[object, ...]]:
+    """What each backend has of its own at the gate: policies, rate limits, webhooks."""
+    return {b.name: own for b in plan.backends
+            if any(own := (b.authz, b.rate_limits, b.webhooks))}
+
+
+def _connection(backend: BackendPlan) -> BackendPlan:
+    """``backend`` without what the gate applies (a change there reconnects nothing)."""
+    return replace(backend, authz=None, rate_limits=None, webhooks=None)
 
 
 def changes(old: GatewayPlan, new: GatewayPlan) -> Changes:
@@ -116,7 +123,7 @@ def changes(old: GatewayPlan, new: GatewayPlan) -> Changes:
         added=frozenset(after.keys() - before.keys()),
         removed=frozenset(before.keys() - after.keys()),
         changed=frozenset(n for n in before.keys() & after.keys()
-                          if replace(before[n], authz=None) != replace(after[n], authz=None)),
+                          if _connection(before[n]) != _connection(after[n])),
         incoming=old.incoming != new.incoming,
         auth_server=old.auth_server != new.auth_server,
         other=(old.aggregation, old.operational, old.name, old.composite_tools) != (
@@ -248,6 +255,7 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     wire_authserver(process)
     watch_backends(process, added=set(diff.added), removed=set(diff.removed))
     process.gateway.update(plan, diff.gone, diff.new)
+    old_gate = process.gateway.services.gate
     if diff.policies or diff.audit or replaced_as:
         wire_policies(process)
     for name in sorted(diff.new):
@@ -256,6 +264,8 @@ async def apply(process: GatewayProcess, plan: GatewayPlan, diff: Changes) -> No
     # each lets go of it once connected anew and its calls there are done, so within twice
     # the backend's timeout).
     assert process.supervisor is not None
+    if old_gate is not None and old_gate is not process.gateway.services.gate:
+        await old_gate.aclose()  # its webhooks' idle connections (calls in flight finish)
     for part, handles in old_tasks.items():
         name = part.removeprefix("backend ")
         stdio_task = f"stdio backend {name}"

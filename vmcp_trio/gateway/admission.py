@@ -1,9 +1,9 @@
 """What a caller's request must pass before the gateway works on it: policies, then rate limits.
 
 One job: for one request of one identity, say whether it goes on or the refusal it gets, and
-which list items the identity may see; and the same for a backend's own policies (an
-MCPRemoteProxy's ``authzConfig``: what ToolHive's proxy pod in front of it enforces). The rules
-it keeps:
+which list items the identity may see; and the same for what a backend has of its own (an
+MCPRemoteProxy's ``authzConfig``, an MCPServer's webhooks: what ToolHive's proxy in front of it
+enforces). The rules it keeps:
 
 * Authorization policies (:mod:`~vmcp_trio.auth.policy.cedar`) first: the checks a request
   needs (:mod:`~vmcp_trio.auth.policy.mcp_checks`) must all allow it; a denial is JSON-RPC
@@ -14,6 +14,12 @@ it keeps:
   ToolHive): -32029 with ``retryAfterSeconds``, HTTP 429 with ``Retry-After``. A denied call
   takes no token. Redis unreachable lets calls through, counted in
   ``vmcp_rate_limit_unavailable_total`` with a warning at most once a minute.
+* A request routed to a backend then meets the backend's webhooks
+  (:mod:`~vmcp_trio.auth.policy.webhooks`: mutating, then validating), which see it under the
+  backend's own names and may change its params; then the backend's own policies and rate
+  limits judge the request as the webhooks left it (ToolHive's proxy runs its webhooks before
+  its authorization too). The list requests the gateway makes to build its catalog are its
+  own, not a caller's, and meet no webhook.
 * A backend's own policies decide the requests routed to it, under its own names (before the
   gateway's prefix or renames, as the pod sees them), with ``MCP::"<backend>"`` as their
   server, after the gateway's: a denial is the same JSON-RPC error 403, and the items of that
@@ -38,12 +44,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..auth.caller import Caller
 from ..auth.identity import ANONYMOUS, Identity
 from ..auth.jwt import TokenError, parse_jws
 from ..auth.outgoing.strategies import UpstreamTokens
 from ..auth.policy.cedar import CedarCheck, CedarPolicies
 from ..auth.policy.mcp_checks import DENIED, checks_for, denial_message, item_check
 from ..auth.policy.rate_limits import Admission, refusal, retry_after_seconds
+from ..auth.policy.webhooks import WebhookRefusal, Webhooks
 from ..protocol.jsonrpc import TOO_BUSY, ErrorObject, ErrorResponse, Request
 from ..runtime.metrics import Metrics
 from ..runtime.redis import StorageUnavailable
@@ -77,11 +85,13 @@ class Refusal:
 @dataclass(frozen=True)
 class BackendPolicies:
     """A backend's own policies, the upstream login whose claims they see (None: the
-    token's), and its own rate limits (on ``tools/call``, by the backend's tool names)."""
+    token's), its own rate limits (on ``tools/call``, by the backend's tool names), and its
+    webhooks."""
 
     policies: CedarPolicies | None
     primary_upstream: str | None = None
     limiter: RateLimiter | None = None
+    webhooks: Webhooks | None = None
 
 
 def _jwt_claims(token: str) -> dict[str, Any] | None:
@@ -221,15 +231,23 @@ class Gate:
                 out.append(item)
         return out
 
-    async def refuse_at(self, identity: Identity, backend: str, request: Request,
-                        params: Mapping[str, Any],
-                        hints: Mapping[str, Any]) -> ErrorResponse | None:
-        """``backend``'s own policies, then its own rate limits, on ``request`` as routed to it
-        (``params``: under the backend's own names; ``hints``: the tool's annotations): None
-        when they allow it."""
+    async def admit_at(self, caller: Caller, backend: str, request: Request,
+                       params: dict[str, Any],
+                       hints: Mapping[str, Any]) -> dict[str, Any] | ErrorResponse:
+        """What ``backend`` has of its own on ``request`` as routed to it (``params``: under
+        the backend's own names; ``hints``: the tool's annotations): its webhooks, then its
+        policies, then its rate limits. The params to send (as the webhooks left them), or
+        the refusal."""
         own = self.backends.get(backend)
         if own is None:
-            return None
+            return params
+        identity = caller.identity
+        if own.webhooks is not None:
+            try:
+                params = await own.webhooks.review(identity, caller.address, request.id,
+                                                   request.method, params)
+            except WebhookRefusal as refused:
+                return ErrorResponse(request.id, refused.error)
         checks = checks_for(request.method, params, lambda _: hints) if own.policies else []
         if own.policies is not None and checks:
             try:
@@ -244,8 +262,13 @@ class Gate:
             if not admission.allowed:
                 self.metrics.rate_limited.labels(f"{backend}: {admission.limit or ''}").inc()
                 return refusal(request.id, admission)
-        return None
+        return params
 
+    async def aclose(self) -> None:
+        """Close the backends' webhook connections (a reload replaced this gate)."""
+        for own in self.backends.values():
+            if own.webhooks is not None:
+                await own.webhooks.aclose()
 
 
 async def _admitted(limiter: RateLimiter, identity: Identity,

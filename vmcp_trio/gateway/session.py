@@ -576,10 +576,11 @@ class ClientSession:
     async def _forward(self, link: BackendLink, request: Request, params: dict[str, Any],
                        call: Call) -> Reply:
         call.backend = link.name
-        refused = await self.links.refused(link.name, request, params,
-                                           _hints(self.catalog.built, request))
-        if refused is not None:  # the backend's own policies
-            return refused
+        admitted = await self.links.admitted(link.name, request, params,
+                                             _hints(self.catalog.built, request))
+        if isinstance(admitted, ErrorResponse):  # what the backend has of its own refused
+            return admitted
+        params = admitted
         if not link.revision.stateless:
             params = params_for_handshake(params) or {}
         target = params.get("name")

@@ -15,9 +15,10 @@ name) and, for each it could not, why (``failed``). The rules it keeps:
   :meth:`calling`) are done, or after the backend's timeout.
 * :meth:`link` is the one way a request gets a link: a backend that is not connected raises
   :class:`~.backends.base.BackendError` naming it and why.
-* A backend's own policies (an MCPRemoteProxy's ``authzConfig``, what ToolHive's proxy pod in
-  front of it enforces) stand between the session's caller and the backend: :meth:`refused`
-  says what they say to a request sent to it (:meth:`~.admission.Gate.refuse_at`).
+* What a backend has of its own (an MCPServer's webhooks, an MCPRemoteProxy's ``authzConfig``:
+  what ToolHive's proxy in front of it enforces) stands between the session's caller and the
+  backend: :meth:`admitted` gives the params to send to it, or the refusal
+  (:meth:`~.admission.Gate.admit_at`).
 
 It is handed what it uses of its session (the owner's id, the client's capabilities, the
 caller, the sink of a backend's unrelated messages, the record it joined), never the session.
@@ -111,17 +112,18 @@ class SessionLinks:
         retiring it waits for)."""
         return _Calling(self._calls_on, link)
 
-    # --- the backends' own policies ---------------------------------------------------------------
+    # --- what the backends have of their own -------------------------------------------------
 
-    async def refused(self, backend: str, request: Request, params: Mapping[str, Any],
-                      hints: Mapping[str, Any] = NO_ANNOTATIONS) -> ErrorResponse | None:
-        """``backend``'s own policies on ``request`` for this session's caller, as sent to it
-        (``params``: under the backend's names; ``hints``: the tool's annotations); None: it
-        may go."""
+    async def admitted(self, backend: str, request: Request, params: dict[str, Any],
+                       hints: Mapping[str, Any] = NO_ANNOTATIONS
+                       ) -> dict[str, Any] | ErrorResponse:
+        """What ``backend`` has of its own on ``request`` for this session's caller, as sent
+        to it (``params``: under the backend's names; ``hints``: the tool's annotations): the
+        params to send (its webhooks may change them), or the refusal."""
         gate = self.services.gate
         if gate is None:
-            return None
-        return await gate.refuse_at(self._caller().identity, backend, request, params, hints)
+            return params
+        return await gate.admit_at(self._caller(), backend, request, params, hints)
 
     # --- connecting -------------------------------------------------------------------------------
 

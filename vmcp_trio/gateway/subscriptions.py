@@ -11,8 +11,9 @@ it wants to hear (list changes, updates of resource URIs, status changes of task
   same way. One reference count holds both (keyed ``uri:`` and ``task:``), under one lock, so
   streams opening and closing at once always leave the count right.
 * Only what a backend accepted is honoured, and said so in the acknowledgement: a URI no
-  backend serves, or whose backend cannot subscribe or whose own policies do not let the
-  caller read it; a task id this identity was not given, or
+  backend serves, or whose backend cannot subscribe or whose own policies or webhooks do not
+  let the caller read it (a webhook's change to a subscription is not applied: the
+  subscription is to the URI the client named); a task id this identity was not given, or
   whose backend cannot watch (only a 2026-07-28 link can).
 * What a backend says while (un)subscribing belongs to no client call: it goes where its
   unrelated messages go (``sink``).
@@ -27,7 +28,14 @@ from dataclasses import dataclass
 
 import trio
 
-from ..protocol.jsonrpc import Notification, Request, RequestId, Response, encode
+from ..protocol.jsonrpc import (
+    ErrorResponse,
+    Notification,
+    Request,
+    RequestId,
+    Response,
+    encode,
+)
 from ..protocol.stateless_requests import SUBSCRIPTION_ID
 from ..protocol.tasks_extension import STATUS_NOTIFICATION
 from .backends.base import BackendError, BackendLink, Sink
@@ -135,9 +143,9 @@ class Subscriptions:
                 continue
             link = await self._resource_link(uri)
             if link is None or not link.server_capabilities.get("resources", {}).get(
-                    "subscribe") or await self.links.refused(
+                    "subscribe") or isinstance(await self.links.admitted(
                     link.name, Request(0, "resources/subscribe", {"uri": uri}),
-                    {"uri": uri}) is not None:
+                    {"uri": uri}), ErrorResponse):
                 continue
             try:
                 reply = await link.call("resources/subscribe", {"uri": uri},

@@ -126,7 +126,8 @@ def resolve_gateway(resolver: Resolver, gateway: Resource) -> GatewayPlan | None
                 authenticated=spec.incoming_auth.type == "oidc", shared_storage=shared_storage)
         if outgoing is not None and endpoint is not None and _headers_fit(
                 resolver, gateway, member, endpoint, outgoing):
-            backends.append(BackendPlan(member.name or "", endpoint, outgoing, authz, limits))
+            backends.append(BackendPlan(member.name or "", endpoint, outgoing, authz, limits,
+                                        resolver.backend_webhooks.get(member.key)))
     for name, static_endpoint in static.items():
         outgoing = _outgoing(resolver, gateway, spec, name, None, incoming)
         if outgoing is not None and static_endpoint is not None and all(

@@ -39,6 +39,7 @@ from .fields import (
     Str,
     UrlText,
 )
+from .webhook_models import WebhookConfigSpec
 
 __all__ = [
     "KIND_MODELS",
@@ -500,6 +501,8 @@ class MCPServerSpec(Model):
     """Token buckets on the calls to this server, as for an MCPRemoteProxy's."""
     audit: Enabled | None = None
     """Its requests are recorded in the gateway's audit log, whether or not every request is."""
+    webhook_config_ref: NameRef | None = None
+    """An MCPWebhookConfig whose webhooks see (and may change or refuse) each request to it."""
 
 
 # --- remote backends and their tools (ToolHive v0.10+) -------------------------------------------
@@ -642,6 +645,7 @@ KIND_MODELS: dict[str, type[Model]] = {
     "MCPTelemetryConfig": TelemetryConfigSpec,
     "MCPAuthzConfig": AuthzConfigSpec,
     "VirtualMCPCompositeToolDefinition": CompositeToolDefinitionSpec,
+    "MCPWebhookConfig": WebhookConfigSpec,
 }
 """Spec model of each kind under ``{api_group}/v1beta1`` and ``/v1alpha1`` (the same schema).
 Secret is ``v1`` and has no spec."""

@@ -59,6 +59,8 @@ __all__ = [
     "ToolOverridePlan",
     "UpstreamInjectAuth",
     "UserInfoPlan",
+    "WebhookPlan",
+    "WebhooksPlan",
     "WorkloadToolsPlan",
 ]
 
@@ -335,6 +337,34 @@ class BackendPlan:
     rate_limits: RateLimitRules | None = None
     """The backend's own rate limits (an MCPRemoteProxy's ``rateLimiting``), on the calls
     routed to it, besides the gateway's; tools by the backend's names."""
+    webhooks: WebhooksPlan | None = None
+    """The webhooks of an MCPServer's ``webhookConfigRef``, on the requests routed to it."""
+
+
+@dataclass(frozen=True)
+class WebhookPlan:
+    """One webhook of an MCPWebhookConfig (see :mod:`vmcp_trio.auth.policy.webhooks`)."""
+
+    name: str
+    url: str
+    timeout_seconds: float = 10.0
+    fail_open: bool = False
+    """``failurePolicy: ignore``: an unreachable or broken webhook lets the request go on."""
+    ca_certificates: SecretValue | None = None
+    client_certificate: SecretValue | None = None
+    client_key: SecretValue | None = None
+    verify: bool = True
+    hmac_secret: SecretValue | None = None
+
+
+@dataclass(frozen=True)
+class WebhooksPlan:
+    """An MCPWebhookConfig: the mutating webhooks in order, then the validating ones."""
+
+    source: str
+    """``namespace/name`` of the MCPWebhookConfig."""
+    mutating: tuple[WebhookPlan, ...] = ()
+    validating: tuple[WebhookPlan, ...] = ()
 
 
 # --- embedded authorization server -------------------------------------------------------------

@@ -30,7 +30,7 @@ from ..secrets.errors import SecretNotFound, SecretsError
 from ..secrets.manager import SecretsManager
 from ..secrets.names import env_variable, ref_name
 from . import models as m
-from . import remote_rules
+from . import remote_rules, webhook_rules
 from .external_auth_rules import external_auth
 from .plan import (
     Endpoint,
@@ -38,6 +38,7 @@ from .plan import (
     OutgoingPlan,
     SecretValue,
     StdioEndpoint,
+    WebhooksPlan,
     WorkloadToolsPlan,
 )
 from .problems import PathPart, format_path
@@ -103,6 +104,10 @@ class Resolver:
         self.workflows: dict[ResourceKey, WorkflowPlan] = {}
         """The composite tool definitions that are valid (:mod:`.composite_rules`)."""
         """A backend's own MCPToolConfig (MCPServer by url or command, MCPRemoteProxy)."""
+        self.webhook_configs: dict[ResourceKey, WebhooksPlan] = {}
+        """The MCPWebhookConfigs that are valid."""
+        self.backend_webhooks: dict[ResourceKey, WebhooksPlan] = {}
+        """The webhooks of an MCPServer reached by url or started by command."""
 
     # --- lookups -------------------------------------------------------------------------------
 
@@ -196,10 +201,19 @@ class Resolver:
             self._check_oidc_config(resource)
         for resource in self.of_kind("MCPToolConfig"):
             remote_rules.check_tool_config(self, resource)
+        for resource in self.of_kind("MCPWebhookConfig"):
+            webhooks = webhook_rules.webhooks_plan(self, resource)
+            if webhooks is not None:
+                self.webhook_configs[resource.key] = webhooks
         for resource in self.of_kind("MCPServer"):
             endpoint = self._server(resource)
             if endpoint is not None:
                 self.endpoints[resource.key] = endpoint
+            ref = resource.spec.webhook_config_ref
+            target = None if ref is None else self.ref(
+                resource, ("spec", "webhookConfigRef", "name"), "MCPWebhookConfig", ref.name)
+            if target is not None and target.key in self.webhook_configs:
+                self.backend_webhooks[resource.key] = self.webhook_configs[target.key]
         for kind in ("MCPServerEntry", "MCPRemoteProxy"):
             for resource in self.of_kind(kind):
                 remote = remote_rules.remote_endpoint(self, resource)

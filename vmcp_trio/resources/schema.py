@@ -11,10 +11,9 @@ Which documents are resources, by apiVersion and kind:
   v0.23. A v1alpha1 resource gets one ``deprecated-api-version`` warning naming ToolHive's
   deprecation; it loads all the same.
 * ToolHive's kinds that are not the gateway's business (:data:`IGNORED_KINDS`: the optimizer's
-  embedding server, the registry server, the webhooks of ToolHive's per-server proxy) are
-  skipped with an ``ignored-kind`` warning saying why; what would rely on them in a gateway
-  (``config.optimizer``, an MCPServer's ``webhookConfigRef`` when vmcp reaches it directly) is
-  reported where it is written.
+  embedding server, the registry server) are skipped with an ``ignored-kind`` warning saying
+  why; what would rely on them in a gateway (``config.optimizer``) is reported where it is
+  written.
 * ``v1`` Secrets and ConfigMaps are data the resources refer to (:data:`CORE_KINDS`).
 * Any other document outside the API group (Namespace, ServiceAccount, RBAC, Deployment,
   Service...) is skipped with a ``skipped-kind`` warning, so a folder of Kubernetes manifests
@@ -47,8 +46,6 @@ IGNORED_KINDS = {
     "EmbeddingServer": "it serves embeddings to ToolHive's optimizer, which vmcp does not "
                        "implement yet (config.optimizer is ignored with a warning)",
     "MCPRegistry": "it runs ToolHive's registry server, not part of a gateway",
-    "MCPWebhookConfig": "its webhooks are called by ToolHive's proxy in front of an MCPServer "
-                        "(webhookConfigRef; refused on an MCPServer vmcp reaches directly)",
 }
 """ToolHive's kinds that are not the gateway's business, and why."""
 CORE_KINDS: dict[str, type[SecretResource] | type[ConfigMapResource]] = {

@@ -98,6 +98,10 @@ def _backend(backend: BackendPlan, incoming: IncomingPlan) -> str:
     text = f"    {backend.name}: {where}\n      outgoing auth: {outgoing}"
     if backend.authz is not None:
         text += f"\n      its own policies: {len(backend.authz.policies)} Cedar policies"
+    if backend.webhooks is not None:
+        hooks = backend.webhooks
+        text += (f"\n      webhooks ({hooks.source}): {len(hooks.mutating)} mutating, "
+                 f"{len(hooks.validating)} validating")
     return text
 
 

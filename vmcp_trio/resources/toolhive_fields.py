@@ -19,16 +19,18 @@ with its own rule:
   runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker and status
   reporting.
 * ``not-implemented``: an error per field. Features whose absence would make the gateway do less
-  than the manifest says, above all about security: webhooks, the runtime form of
-  incoming/outgoing auth, Redis Cluster, an MCPOIDCConfig's introspection of service-account
-  tokens. They are refused, never silently dropped. A value that turns nothing on (``false``,
-  or a block with ``enabled: false``) is accepted without a word.
+  than the manifest says, above all about security: the runtime form of incoming/outgoing
+  auth, an MCPOIDCConfig's introspection of service-account tokens, an MCPServer's own
+  embedded authorization server. They are refused, never silently dropped. A value that
+  turns nothing on (``false``, or a block with ``enabled: false``) is accepted without a
+  word.
 
 An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
 the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
 they pass as the operator's business. A server vmcp reaches directly (``url``) or starts
-(``command``) has no such proxy: vmcp applies its authorization, rate limits and tool filter
-itself (:data:`PROXY_APPLIED`, in the models), and refuses the rest as not implemented.
+(``command``) has no such proxy: vmcp applies its authorization, rate limits, tool filter,
+audit and webhooks itself (:data:`PROXY_APPLIED`, in the models), and refuses the rest as not
+implemented.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
 
 
 PROXY_APPLIED: dict[str, tuple[str, ...]] = {
-    "MCPServer": ("authzConfig", "authzConfigRef", "rateLimiting", "tools", "audit"),
+    "MCPServer": ("authzConfig", "authzConfigRef", "rateLimiting", "tools", "audit",
+                  "webhookConfigRef"),
 }
 """Fields that ToolHive's proxy in front of a server enforces, and vmcp itself for a server it
 reaches by ``url`` or starts by ``command`` (in the models); set aside for a server at its
@@ -107,7 +110,6 @@ in-cluster URL, whose proxy applies them."""
 
 PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
     "MCPServer": (
-        ("webhookConfigRef", "webhooks (MCPWebhookConfig)"),
         ("authServerRef", "an embedded authorization server in front of one backend"),
     ),
 }

@@ -145,6 +145,10 @@ class Metrics(ProcessMetrics):
                                               "through unlimited because the shared rate limits' "
                                               "Redis could not be asked (fail open)",
                                               registry=self.registry)
+        self.webhook_calls = Counter("vmcp_webhook_calls", "Calls to a backend's webhooks, by "
+                                     "webhook (namespace/config/name) and outcome (allowed, "
+                                     "patched, denied, failed_closed, failed_open)",
+                                     ["webhook", "outcome"], registry=self.registry)
 
     def observe(self, method: str, backend: str, outcome: str, seconds: float) -> None:
         children = self._observed.get((method, backend, outcome))
