@@ -134,3 +134,58 @@ async def test_an_inline_issuer_whose_jwks_asks_for_a_bearer_token(
             await client.aclose()
     assert ("/openid/v1/jwks", f"Bearer {apiserver.pod_token}") in apiserver.requests
     assert ("/openid/v1/jwks", "") in apiserver.requests
+
+
+async def test_a_shared_config_introspects_tokens_that_are_not_jwts(
+        apiserver: FakeApiServer) -> None:
+    """An MCPOIDCConfig's ``kubernetesServiceAccount.introspectionUrl``: a token that is not a
+    JWT is asked about there (RFC 7662, no credentials, as ToolHive's fallback provider); one
+    it does not know is refused; service-account JWTs still go by the API server's keys."""
+    docs = k8s_docs()
+    vmcp = next(d for d in docs if d["kind"] == "VirtualMCPServer")
+    vmcp["spec"]["incomingAuth"] = {"type": "oidc", "oidcConfigRef": {
+        "name": "cluster", "audience": "toolhive"}}
+    url = f"https://{apiserver.host}:{apiserver.port}/introspect"
+    docs.append({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": "MCPOIDCConfig",
+                 "metadata": {"name": "cluster"},
+                 "spec": {"type": "kubernetesServiceAccount",
+                          "kubernetesServiceAccount": {"introspectionUrl": url}}})
+    async with running_gateway(docs, auth=settings(apiserver)) as (gateway_url, _):
+        assert (await status_with(gateway_url, apiserver.opaque_token()))[0] == 200
+        assert (await status_with(gateway_url, apiserver.token()))[0] == 200
+        status, headers = await status_with(gateway_url, "an-opaque-token-nobody-issued")
+        assert status == 401 and 'error="invalid_token"' in headers["www-authenticate"]
+        other = apiserver.opaque_token(audience="someone-else")
+        assert (await status_with(gateway_url, other))[0] == 401
+    asked = [auth for path, auth in apiserver.requests if path == "/introspect"]
+    assert len(asked) >= 3 and set(asked) == {""}  # no credentials sent
+
+
+def test_an_introspection_url_must_be_https() -> None:
+    from .helpers import expect_error, validate
+
+    docs = k8s_docs()
+    docs.append({"apiVersion": "toolhive.stacklok.dev/v1beta1", "kind": "MCPOIDCConfig",
+                 "metadata": {"name": "cluster"},
+                 "spec": {"type": "kubernetesServiceAccount", "kubernetesServiceAccount": {
+                     "introspectionUrl": "http://introspect.svc/introspect"}}})
+    expect_error(validate(docs), "https", "spec.kubernetesServiceAccount.introspectionUrl",
+                 kind="MCPOIDCConfig", contains="must use https")
+
+
+async def test_an_inline_issuer_with_an_introspection_url_and_no_secret(
+        apiserver: FakeApiServer) -> None:
+    """An inline issuer's ``introspectionUrl`` without ``clientSecretRef`` introspects too,
+    unauthenticated (ToolHive's fallback provider), instead of leaving opaque tokens out."""
+    base = f"https://{apiserver.host}:{apiserver.port}"
+    plan = OIDCIncoming(issuer=ISSUER, audience="toolhive", jwks_url=f"{base}/openid/v1/jwks",
+                        introspection_url=f"{base}/introspect", jwks_allow_private_ip=True,
+                        ca_bundle=(apiserver.account_dir / "ca.crt").read_text())
+    client = HttpClient()
+    try:
+        authenticator = build_authenticator(plan, AuthSettings(), client)
+        identity = await authenticator.authenticate(apiserver.opaque_token("robot", "apps"))
+        assert identity.subject == "system:serviceaccount:apps:robot"
+    finally:
+        await client.aclose()
+    assert ("/introspect", "") in apiserver.requests

@@ -415,7 +415,7 @@ def _oidc_config_ref(resolver: Resolver, gateway: Resource, incoming: m.Incoming
                 resolver, target, shared.inline.ca_bundle_ref, ("spec", "inline", "caBundleRef"),
                 shared.inline.issuer)
         return _oidc_plan(shared.inline, audience, scopes, ref.resource_url, secret, ca_bundle)
-    sa = shared.kubernetes_service_account or m.ServiceAccountOIDC()
+    sa = shared.kubernetes_service_account or m.SharedServiceAccountOIDC()
     return KubernetesIncoming(
         audience=audience,
         issuer=sa.issuer,
@@ -425,6 +425,7 @@ def _oidc_config_ref(resolver: Resolver, gateway: Resource, incoming: m.Incoming
         use_cluster_auth=sa.use_cluster_auth is not False,
         scopes=scopes,
         resource_url=ref.resource_url,
+        introspection_url=sa.introspection_url,
     )
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "ServerEntrySpec",
     "ServiceAccountOIDC",
     "SharedInlineOIDC",
+    "SharedServiceAccountOIDC",
     "StaticBackend",
     "TelemetryConfigSpec",
     "ToolConfigSpec",
@@ -159,6 +160,13 @@ class ServiceAccountOIDC(Model):
     service_account: NonEmpty | None = None
     namespace: DnsLabel | None = None
     use_cluster_auth: Bool | None = None
+
+
+class SharedServiceAccountOIDC(ServiceAccountOIDC):
+    """MCPOIDCConfig ``kubernetesServiceAccount``: as above plus where a token that is not a
+    JWT is introspected."""
+
+    introspection_url: UrlText | None = None
 
 
 class KubernetesOIDC(ServiceAccountOIDC):
@@ -281,7 +289,7 @@ class OIDCConfigSpec(Model):
 
     type: Literal["inline", "kubernetesServiceAccount"]
     inline: SharedInlineOIDC | None = None
-    kubernetes_service_account: ServiceAccountOIDC | None = None
+    kubernetes_service_account: SharedServiceAccountOIDC | None = None
 
 
 # --- outgoing ----------------------------------------------------------------------------------

@@ -141,6 +141,8 @@ class KubernetesIncoming:
     use_cluster_auth: bool = True
     scopes: tuple[str, ...] = ()
     resource_url: str | None = None
+    introspection_url: str | None = None
+    """Where a token that is not a JWT is introspected (RFC 7662, without credentials)."""
     mode: Literal["kubernetes"] = "kubernetes"
 
 

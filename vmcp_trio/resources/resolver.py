@@ -329,6 +329,12 @@ class Resolver:
         else:
             self.block_matches_type(resource, spec.type, "kubernetesServiceAccount", True,
                                      {"inline": spec.inline is not None})
+            account = spec.kubernetes_service_account
+            url = account.introspection_url if account is not None else None
+            if url is not None and url.lower().startswith("http://"):
+                self.report.error(resource, ("spec", "kubernetesServiceAccount",
+                                             "introspectionUrl"), "https",
+                                  "must use https (the tokens it is sent are credentials)")
 
     def check_inline_oidc(self, owner: Resource, path: Sequence[PathPart],
                           inline: m.SharedInlineOIDC) -> SecretValue | None:

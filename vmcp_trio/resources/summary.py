@@ -44,10 +44,15 @@ def _incoming(plan: IncomingPlan) -> str:
         text = f"oidc, issuer {plan.issuer}, audience {plan.audience}"
         if plan.client_secret is not None:
             text += f", introspection with client {plan.client_id} (secret {REDACTED})"
+        elif plan.introspection_url is not None:
+            text += f", introspection at {plan.introspection_url} (no client credentials)"
         return text
     if isinstance(plan, KubernetesIncoming):
         issuer = plan.issuer or "the in-cluster API server"
-        return f"kubernetes service accounts, issuer {issuer}, audience {plan.audience}"
+        text = f"kubernetes service accounts, issuer {issuer}, audience {plan.audience}"
+        if plan.introspection_url is not None:
+            text += f", other tokens introspected at {plan.introspection_url}"
+        return text
     assert isinstance(plan, EmbeddedIncoming)
     return f"embedded authorization server, issuer {plan.issuer}, audience {plan.audience}"
 

@@ -20,10 +20,9 @@ with its own rule:
   reporting.
 * ``not-implemented``: an error per field. Features whose absence would make the gateway do less
   than the manifest says, above all about security: the runtime form of incoming/outgoing
-  auth, an MCPOIDCConfig's introspection of service-account tokens, an MCPServer's own
-  embedded authorization server. They are refused, never silently dropped. A value that
-  turns nothing on (``false``, or a block with ``enabled: false``) is accepted without a
-  word.
+  auth, an MCPServer's own embedded authorization server. They are refused, never silently
+  dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``) is
+  accepted without a word.
 
 An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
 the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
@@ -118,9 +117,6 @@ NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
     "VirtualMCPServer": (
         ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
         ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
-    ),
-    "MCPOIDCConfig": (
-        ("kubernetesServiceAccount.introspectionUrl", "token introspection"),
     ),
 }
 

@@ -147,12 +147,12 @@ def _oidc(plan: OIDCIncoming, settings: AuthSettings, client: HttpClient) -> Jwt
                      allow_private=plan.jwks_allow_private_ip, headers=headers,
                      private_switch="jwksAllowPrivateIP")
     introspector = None
-    if plan.client_secret is not None:
+    if plan.client_secret is not None or plan.introspection_url is not None:
         introspector = Introspector(
             metadata.endpoint("introspection_endpoint", plan.introspection_url), client,
             issuer=plan.issuer, audience=plan.audience, client_id=plan.client_id or "",
-            client_secret=plan.client_secret.value.decode(), allow_http=plan.insecure_allow_http,
-            allow_private=plan.jwks_allow_private_ip,
+            client_secret=plan.client_secret.text() if plan.client_secret else None,
+            allow_http=plan.insecure_allow_http, allow_private=plan.jwks_allow_private_ip,
             max_ttl=settings.introspection_cache_ttl)
     authenticator = JwtAuthenticator(
         issuer=plan.issuer, audience=plan.audience, keys=jwks, introspector=introspector,
@@ -196,9 +196,20 @@ def _kubernetes(plan: KubernetesIncoming, settings: AuthSettings) -> JwtAuthenti
                 raise IncomingAuthError(f"{url} (HTTP {status}) announces no issuer")
             authenticator.issuer = jwks.issuer = issuer
             authenticator.authorization_servers = (issuer,)
+            if introspector is not None:
+                introspector.issuer = issuer
 
+    introspector = None
+    if plan.introspection_url is not None:  # opaque tokens, asked without credentials
+        introspection_url = plan.introspection_url
+
+        async def endpoint() -> str:
+            return introspection_url
+        introspector = Introspector(endpoint, client, issuer=plan.issuer or "",
+                                    audience=plan.audience, allow_private=True,
+                                    max_ttl=settings.introspection_cache_ttl)
     authenticator = JwtAuthenticator(
-        issuer=plan.issuer or "", audience=plan.audience, keys=jwks,
+        issuer=plan.issuer or "", audience=plan.audience, keys=jwks, introspector=introspector,
         required_scopes=settings.required_scopes, scopes_supported=plan.scopes,
         leeway=settings.leeway, restrict=_service_account_rule(plan.service_account,
                                                                plan.namespace),

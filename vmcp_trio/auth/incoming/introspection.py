@@ -2,7 +2,9 @@
 
 A token that is not a JWT goes to the issuer's ``introspection_endpoint`` (from discovery, or
 configured), authenticated as the configured client with ``client_secret_basic`` (RFC 6749
-section 2.3.1: id and secret form-encoded, then base64). The answer must say ``active: true``;
+section 2.3.1: id and secret form-encoded, then base64), or unauthenticated when no client
+secret is configured (ToolHive's fallback: an endpoint that is only reachable from inside,
+such as one in the cluster). The answer must say ``active: true``;
 its ``aud``, when present, must contain the audience, its ``iss``, when present, must be the
 issuer, and its ``exp``, when present, must lie ahead.
 
@@ -41,7 +43,8 @@ _INACTIVE: dict[str, Any] = {}
 
 class Introspector:
     def __init__(self, endpoint: Callable[[], Awaitable[str]], client: HttpClient, *,
-                 issuer: str, audience: str | None, client_id: str, client_secret: str,
+                 issuer: str, audience: str | None, client_id: str = "",
+                 client_secret: str | None = None,
                  allow_http: bool = False, allow_private: bool = False,
                  max_ttl: float = 60.0, negative_ttl: float = 10.0,
                  max_entries: int = 10_000, timeout: float = 5.0) -> None:
@@ -54,7 +57,10 @@ class Introspector:
         self.max_ttl = max_ttl
         self.negative_ttl = negative_ttl
         self.timeout = timeout
-        self._authorization = basic_authorization(client_id, client_secret)
+        self._headers = [("content-type", "application/x-www-form-urlencoded")]
+        if client_secret is not None:
+            self._headers.append(("authorization",
+                                  basic_authorization(client_id, client_secret)))
         self.cache: VerifiedTokenCache[dict[str, Any]] = VerifiedTokenCache(
             max_entries=max_entries, max_ttl=max_ttl)
         self.calls = 0
@@ -98,8 +104,7 @@ class Introspector:
         try:
             status, _, document = await fetch_json(
                 self.client, endpoint, method="POST", body=body, timeout=self.timeout,
-                headers=[("content-type", "application/x-www-form-urlencoded"),
-                         ("authorization", self._authorization)], guard=guard)
+                headers=self._headers, guard=guard)
         except FetchError as exc:
             raise IntrospectionUnavailable(str(exc)) from None
         if status != 200 or not isinstance(document, dict):
