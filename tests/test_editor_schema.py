@@ -123,10 +123,6 @@ REFUSED: dict[str, Change] = {
     "an unknown kind in the group": lambda docs: kind(docs, "MCPGroup").update(
         kind="MCPGrup"),
     "a Secret of another version": lambda docs: kind(docs, "Secret").update(apiVersion="v2"),
-    "a feature not implemented, on": lambda docs: kind(docs, "VirtualMCPServer")[
-        "spec"].update(config={"incomingAuth": {"type": "anonymous"}}),
-    "a proxy's field on a server vmcp starts": lambda docs: kind(docs, "MCPServer")[
-        "spec"].update(authServerRef={"kind": "MCPExternalAuthConfig", "name": "as"}),
 }
 
 ACCEPTED: dict[str, Change] = {
@@ -139,6 +135,10 @@ ACCEPTED: dict[str, Change] = {
         "spec"].update(passthroughHeaders=[]),
     "a Kubernetes-only field": lambda docs: kind(docs, "VirtualMCPServer")["spec"].update(
         replicas=3),
+    "the runtime form of incoming auth": lambda docs: kind(docs, "VirtualMCPServer")[
+        "spec"].update(config={"incomingAuth": {"type": "anonymous"}}),
+    "a proxy's field on a server vmcp starts": lambda docs: kind(docs, "MCPServer")[
+        "spec"].update(authServerRef={"kind": "MCPExternalAuthConfig", "name": "as"}),
     "v1alpha1": lambda docs: kind(docs, "MCPGroup").update(
         apiVersion="toolhive.stacklok.dev/v1alpha1"),
     "a document of another API": lambda docs: docs.append(

@@ -958,23 +958,28 @@ def test_a_gateway_needs_a_group_somewhere(anonymous: Docs) -> None:
                  contains="is required (or spec.config.groupRef)")
 
 
-NOT_IMPLEMENTED = [
-    # (kind, name, field set, value, reported path, what the message names)
-    ("MCPServer", "everything", "spec.authServerRef", {"kind": "MCPExternalAuthConfig",
-                                                        "name": "as"},
-     "spec.authServerRef", "an embedded authorization server in front of one backend"),
-]
-
-
-@pytest.mark.parametrize(("kind", "name", "field", "value", "path", "what"), NOT_IMPLEMENTED,
-                         ids=[case[4] for case in NOT_IMPLEMENTED])
-def test_fields_not_implemented_yet_are_errors(anonymous: Docs, kind: str, name: str | None,
-                                               field: str, value: Any, path: str,
-                                               what: str) -> None:
-    """Never silently ignored: the gateway would do less than the manifest says."""
-    set_field(resource(anonymous, kind, name), field, value)
-    expect_error(validate(anonymous), "not-implemented", path, kind=kind,
-                 contains=f"is not implemented yet ({what}): refused rather than ignored")
+def test_what_toolhive_replaces_or_its_proxy_enforces_is_warned_about(anonymous: Docs) -> None:
+    """The runtime form of incoming and outgoing auth (``spec.config.incomingAuth`` and
+    ``outgoingAuth``), which ToolHive's operator always replaces with ``spec``'s, and an
+    MCPServer's ``authServerRef`` (its proxy's incoming auth, which vmcp does not run): each
+    a warning saying so, never a change of who gets in."""
+    vmcp(anonymous)["spec"]["config"] = {"incomingAuth": {"type": "oidc", "oidc": {
+        "issuer": "https://idp.example.com", "clientId": "x", "audience": "y"}},
+        "outgoingAuth": {"source": "inline"}}
+    resource(anonymous, "MCPServer", "everything")["spec"]["authServerRef"] = {
+        "kind": "MCPExternalAuthConfig", "name": "as"}
+    result = validate(anonymous)
+    assert result.ok, result.problems
+    assert result.plans[0].incoming == validate(
+        [d for d in anonymous if d["kind"] != "VirtualMCPServer"]
+        + [vmcp(anonymous) | {"spec": {k: v for k, v in vmcp(anonymous)["spec"].items()
+                                       if k != "config"}}]).plans[0].incoming
+    notes = {(note.path, note.rule): note.message for note in result.problems}
+    assert notes[("spec.config.incomingAuth", "ignored-field")].endswith(
+        "ToolHive's operator always replaces it with spec.incomingAuth (which is required), "
+        "so it never takes effect: vmcp does the same")
+    assert "spec.outgoingAuth" in notes[("spec.config.outgoingAuth", "ignored-field")]
+    assert "authServerRef" in notes[("spec", "kubernetes-only")]
 
 
 def test_a_feature_switched_off_is_accepted(anonymous: Docs) -> None:

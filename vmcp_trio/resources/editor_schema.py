@@ -13,9 +13,7 @@ The rules it keeps:
   a map or as Kubernetes' list). Unlike a CRD it says what a structural schema cannot: an
   unknown field is refused, as the loader refuses it, and unions stay unions.
 * The fields of ToolHive's CRDs that the loader sets aside (:mod:`.toolhive_fields`) are
-  accepted, each described with what vmcp does with it. One that is not implemented yet is
-  accepted only with a value that turns nothing on, as the loader does; one that ToolHive's
-  proxy enforces, so only on an MCPServer that vmcp reaches by ``url`` or starts by ``command``.
+  accepted, each described with what vmcp does with it.
 * A document the loader skips with a warning (outside the API group, or one of the kinds it
   ignores) is accepted.
 * What a schema cannot say stays with ``vmcp validate``: formats its validators check (URLs,
@@ -40,8 +38,6 @@ from .schema import API_VERSIONS, CORE_KINDS, IGNORED_KINDS
 from .toolhive_fields import (
     IGNORED,
     KUBERNETES_ONLY,
-    NOT_IMPLEMENTED,
-    PROXY_ENFORCED,
     split_pattern,
 )
 
@@ -54,12 +50,6 @@ Schema = dict[str, Any]
 _GROUP_REF_INPUT = next(arg.func for arg in get_args(GroupRef) if isinstance(arg, BeforeValidator))
 _ENV_INPUT = next(item.func for item in MCPServerSpec.model_fields["env"].metadata
                   if isinstance(item, BeforeValidator))
-
-_INERT: Schema = {"anyOf": [
-    {"enum": [False, None, "", {}, []]},
-    {"type": "object", "required": ["enabled"], "properties": {"enabled": {"const": False}}},
-]}
-"""A value that turns nothing on: ``false``, empty, or a block with ``enabled: false``."""
 
 _SCHEMAS = ("additionalProperties", "additionalItems", "contains", "else", "if", "items", "not",
             "propertyNames", "then")
@@ -123,8 +113,6 @@ def _kind_branch(kind: str, spec: Schema, definitions: dict[str, Schema],
                  api_group: str) -> Schema:
     for pattern, field in _set_aside(kind).items():
         _admit(spec, split_pattern(pattern), field, definitions)
-    if kind in PROXY_ENFORCED:
-        _admit_by_backend(_fields(spec, definitions), PROXY_ENFORCED[kind])
     spec = _draft7(spec)
     optional = kind in SPEC_OPTIONAL
     return {
@@ -181,27 +169,7 @@ def _set_aside(kind: str) -> dict[str, Schema]:
                                                 "operator runs; vmcp ignores it."})
     for pattern, what in IGNORED.get(kind, ()):
         fields.setdefault(pattern, {"description": f"Ignored by vmcp: {what}."})
-    for pattern, what in PROXY_ENFORCED.get(kind, ()):
-        fields.setdefault(pattern, {
-            "description": f"{what[:1].upper()}{what[1:]}, enforced by ToolHive's proxy in "
-                           "front of a server at its in-cluster URL. Not implemented yet for a "
-                           "server vmcp reaches by url or starts by command."})
-    for pattern, what in NOT_IMPLEMENTED.get(kind, ()):
-        fields.setdefault(pattern, {
-            **copy.deepcopy(_INERT),
-            "description": f"Not implemented yet ({what}): accepted only with a value that turns "
-                           "nothing on (false, empty, or enabled: false)."})
     return fields
-
-
-def _admit_by_backend(spec: Schema, rules: tuple[tuple[str, str], ...]) -> None:
-    """The proxy's fields turn nothing on where vmcp reaches the server itself."""
-    names = [pattern for pattern, _ in rules]
-    assert all("." not in name for name in names), "a nested proxy field needs a path here"
-    spec["allOf"] = [{
-        "if": {"anyOf": [{"required": ["url"]}, {"required": ["command"]}]},
-        "then": {"properties": {name: copy.deepcopy(_INERT) for name in names}},
-    }]
 
 
 def _admit(node: Schema, parts: list[str], field: Schema,

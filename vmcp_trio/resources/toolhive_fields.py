@@ -8,28 +8,26 @@ with its own rule:
   workload ToolHive's operator creates (``toolhive/FIELDS.md``'s "k8s" column: image, resources,
   ports, replicas, pod template, Service settings, service account, volumes, image pull secrets),
   and for an MCPServer the settings of the container and of ToolHive's proxy in front of it
-  (``secrets`` as container variables, the proxy's own incoming OIDC, session storage and path
-  prefix), and for an MCPRemoteProxy those of its proxy pod (vmcp connects to ``remoteUrl``
-  directly). vmcp runs no pod. For an MCPServer reached at its in-cluster URL (neither ``url``
-  nor ``command``) they are not ignored but the operator's business, and pass without a word.
-* ``ignored-field``: a warning per field. Features vmcp does not have yet whose absence changes
-  no security decision and no result a client gets: telemetry (vmcp serves ``/metrics``; its
-  traces follow the process's ``OTEL_*`` environment), an MCPRemoteProxy's own incoming OIDC
+  (``secrets`` as container variables, the proxy's own incoming auth: ``oidcConfigRef``,
+  ``oidcConfig``, ``authServerRef``; session storage and path prefix), and for an
+  MCPRemoteProxy those of its proxy pod (vmcp connects to ``remoteUrl`` directly). vmcp runs no
+  pod or proxy: who may reach a backend is the gateway's ``incomingAuth``'s decision. For an
+  MCPServer reached at its in-cluster URL (neither ``url`` nor ``command``) they are not
+  ignored but the operator's business, and pass without a word.
+* ``ignored-field``: a warning per field. Features vmcp does not have whose absence changes no
+  security decision and no result a client gets: telemetry (vmcp serves ``/metrics``; its
+  traces follow the process's ``OTEL_*`` environment), an MCPRemoteProxy's own incoming auth
   (its pod's, which vmcp does not run), the optimizer and its embedding server, code mode, the
   runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker and status
-  reporting.
-* ``not-implemented``: an error per field. Features whose absence would make the gateway do less
-  than the manifest says, above all about security: the runtime form of incoming/outgoing
-  auth, an MCPServer's own embedded authorization server. They are refused, never silently
-  dropped. A value that turns nothing on (``false``, or a block with ``enabled: false``) is
-  accepted without a word.
+  reporting; and the runtime form of incoming and outgoing auth (``config.incomingAuth``,
+  ``config.outgoingAuth``), which ToolHive's operator always replaces with ``spec``'s. A value
+  that turns nothing on (``false``, or a block with ``enabled: false``) passes without a word.
 
 An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
 the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
 they pass as the operator's business. A server vmcp reaches directly (``url``) or starts
-(``command``) has no such proxy: vmcp applies its authorization, rate limits, tool filter,
-audit and webhooks itself (:data:`PROXY_APPLIED`, in the models), and refuses the rest as not
-implemented.
+(``command``) has no such proxy: vmcp applies those itself (:data:`PROXY_APPLIED`, in the
+models).
 """
 
 from __future__ import annotations
@@ -57,7 +55,8 @@ KUBERNETES_ONLY: dict[str, tuple[str, ...]] = {
     "MCPServer": ("image", "mcpPort", "targetPort", "permissionProfile", "podTemplateSpec",
                   "replicas", "backendReplicas", "resourceOverrides", "resources",
                   "serviceAccount", "sessionAffinity", "volumes", "secrets", "endpointPrefix",
-                  "trustProxyHeaders", "sessionStorage", "oidcConfigRef", "oidcConfig"),
+                  "trustProxyHeaders", "sessionStorage", "oidcConfigRef", "oidcConfig",
+                  "authServerRef"),
     "VirtualMCPServer": ("imagePullSecrets", "podTemplateSpec", "replicas", "serviceAccount",
                          "serviceType", "sessionAffinity"),
     "MCPRemoteProxy": ("podTemplateSpec", "proxyPort", "port", "replicas", "resourceOverrides",
@@ -86,6 +85,12 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
                "backend unhealthy)"),
         *_both("operational.failureHandling.statusReportingInterval",
                "status is reported to Kubernetes only"),
+        ("config.incomingAuth", "ToolHive's operator always replaces it with spec.incomingAuth "
+                                "(which is required), so it never takes effect: vmcp does the "
+                                "same"),
+        ("config.outgoingAuth", "ToolHive's operator always replaces it with spec.outgoingAuth "
+                                "(default: source discovered), so it never takes effect: vmcp "
+                                "does the same"),
     ),
     "MCPRemoteProxy": (
         ("oidcConfigRef", _PROXY_INCOMING),
@@ -107,20 +112,6 @@ PROXY_APPLIED: dict[str, tuple[str, ...]] = {
 reaches by ``url`` or starts by ``command`` (in the models); set aside for a server at its
 in-cluster URL, whose proxy applies them."""
 
-PROXY_ENFORCED: dict[str, tuple[Rule, ...]] = {
-    "MCPServer": (
-        ("authServerRef", "an embedded authorization server in front of one backend"),
-    ),
-}
-
-NOT_IMPLEMENTED: dict[str, tuple[Rule, ...]] = {
-    "VirtualMCPServer": (
-        ("config.incomingAuth", "the runtime form of incoming auth (use spec.incomingAuth)"),
-        ("config.outgoingAuth", "the runtime form of outgoing auth (use spec.outgoingAuth)"),
-    ),
-}
-
-
 def split_pattern(pattern: str) -> list[str]:
     """``a.b[].c`` -> ``["a", "b", "[]", "c"]``."""
     return pattern.replace("[]", ".[]").split(".")
@@ -128,9 +119,8 @@ def split_pattern(pattern: str) -> list[str]:
 
 def accepted_patterns(kind: str) -> list[str]:
     """Every field pattern of ``kind`` that this module sets aside (for the CRDs)."""
-    rules = (*IGNORED.get(kind, ()), *PROXY_ENFORCED.get(kind, ()),
-             *NOT_IMPLEMENTED.get(kind, ()))
-    return [*KUBERNETES_ONLY.get(kind, ()), *dict.fromkeys(pattern for pattern, _ in rules)]
+    return [*KUBERNETES_ONLY.get(kind, ()),
+            *dict.fromkeys(pattern for pattern, _ in IGNORED.get(kind, ()))]
 
 
 def _take(node: Any, parts: Sequence[str],
@@ -161,8 +151,8 @@ def _inert(value: Any) -> bool:
 
 def set_aside(kind: str, spec: Any, report: Report, resource: Resource) -> Any:
     """``spec`` without the fields of this module's tables (a copy), each reported by its rule."""
-    known = (KUBERNETES_ONLY, IGNORED, PROXY_ENFORCED, NOT_IMPLEMENTED)
-    if not isinstance(spec, dict) or not any(kind in table for table in known):
+    if not isinstance(spec, dict) or not any(kind in table for table in (KUBERNETES_ONLY,
+                                                                          IGNORED)):
         return spec
     spec = copy.deepcopy(spec)
     proxied = kind == "MCPServer" and "url" not in spec and "command" not in spec
@@ -171,21 +161,9 @@ def set_aside(kind: str, spec: Any, report: Report, resource: Resource) -> Any:
         for path, value in _take(spec, split_pattern(pattern), ("spec",)):
             if not _inert(value):
                 report.warn(resource, path, "ignored-field", f"is ignored: {what}")
-    refused = list(NOT_IMPLEMENTED.get(kind, ()))
     if proxied:
         for name in PROXY_APPLIED.get(kind, ()):
             spec.pop(name, None)
-    for pattern, what in PROXY_ENFORCED.get(kind, ()):
-        if proxied:
-            spec.pop(pattern, None)
-        else:
-            refused.append((pattern, what))
-    for pattern, what in refused:
-        for path, value in _take(spec, split_pattern(pattern), ("spec",)):
-            if not _inert(value):
-                report.error(resource, path, "not-implemented",
-                             f"is not implemented yet ({what}): refused rather than ignored, so "
-                             "that the gateway never does less than the manifest says")
     if k8s and not proxied:
         shape = {"MCPServer": "the workload and ToolHive's proxy in front of it that "
                               "ToolHive's operator runs",
