@@ -30,7 +30,14 @@ one by one with ``--scenario`` (no ``--suite`` selects extension scenarios alone
 ``tools/call`` to a ``CreateTaskResult`` and ``tasks/get``/``update``/``cancel`` after it; the
 fixture serves them with ``tests/fixtures/tasks_extension.py``. Through vmcp they need a gateway
 that passes the extension through (its advertisement in ``server/discover``, ``resultType:
-"task"`` results, the ``tasks/*`` methods routed by their ``Mcp-Name: <taskId>`` header).
+"task"`` results, the ``tasks/*`` methods routed by their ``Mcp-Name: <taskId>`` header). And
+0.2's scenarios of the Skills extension (``io.modelcontextprotocol/skills``, SEP-2640:
+``skills/list``, ``skills/get``, SKILL.md as a resource, ``resources/directory/read``), served
+by ``tests/fixtures/skills_extension.py``; through vmcp the gateway merges and routes the
+backend's skills itself (:mod:`vmcp_trio.gateway.skills`). On the handshake wire (``--spec-version
+2025-11-25 --force``) the fixture cannot declare the extension (the SDK's 2025-11-25
+``initialize`` has no ``extensions``) and every check is skipped; vmcp declares it there, and
+passes them (:func:`test_the_gateway_offers_skills_on_the_handshake_wire_too`).
 
 A scenario passes when none of its checks is a FAILURE or a WARNING (the suite's own rule once a
 baseline is given). Results are read from the ``checks.json`` files of the suite's ``-o``
@@ -100,14 +107,18 @@ EXTRA: dict[str, tuple[str, ...]] = {
     "0.2": ("json-schema-2020-12", "server-sse-polling"),
 }
 """Pending scenarios run one by one with ``--scenario`` (see the module docstring)."""
+SKILLS_SCENARIOS = tuple(f"sep-2640-skills-{name}"
+                         for name in ("enumeration", "manifest", "directory"))
+"""The Skills extension's server scenarios (in the suite's ``pending`` set)."""
 EXTENSION: dict[str, frozenset[str]] = {
     "0.1": frozenset(),
-    "0.2": frozenset(f"tasks-{name}" for name in (
+    "0.2": frozenset((*(f"tasks-{name}" for name in (
         "lifecycle", "capability-negotiation", "wire-fields", "request-state-removal",
         "mrtr-input", "request-headers", "dispatch-and-envelope", "status-notifications",
         "required-task-error", "mrtr-composition")),                       # 10 scenarios
+        *SKILLS_SCENARIOS)),                                                # 3 scenarios
 }
-"""The Tasks extension's scenarios, pinned and run one by one with ``--scenario``
+"""The Tasks and Skills extensions' scenarios, pinned and run one by one with ``--scenario``
 (``tasks-status-notifications`` has a single SKIPPED check, and passes with it)."""
 
 FAILING = ("FAILURE", "WARNING")
@@ -512,3 +523,20 @@ def test_both_sides_of_the_tunnel_log_json_and_count_what_they_carry(targets: Ta
     assert "vmcp_tunnel_agents_connected 1.0" in metrics
     to_target = re.search(r'vmcp_tunnel_bytes_total\{direction="to_target"\} (\S+)', metrics)
     assert to_target and float(to_target.group(1)) > 0
+
+
+def test_the_gateway_offers_skills_on_the_handshake_wire_too(targets: Targets) -> None:
+    """On the 2025-11-25 wire the fixture's skills go unseen (its ``initialize`` cannot declare
+    the extension), but vmcp declares it in its own ``initialize``: each Skills scenario runs
+    its checks through vmcp (the listing answered, not skipped) and none fails."""
+    for scenario in SKILLS_SCENARIOS:
+        output = targets.workdir / f"skills-handshake-{scenario}"
+        log = _run_cli(targets.node, "0.2", [
+            "--url", targets.urls["vmcp"], "-o", str(output), "--timeout", "30000",
+            "--scenario", scenario, "--spec-version", "2025-11-25", "--force"],
+            SCENARIO_TIMEOUT + 10)
+        run = read_results(output).get(scenario)
+        assert run is not None, log
+        assert not run.problems, run.describe()
+        skipped = [check["id"] for check in run.checks if check["status"] == "SKIPPED"]
+        assert all("cache-attributes" in check for check in skipped), skipped  # 2026-07-28 only

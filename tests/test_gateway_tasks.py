@@ -59,7 +59,7 @@ async def test_a_handshake_client_that_declared_the_extension_keeps_its_task_acr
         first, second, plain = (RawClient(running.url) for _ in range(3))
         try:
             hello = await first.initialize(DECLARED)
-            assert hello.result["capabilities"]["extensions"] == {TASKS: {}}
+            assert hello.result["capabilities"]["extensions"][TASKS] == {}
             created = (await first.request("tools/call", {
                 "name": "fixture_slow_compute",
                 "arguments": {"seconds": 60, "label": "handshake"}})).result
@@ -100,7 +100,7 @@ async def test_only_backends_that_declare_the_extension_hear_a_clients_declarati
     async with stack() as running:
         client = StatelessClient(running.url)
         discover = await client.post("server/discover")
-        assert discover.body["result"]["capabilities"]["extensions"] == {TASKS: {}}
+        assert discover.body["result"]["capabilities"]["extensions"][TASKS] == {}
         with_tasks = {"_meta": meta(DECLARED)}
         added = await client.post("tools/call", {"name": "alpha_add",
                                                  "arguments": {"a": 1, "b": 2}, **with_tasks},

@@ -81,3 +81,13 @@ def test_a_create_task_result_reaches_a_handshake_client_whole() -> None:
                "createdAt": "2026-11-24T00:00:00Z", "lastUpdatedAt": "2026-11-24T00:00:00Z"}
     assert result_for_handshake(created) is created
     assert result_for_handshake({"resultType": "complete", "content": []}) == {"content": []}
+
+
+def test_a_skills_result_keeps_its_cache_fields_for_a_handshake_client() -> None:
+    """The Skills extension defines ``ttlMs`` and ``cacheScope`` on every protocol revision:
+    only ``resultType`` goes; other lists lose all three."""
+    listed = {"resultType": "complete", "skills": [], "ttlMs": 5000, "cacheScope": "public"}
+    assert result_for_handshake(listed, "skills/list") == {
+        "skills": [], "ttlMs": 5000, "cacheScope": "public"}
+    assert result_for_handshake({**listed, "tools": []}, "tools/list") == {
+        "skills": [], "tools": []}

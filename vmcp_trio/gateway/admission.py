@@ -291,6 +291,9 @@ def _backends_own(catalog: Catalog, list_method: str,
         return ("", item) if route is None else (route.backend, {**item, "name": route.name})
     if list_method == "resources/templates/list":
         return catalog.template_owners.get(str(item.get("uriTemplate")), ""), item
+    if list_method == "skills/list":
+        owner = catalog.skills.owners.get(str(item.get("uri")))
+        return ("", item) if owner is None else (owner[0], {**item, "uri": owner[1]})
     return catalog.resource_routes.get(str(item.get("uri")), ""), item
 
 

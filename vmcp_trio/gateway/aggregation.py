@@ -22,7 +22,9 @@ backends:
   run without prefixes.
 
 Resources keep their URIs (they are addresses, not names): a URI offered by two backends goes to
-the first in the same order. Resource templates are matched in that order too.
+the first in the same order. Resource templates are matched in that order too. The one exception
+is a ``skill://`` URI under ``prefix``, presented with its backend's name first, and skills
+themselves: :mod:`.skills`.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Any
 
 from ..resources.composite_plan import WorkflowPlan
 from ..resources.plan import AggregationPlan, WorkloadToolsPlan
+from .skills import SkillIndex, SkillUris, merge_skills
 
 __all__ = ["BackendListing", "Catalog", "Route", "UriTemplate", "build_catalog",
            "template_pattern", "with_composite_tools"]
@@ -53,6 +56,10 @@ class BackendListing:
     prompts: list[dict[str, Any]] = field(default_factory=list)
     resources: list[dict[str, Any]] = field(default_factory=list)
     templates: list[dict[str, Any]] = field(default_factory=list)
+    skills: list[dict[str, Any]] = field(default_factory=list)
+    skill_facts: dict[str, Any] | None = None
+    """The ``skills/list`` result's ``ttlMs``/``cacheScope`` and the backend's
+    ``directoryRead`` (None: it does not declare the Skills extension)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class Catalog:
     conflicts: tuple[str, ...] = ()
     failures: Mapping[str, str] = field(default_factory=dict)
     """Backends left out because they are unavailable, with why."""
+    skills: SkillIndex = field(default_factory=SkillIndex)
     _tools_by_name: Mapping[str, dict[str, Any]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -255,21 +263,31 @@ def build_catalog(listings: Sequence[BackendListing], plan: AggregationPlan,
     templates: list[dict[str, Any]] = []
     template_routes: list[tuple[UriTemplate, str]] = []
     template_owners: dict[str, str] = {}
+    uris = SkillUris(frozenset(listing.backend for listing in ordered)
+                     if plan.conflict_resolution == "prefix" else frozenset())
     for listing in ordered:
         for resource in listing.resources:
             uri = resource.get("uri")
-            if isinstance(uri, str) and uri not in resource_routes:
-                resource_routes[uri] = listing.backend
-                resources.append(resource)
+            if not isinstance(uri, str):
+                continue
+            shown_uri = uris.presented(listing.backend, uri)
+            if shown_uri not in resource_routes:
+                resource_routes[shown_uri] = listing.backend
+                resources.append(resource if shown_uri == uri else {**resource, "uri": shown_uri})
         for template in listing.templates:
             uri_template = template.get("uriTemplate")
             if isinstance(uri_template, str):
-                templates.append(template)
-                template_routes.append((template_pattern(uri_template), listing.backend))
-                template_owners.setdefault(uri_template, listing.backend)
+                shown_template = uris.presented(listing.backend, uri_template)
+                templates.append(template if shown_template == uri_template
+                                 else {**template, "uriTemplate": shown_template})
+                template_routes.append((template_pattern(shown_template), listing.backend))
+                template_owners.setdefault(shown_template, listing.backend)
+    skills, skill_conflicts = merge_skills(
+        [(listing.backend, listing.skills, listing.skill_facts) for listing in ordered
+         if listing.skill_facts is not None], uris, manual=plan.conflict_resolution == "manual")
     return Catalog(tuple(tools), tuple(prompts), tuple(resources), tuple(templates), tool_routes,
                    prompt_routes, resource_routes, tuple(template_routes), template_owners,
-                   tuple(conflicts), dict(failures or {}))
+                   (*conflicts, *skill_conflicts), dict(failures or {}), skills)
 
 
 def with_composite_tools(catalog: Catalog, plans: Sequence[WorkflowPlan]) -> Catalog:

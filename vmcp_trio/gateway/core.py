@@ -50,6 +50,8 @@ from .session_peer import SessionPeer
 from .session_services import SessionServices
 from .settings import GatewaySettings
 from .sharing import SessionSharing, shareable_id
+from .skills import EXTENSION as SKILLS_EXTENSION
+from .skills import offered_settings
 from .streams import EventStream
 from .task_ids import TaskIds, owns_tasks_per_caller
 
@@ -70,14 +72,24 @@ backend has such items)."""
 
 
 def server_capabilities(session: ClientSession) -> dict[str, Any]:
-    """What the virtual server offers a session's client: :data:`SERVER_CAPABILITIES`, and the
+    """What the virtual server offers a session's client: :data:`SERVER_CAPABILITIES`, the
     Tasks extension when one of the session's 2026-07-28 backends offers it (the only backends
-    a client's declaration is passed to, see :mod:`~vmcp_trio.protocol.tasks_extension`). Other
-    extensions are not announced: the gateway cannot vouch for what it does not know."""
+    a client's declaration is passed to, see :mod:`~vmcp_trio.protocol.tasks_extension`), and
+    the Skills extension when one of its backends declares it (``directoryRead`` when one of
+    those does: a directory of another's is -32601 from it). Other extensions are not
+    announced: the gateway cannot vouch for what it does not know."""
+    extensions: dict[str, Any] = {}
+    links = session.links.values()
     if any(owns_tasks_per_caller(link.revision.stateless, link.server_capabilities)
-           for link in session.links.values()):
-        return {**SERVER_CAPABILITIES, "extensions": {TASKS_EXTENSION: {}}}
-    return SERVER_CAPABILITIES
+           for link in links):
+        extensions[TASKS_EXTENSION] = {}
+    skills = [settings for link in links
+              if (settings := offered_settings(link.server_capabilities)) is not None]
+    if skills:
+        extensions[SKILLS_EXTENSION] = {"directoryRead": True} if any(
+            settings.get("directoryRead") is True for settings in skills) else {}
+    return {**SERVER_CAPABILITIES, "extensions": extensions} if extensions \
+        else SERVER_CAPABILITIES
 
 
 def _secrets(plan: GatewayPlan) -> list[bytes]:

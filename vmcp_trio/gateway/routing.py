@@ -8,8 +8,11 @@ The rules it keeps:
   is -32602 naming it, and when some backends could not be listed, naming those too (it may be
   one of theirs).
 * ``resources/read``, ``resources/subscribe`` and ``resources/unsubscribe`` name a URI
-  (``params.uri``, a string): a listed resource, else the first backend whose template matches.
-  No backend: the revision's "resource not found" code, with the URI in ``data``.
+  (``params.uri``, a string): a skill's (:meth:`~.skills.SkillIndex.target`, with the URI the
+  backend knows), a listed resource, else the first backend whose template matches. No backend:
+  the revision's "resource not found" code, with the URI in ``data``.
+* ``skills/get`` and ``resources/directory/read`` name a skill's URI, or a directory of one
+  (``params.uri``): its backend, with the URI the backend knows; any other is -32602.
 * ``completion/complete`` names a prompt (``ref/prompt``, by the client's name, renamed for the
   backend) or a resource template or URI (``ref/resource``).
 * Any other method has no route here (-32601).
@@ -25,10 +28,11 @@ from typing import Any
 from ..protocol.jsonrpc import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorObject
 from .aggregation import Catalog
 
-__all__ = ["NAMED", "RESOURCE_METHODS", "NotRouted", "Routed", "route"]
+__all__ = ["NAMED", "RESOURCE_METHODS", "SKILL_ROUTED", "NotRouted", "Routed", "route"]
 
 NAMED = {"tools/call": ("tool", "tool_routes"), "prompts/get": ("prompt", "prompt_routes")}
 RESOURCE_METHODS = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
+SKILL_ROUTED = frozenset({"skills/get", "resources/directory/read"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +74,16 @@ def route(catalog: Catalog, method: str, params: dict[str, Any], *,
                     {"unavailable": sorted(catalog.failures)}))
             raise _invalid(f"Unknown {kind}: {name[:200]}")
         return Routed(found.backend, {**params, "name": found.name})
-    if method in RESOURCE_METHODS:
+    if method in RESOURCE_METHODS or method in SKILL_ROUTED:
         uri = params.get("uri")
         if not isinstance(uri, str):
             raise _invalid("params.uri must be a string")
+        target = catalog.skills.target(uri)
+        if target is not None:
+            return Routed(target[0], {**params, "uri": target[1]})
+        if method in SKILL_ROUTED:
+            kind = "skill" if method == "skills/get" else "skill directory"
+            raise _invalid(f"Unknown {kind}: {uri[:500]}")
         backend = catalog.resource_backend(uri)
         if backend is None:
             raise NotRouted(ErrorObject(not_found_code, f"Resource not found: {uri[:500]}",
@@ -95,6 +105,9 @@ def _completion(catalog: Catalog, params: dict[str, Any]) -> Routed:
         return Routed(found.backend, {**params, "ref": {**ref, "name": found.name}})
     if ref.get("type") == "ref/resource":
         uri = str(ref.get("uri"))
+        decoded = catalog.skills.uris.decoded(uri)
+        if decoded is not None:  # a presented skill:// template
+            return Routed(decoded[0], {**params, "ref": {**ref, "uri": decoded[1]}})
         backend = catalog.template_owners.get(uri) or catalog.resource_backend(uri) or ""
         if not backend:
             raise _invalid("Unknown resource in params.ref.uri")

@@ -85,13 +85,15 @@ from .backends.http import HttpBackendLink
 from .call_log import LOST, LoggedCall
 from .calls import Call, InFlight, SessionBusy, SessionClosed
 from .client_relay import ClientRelay
-from .routing import NAMED, NotRouted, Routed
+from .routing import NAMED, SKILL_ROUTED, NotRouted, Routed
 from .session_catalog import SessionCatalog
 from .session_composite import StepPorts, run_composite
 from .session_links import SessionLinks
 from .session_peer import SessionPeer
 from .session_records import BackendSession, SessionRecord
 from .session_services import SessionServices
+from .session_skills import list_skills, presented, presented_update
+from .skills import SKILL_METHODS
 from .stateless_calls import StatelessCalls
 from .streams import EventStream, StreamRegistry
 from .subscriptions import Subscriptions
@@ -115,10 +117,11 @@ _LISTS = {
 _KNOWN_METHODS = frozenset({
     "ping", "initialize", "tools/list", "tools/call", "prompts/list", "prompts/get",
     "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
-    "resources/unsubscribe", "completion/complete", "logging/setLevel", *TASK_METHODS})
+    "resources/unsubscribe", "completion/complete", "logging/setLevel", *TASK_METHODS,
+    *SKILL_METHODS})
 """Methods that get their own metrics label (others are "other": bounded cardinality)."""
 _ROUTED = frozenset({*NAMED, "resources/read", "resources/subscribe", "resources/unsubscribe",
-                     "completion/complete"})
+                     "completion/complete", *SKILL_ROUTED})
 
 Reply = Response | ErrorResponse
 
@@ -550,7 +553,11 @@ class ClientSession:
                 method, params, not_found_code=self.revision.resource_not_found_code)
             link = self.links.link(routed.backend)
             reply = await self._forward(link, request, routed.params, call)
-            return self._sealed(link, request, reply) if method == "tools/call" else reply
+            if method == "tools/call":
+                return self._sealed(link, request, reply)
+            return await presented(self.catalog, request, link.name, reply)
+        if method == "skills/list":
+            return await list_skills(self.catalog, self.services.gate, self.identity, request)
         if method == "logging/setLevel":
             return await self._set_level(request, params, call)
         if method in TASK_METHODS:
@@ -759,6 +766,7 @@ class ClientSession:
 
     async def _unrelated(self, link_name: str, message: Message) -> None:
         link = self.links.get(link_name)
+        message = presented_update(self.catalog, link_name, message)
         if isinstance(message, Notification) and message.method in _LIST_CHANGED:
             self.catalog.invalidate()
         if self.revision.stateless:

@@ -11,7 +11,11 @@ keeps it until something changes. The rules it keeps:
   it, since no health change may ever come to say the backend is back; when the failures
   change, the client hears that its lists changed (``lists_changed``).
 * Every backend is listed in full, page by page (at most :data:`MAX_PAGES` pages of each list);
-  a backend whose listing fails is left out with the reason, the others are kept.
+  a backend whose listing fails is left out with the reason, the others are kept. A backend
+  that declares the Skills extension has its ``skills/list`` listed too, and the catalog's
+  skills are as fresh as the shortest ``ttlMs`` the backends gave: :meth:`fresh` rebuilds a
+  catalog whose skills are older than that (a backend's hint, honoured in the gateway's own
+  cache).
 * :meth:`route` is the one place a request's method and params lead to a backend
   (:func:`~.routing.route`), from the current catalog.
 """
@@ -31,6 +35,7 @@ from .backends.base import BackendError, BackendLink, Sink
 from .routing import Routed, route
 from .session_links import SessionLinks
 from .session_services import SessionServices
+from .skills import offered_settings
 
 __all__ = ["MAX_PAGES", "RETRY_FAILED_AFTER", "SessionCatalog"]
 
@@ -62,6 +67,8 @@ class SessionCatalog:
         self._catalog: Catalog | None = None
         self._retry_at = 0.0
         """When a catalog with failures is next rebuilt (trio clock)."""
+        self._built_at = 0.0
+        """When the kept catalog was built (trio clock)."""
         self._generation = 0
         self._lock: trio.Lock | None = None
         """Held while building (made when first needed: most sessions share a catalog)."""
@@ -89,6 +96,19 @@ class SessionCatalog:
             if self._catalog is not None:
                 return self._catalog
             return await self._build()
+
+    async def fresh(self) -> Catalog:
+        """The catalog, rebuilt first when its skills are older than their ``ttlMs``."""
+        catalog = await self.get()
+        ttl_ms = catalog.skills.ttl_ms
+        if ttl_ms is not None and trio.current_time() - self._built_at >= ttl_ms / 1000:
+            self.invalidate()
+            catalog = await self.get()
+        return catalog
+
+    def skills_age(self) -> float:
+        """Seconds since the kept catalog's skills were listed."""
+        return trio.current_time() - self._built_at
 
     async def route(self, method: str, params: dict[str, Any], *,
                     not_found_code: int) -> Routed:
@@ -118,6 +138,7 @@ class SessionCatalog:
             log.warning("session %s: %s", self.owner[:8], conflict)
         if generation == self._generation:
             self._catalog = catalog
+            self._built_at = trio.current_time()
             self._retry_at = trio.current_time() + RETRY_FAILED_AFTER
         return catalog
 
@@ -142,14 +163,23 @@ class SessionCatalog:
         capabilities = link.server_capabilities
         wanted = [(method, key, target) for method, key, target, capability in _LISTINGS
                   if capability in capabilities]
+        skills = offered_settings(capabilities)
         try:
             for method, key, target in wanted:
                 getattr(listing, target).extend(await self._list_all(link, method, key))
+            if skills is not None:
+                facts: dict[str, Any] = {"directoryRead": skills.get("directoryRead") is True}
+                listing.skills.extend(await self._list_all(link, "skills/list", "skills",
+                                                           facts))
+                listing.skill_facts = facts
         except BackendError as exc:
             failures[link.name] = exc.detail
             log.warning("session %s: listing %s failed: %s", self.owner[:8], link.name, exc)
 
-    async def _list_all(self, link: BackendLink, method: str, key: str) -> list[dict[str, Any]]:
+    async def _list_all(self, link: BackendLink, method: str, key: str,
+                        facts: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Every page of a list; the first page's ``ttlMs`` and ``cacheScope`` into ``facts``
+        when given."""
         items: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(MAX_PAGES):
@@ -159,6 +189,9 @@ class SessionCatalog:
                 log.info("session %s: %s %s failed: %s", self.owner[:8], link.name, method,
                          reply.error.message[:200])
                 return items
+            if facts is not None and cursor is None:
+                facts.update({field: reply.result[field] for field in ("ttlMs", "cacheScope")
+                              if field in reply.result})
             page = reply.result.get(key)
             if isinstance(page, list):
                 items.extend(item for item in page if isinstance(item, dict))

@@ -66,6 +66,7 @@ from .calls import SessionBusy, SessionClosed
 from .core import SHUTTING_DOWN, Gateway, server_capabilities
 from .responder import Responder
 from .session import ClientSession
+from .skills import SKILL_METHODS
 from .streams import EventStream
 
 __all__ = ["StatelessFront"]
@@ -74,7 +75,7 @@ SUPPORTED = (STATELESS.version,)
 ALL_VERSIONS = [r.version for r in REVISIONS]
 SERVED = frozenset({"server/discover", "subscriptions/listen", "tools/list", "tools/call",
                     "prompts/list", "prompts/get", "resources/list", "resources/templates/list",
-                    "resources/read", "completion/complete", *TASK_METHODS})
+                    "resources/read", "completion/complete", *TASK_METHODS, *SKILL_METHODS})
 MULTI_ROUND = frozenset({"tools/call", "prompts/get", "resources/read"})
 MAX_FILTER_ITEMS = 100
 """Resources or tasks one listen stream may watch."""

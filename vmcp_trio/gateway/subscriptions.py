@@ -13,7 +13,8 @@ it wants to hear (list changes, updates of resource URIs, status changes of task
 * Only what a backend accepted is honoured, and said so in the acknowledgement: a URI no
   backend serves, or whose backend cannot subscribe or whose own policies or webhooks do not
   let the caller read it (a webhook's change to a subscription is not applied: the
-  subscription is to the URI the client named); a task id this identity was not given, or
+  subscription is to the URI the client named; the backend is asked under its own URI, a
+  presented ``skill://`` one translated back); a task id this identity was not given, or
   whose backend cannot watch (only a 2026-07-28 link can).
 * What a backend says while (un)subscribing belongs to no client call: it goes where its
   unrelated messages go (``sink``).
@@ -141,14 +142,17 @@ class Subscriptions:
             if self._take(f"uri:{uri}"):
                 honored.append(uri)
                 continue
-            link = await self._resource_link(uri)
-            if link is None or not link.server_capabilities.get("resources", {}).get(
+            found = await self._resource_link(uri)
+            if found is None:
+                continue
+            link, own = found
+            if not link.server_capabilities.get("resources", {}).get(
                     "subscribe") or isinstance(await self.links.admitted(
-                    link.name, Request(0, "resources/subscribe", {"uri": uri}),
-                    {"uri": uri}), ErrorResponse):
+                    link.name, Request(0, "resources/subscribe", {"uri": own}),
+                    {"uri": own}), ErrorResponse):
                 continue
             try:
-                reply = await link.call("resources/subscribe", {"uri": uri},
+                reply = await link.call("resources/subscribe", {"uri": own},
                                         self._sink(link.name))
             except BackendError as exc:
                 log.info("session %s: %s", self.owner[:8], exc)
@@ -162,21 +166,24 @@ class Subscriptions:
         for uri in uris:
             if not self._let_go(f"uri:{uri}"):
                 continue
-            link = await self._resource_link(uri)
-            if link is not None:
+            found = await self._resource_link(uri)
+            if found is not None:
+                link, own = found
                 try:
-                    await link.call("resources/unsubscribe", {"uri": uri},
+                    await link.call("resources/unsubscribe", {"uri": own},
                                     self._sink(link.name))
                 except BackendError as exc:
                     log.info("session %s: %s", self.owner[:8], exc)
 
-    async def _resource_link(self, uri: str) -> BackendLink | None:
+    async def _resource_link(self, uri: str) -> tuple[BackendLink, str] | None:
+        """The link to the backend serving ``uri``, and the URI it knows it by."""
         try:
             routed = await self.catalog.route("resources/subscribe", {"uri": uri},
                                               not_found_code=self._not_found_code)
         except NotRouted:
             return None
-        return self.links.get(routed.backend)
+        link = self.links.get(routed.backend)
+        return None if link is None else (link, routed.params["uri"])
 
     async def _hold_tasks(self, task_ids: Iterable[str]) -> list[str]:
         """Ask the backends whose tasks these are (by the ids the client sees) to announce

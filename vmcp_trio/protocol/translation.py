@@ -47,8 +47,11 @@ ROUND_TRIP_FIELDS = ("inputResponses", "requestState")
 STATELESS_RESULT_FIELDS = ("resultType", "ttlMs", "cacheScope")
 """Result fields a handshake client does not know."""
 CACHEABLE = frozenset({"tools/list", "prompts/list", "resources/list",
-                       "resources/templates/list", "resources/read", "server/discover"})
+                       "resources/templates/list", "resources/read", "server/discover",
+                       "skills/list", "skills/get"})
 """Results that say how long they may be cached (``ttlMs``, ``cacheScope``)."""
+SKILL_RESULTS = frozenset({"skills/list", "skills/get"})
+"""Results whose cache fields the Skills extension defines on every protocol revision."""
 
 
 def params_for_handshake(params: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -106,8 +109,11 @@ def complete_result(method: str, result: dict[str, Any],
     return completed
 
 
-def result_for_handshake(result: dict[str, Any]) -> dict[str, Any]:
-    """A 2026-07-28 backend's complete result, as a handshake client knows results."""
+def result_for_handshake(result: dict[str, Any], method: str = "") -> dict[str, Any]:
+    """A 2026-07-28 backend's complete result to ``method``, as a handshake client knows
+    results (the Skills extension's results keep their cache fields: it defines them on every
+    wire)."""
     if is_task_result(result) or not any(field in result for field in STATELESS_RESULT_FIELDS):
         return result
-    return {k: v for k, v in result.items() if k not in STATELESS_RESULT_FIELDS}
+    dropped = ("resultType",) if method in SKILL_RESULTS else STATELESS_RESULT_FIELDS
+    return {k: v for k, v in result.items() if k not in dropped}

@@ -7,9 +7,10 @@ One job: map a JSON-RPC request (method and params, under the names the client s
 * ``tools/call`` -> ``call_tool`` on ``Tool::"<name>"`` (with the tool's annotation hints and the
   call's arguments); ``prompts/get`` -> ``get_prompt`` on ``Prompt::"<name>"``;
   ``resources/read``, ``resources/subscribe`` and ``resources/unsubscribe`` ->
-  ``read_resource`` on the resource; ``completion/complete`` -> the prompt or resource its
-  ``ref`` names; ``subscriptions/listen`` (2026-07-28) -> one ``read_resource`` per URI it
-  subscribes to.
+  ``read_resource`` on the resource, and so are a skill's (``skills/get``; a skill listed is
+  one its SKILL.md may be read) and a skill directory's (``resources/directory/read``);
+  ``completion/complete`` -> the prompt or resource its ``ref`` names;
+  ``subscriptions/listen`` (2026-07-28) -> one ``read_resource`` per URI it subscribes to.
 * A request it cannot place (a ``completion/complete`` without a known ``ref``) needs a check no
   policy can pass: it is denied.
 * Every other method is not checked: the lifecycle (``initialize``, ``ping``,
@@ -99,7 +100,8 @@ def checks_for(method: str, params: Mapping[str, Any],
         name = params.get("name")
         return [prompt_check(name, params.get("arguments")) if isinstance(name, str)
                 else DENY_ALWAYS]
-    if method in ("resources/read", "resources/subscribe", "resources/unsubscribe"):
+    if method in ("resources/read", "resources/subscribe", "resources/unsubscribe",
+                  "skills/get", "resources/directory/read"):
         uri = params.get("uri")
         return [resource_check(uri) if isinstance(uri, str) else DENY_ALWAYS]
     if method == "completion/complete":

@@ -263,7 +263,7 @@ class StatelessBackendLink(HttpLinkFields):
             if stateless_caller:
                 return reply
             if result.get("resultType") != "input_required":
-                return Response(reply.id, result_for_handshake(result))
+                return Response(reply.id, result_for_handshake(result, method))
             answers = await self._ask_client(result.get("inputRequests"), sink)
             if isinstance(answers, ErrorResponse):
                 return answers
