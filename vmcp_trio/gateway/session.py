@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from functools import cached_property
 from typing import Any
 
@@ -40,7 +40,6 @@ import trio
 
 from ..auth.caller import Caller
 from ..auth.identity import Identity
-from ..auth.policy.mcp_checks import NO_ANNOTATIONS
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -79,21 +78,20 @@ from ..runtime.audit import mcp_event
 from ..runtime.logs import ACCESS, REQUEST_ID, note
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .admission import Refusal
-from .aggregation import Catalog
 from .backends.base import BackendError, BackendLink, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .call_log import LOST, LoggedCall
 from .calls import Call, InFlight, SessionBusy, SessionClosed
 from .client_relay import ClientRelay
-from .routing import NAMED, SKILL_ROUTED, NotRouted, Routed
+from .routing import NotRouted, Routed
 from .session_catalog import SessionCatalog
 from .session_composite import StepPorts, run_composite
 from .session_links import SessionLinks
+from .session_methods import KNOWN_METHODS, LIST_CHANGED, LISTS, ROUTED, hints_of
 from .session_peer import SessionPeer
 from .session_records import BackendSession, SessionRecord
 from .session_services import SessionServices
 from .session_skills import list_skills, presented, presented_update
-from .skills import SKILL_METHODS
 from .stateless_calls import StatelessCalls
 from .streams import EventStream, StreamRegistry
 from .subscriptions import Subscriptions
@@ -106,36 +104,11 @@ log = logging.getLogger("vmcp.session")
 _WORK_GRACE = 5.0
 """How long a closing session waits for its cancelled requests at work to leave."""
 
-_LIST_CHANGED = ("notifications/prompts/list_changed", "notifications/resources/list_changed",
-                 "notifications/tools/list_changed")
-_LISTS = {
-    "tools/list": ("tools", "tools"),
-    "prompts/list": ("prompts", "prompts"),
-    "resources/list": ("resources", "resources"),
-    "resources/templates/list": ("templates", "resourceTemplates"),
-}
-_KNOWN_METHODS = frozenset({
-    "ping", "initialize", "tools/list", "tools/call", "prompts/list", "prompts/get",
-    "resources/list", "resources/templates/list", "resources/read", "resources/subscribe",
-    "resources/unsubscribe", "completion/complete", "logging/setLevel", *TASK_METHODS,
-    *SKILL_METHODS})
-"""Methods that get their own metrics label (others are "other": bounded cardinality)."""
-_ROUTED = frozenset({*NAMED, "resources/read", "resources/subscribe", "resources/unsubscribe",
-                     "completion/complete", *SKILL_ROUTED})
-
 Reply = Response | ErrorResponse
 
 
 def _error(request_id: RequestId | None, code: int, message: str) -> ErrorResponse:
     return ErrorResponse(request_id, ErrorObject(code, message))
-
-
-def _hints(catalog: Catalog | None, request: Request) -> Mapping[str, Any]:
-    """The annotations of the tool ``request`` calls, as ``catalog`` lists it (none when it
-    lists no such tool)."""
-    tool = catalog.tool((request.params or {}).get("name")) if catalog is not None else None
-    hints = tool.get("annotations") if tool is not None else None
-    return hints if isinstance(hints, dict) else NO_ANNOTATIONS
 
 
 class ClientSession:
@@ -367,7 +340,7 @@ class ClientSession:
         await self.links.change(self._supervisor, gone, new, swapped)
 
     def _tell_lists_changed(self) -> None:
-        for method in _LIST_CHANGED:
+        for method in LIST_CHANGED:
             if self.revision.stateless:
                 self.subscriptions.publish(Notification(method))
             else:
@@ -433,7 +406,7 @@ class ClientSession:
         catalog = None
         if request.method == "tools/call" and gate.policies is not None:
             catalog = await self.catalog.get()
-        refusal = await gate.refuse(self.identity, request, lambda _: _hints(catalog, request))
+        refusal = await gate.refuse(self.identity, request, lambda _: hints_of(catalog, request))
         if refusal is not None:
             self.audit(request, refusal.reply, status=refusal.status)
         return refusal
@@ -517,7 +490,7 @@ class ClientSession:
             if reply is not None:
                 outcome = "ok" if isinstance(reply, Response) else "error"
                 self.audit(request, reply, backend=call.backend, seconds=seconds)
-            method = request.method if request.method in _KNOWN_METHODS else "other"
+            method = request.method if request.method in KNOWN_METHODS else "other"
             self.services.metrics.observe(method, call.backend or "vmcp", outcome, seconds)
         return reply
 
@@ -538,9 +511,9 @@ class ClientSession:
             return Response(request.id, {})
         if method == "initialize":
             return _error(request.id, INVALID_REQUEST, "the session is already initialized")
-        if method in _LISTS:
+        if method in LISTS:
             return await self._list(request)
-        if method in _ROUTED:
+        if method in ROUTED:
             if method == "tools/call" and self.services.plan.composite_tools:
                 workflow = next((plan for plan in self.services.plan.composite_tools
                                  if plan.name == params.get("name")), None)
@@ -565,7 +538,7 @@ class ClientSession:
         return _error(request.id, METHOD_NOT_FOUND, f"Method not found: {method[:100]}")
 
     async def _list(self, request: Request) -> Reply:
-        key, result_key = _LISTS[request.method]
+        key, result_key = LISTS[request.method]
         catalog = await self.catalog.get()
         failing = sorted((name, detail) for name, detail in catalog.failures.items()
                          if name not in self.links.left_out
@@ -584,7 +557,7 @@ class ClientSession:
                        call: Call) -> Reply:
         call.backend = link.name
         admitted = await self.links.admitted(link.name, request, params,
-                                             _hints(self.catalog.built, request))
+                                             hints_of(self.catalog.built, request))
         if isinstance(admitted, ErrorResponse):  # what the backend has of its own refused
             return admitted
         params = admitted
@@ -726,7 +699,7 @@ class ClientSession:
             message = self._with_task_sealed(link.name, received)
             if message is None:
                 return
-            if isinstance(message, Notification) and message.method in _LIST_CHANGED:
+            if isinstance(message, Notification) and message.method in LIST_CHANGED:
                 # About the catalog, not the call (a legacy SSE backend's notification lands
                 # on the call in flight): the session's, as if sent apart.
                 await self._guarded(link.name, self._unrelated(link.name, message))
@@ -767,7 +740,7 @@ class ClientSession:
     async def _unrelated(self, link_name: str, message: Message) -> None:
         link = self.links.get(link_name)
         message = presented_update(self.catalog, link_name, message)
-        if isinstance(message, Notification) and message.method in _LIST_CHANGED:
+        if isinstance(message, Notification) and message.method in LIST_CHANGED:
             self.catalog.invalidate()
         if self.revision.stateless:
             await self._unrelated_stateless(link, message)
