@@ -23,8 +23,10 @@ remote cannot steer the proxy to loopback or private addresses.
 3. The tokens: the ones kept from before (:mod:`.login_store`; a restart does not ask the user
    again), else a login: the authorization URL (``resource``: ``--remote-auth-resource``, else
    the target's canonical URI; ``--remote-auth-scopes``, else with an issuer given the OIDC
-   ``openid profile email``, else the challenge's ``scope`` or the metadata's scopes; the scope
-   parameter named ``--remote-auth-scope-param-name``) is printed on stderr with the time left
+   ``openid profile email``, else the challenge's ``scope`` or the metadata's scopes, with
+   ``offline_access`` added when the authorization server lists it in ``scopes_supported``, so
+   that the login comes with a refresh token (SEP-2207); the scope parameter named
+   ``--remote-auth-scope-param-name``) is printed on stderr with the time left
    and opened in a browser unless ``--remote-auth-skip-browser``; the callback server
    (:mod:`.callback`) takes the code within ``--remote-auth-timeout``, and the code is exchanged
    with the PKCE verifier, the redirect URI and the resource.
@@ -93,6 +95,7 @@ __all__ = ["OIDC_DEFAULT_SCOPES", "RemoteLogin"]
 log = logging.getLogger("vmcp.proxy")
 
 OIDC_DEFAULT_SCOPES = ("openid", "profile", "email")
+OFFLINE_ACCESS = "offline_access"
 TOKEN_TIMEOUT = 15.0
 """Seconds for one token request."""
 _PROBE = orjson.dumps({"jsonrpc": "2.0", "id": "vmcp-proxy-probe", "method": "initialize",
@@ -412,6 +415,9 @@ class RemoteLogin:
         if not supports_s256(metadata):
             raise LoginFailed(f"the authorization server {metadata.issuer} does not offer PKCE "
                               "S256 (code_challenge_methods_supported): refused")
+        if settings.scopes is None and OFFLINE_ACCESS in metadata.scopes_supported \
+                and OFFLINE_ACCESS not in self.scopes:
+            self.scopes = (*self.scopes, OFFLINE_ACCESS)  # a refresh token (SEP-2207)
         self.metadata = metadata
 
     async def _probe(self) -> _Challenge | None:
