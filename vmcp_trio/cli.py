@@ -191,6 +191,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
                     "entry), forwarded to --target-uri with the remote-auth and header flags "
                     "of 'vmcp proxy'. Logs go to stderr.")
     proxy_flags.configure_parser(stdio, duration=_seconds, incoming=False)
+    proxy_flags.configure_stdio(stdio, duration=_seconds)
     stdio.set_defaults(handler=_proxy_stdio, parser=stdio)
 
     tunnel_agent = commands.add_parser(

@@ -47,6 +47,7 @@ from ..proxy.server import ProxyApp
 from ..proxy.settings import ProxySettings
 from ..proxy.stdio_bridge import StdioBridge, standard_streams
 from ..proxy.token_file import BearerTokenFile
+from ..proxy.tool_filter import ToolFilter
 from ..runtime.logs import say, write_access_log
 from ..runtime.supervisor import NamedTask, RestartPolicy, Supervisor
 
@@ -133,7 +134,9 @@ async def run_stdio(settings: ProxySettings) -> None:
     bridge = StdioBridge(settings.target_uri, http, credentials=credentials,
                          injected=settings.injected_headers,
                          max_line_bytes=settings.max_body_bytes,
-                         shutdown_grace=settings.shutdown_grace)
+                         shutdown_grace=settings.shutdown_grace,
+                         tools=ToolFilter(settings.ignored_tools),
+                         ping_interval=settings.ping_interval)
     stdin, stdout = standard_streams()
     try:
         async with trio.open_nursery() as nursery:

@@ -80,6 +80,10 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
                          metavar="NAME=SECRET",
                          help="header whose value comes from the secrets manager (vmcp "
                               "secret); repeatable")
+    headers.add_argument("--remote-forward-headers-file", metavar="PATH",
+                         help="headers injected into requests to the remote server, one "
+                              "'Name: Value' per line (# comments); ${VAR} in a value (here "
+                              "and in --remote-forward-headers) is the environment variable")
     headers.add_argument("--token-exchange-url", metavar="URL",
                          help="token exchange endpoint (RFC 8693); enables token exchange")
     headers.add_argument("--token-exchange-audience",
@@ -105,6 +109,21 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
                               "finish (default: 30s)")
     process.add_argument("--max-body-bytes", type=int, default=4 * 1024 * 1024,
                          help="largest request body (default: %(default)s)")
+
+
+def configure_stdio(parser: argparse.ArgumentParser, *,
+                    duration: Callable[[str], float]) -> None:
+    """The flags only ``vmcp proxy stdio`` has: what its client sees of the remote, and how the
+    session is kept alive."""
+    bridge = parser.add_argument_group("the stdio client's view")
+    bridge.add_argument("--ignore-tool", action="append", default=[], metavar="GLOB",
+                        help="hide the remote's tools whose names match (case-insensitive, * "
+                             "for any run of characters) and refuse calls to them; repeatable")
+    bridge.add_argument("--keep-alive", action="store_true",
+                        help="ping the remote every 30s (or --ping-interval) while the session "
+                             "is open")
+    bridge.add_argument("--ping-interval", type=duration, metavar="DURATION",
+                        help="ping the remote this often (implies --keep-alive)")
 
 
 def configure_incoming(parser: argparse.ArgumentParser) -> None:

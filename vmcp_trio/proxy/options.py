@@ -6,7 +6,10 @@ Rules it keeps:
   list), the file (one line; trailing whitespace dropped), then the environment variable where
   the seed names one (``SERVICE_REMOTE_OAUTH_CLIENT_SECRET``, the seed's rule 5).
   ``--remote-forward-headers-secret`` values come from the secrets manager
-  (:mod:`vmcp_trio.secrets`).
+  (:mod:`vmcp_trio.secrets`). ``--remote-forward-headers-file`` holds ``Name: Value`` lines
+  (blank lines and ``#`` comments skipped); a ``${VAR}`` in its values and in
+  ``--remote-forward-headers`` is that environment variable, and a variable that is not set is
+  an error (a header is never sent with the placeholder in it).
 * What cannot work is refused before anything starts, in one line naming the flag (exit 2): a
   target that is not an absolute http(s) URL, an issuer or endpoint on plain http that is not a
   loopback address (allowed there with a warning, for local development), ``--oidc-issuer``
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from ..auth.ssrf import is_loopback_host, is_loopback_url
@@ -34,7 +38,10 @@ from .command import CLIENT_SECRET_VARIABLE, SUBJECT_TOKEN_TYPES
 from .headers import check_injected, parse_injected
 from .settings import ProxySettings, RemoteAuthSettings
 
-__all__ = ["incoming_from", "settings_from", "state_dir"]
+__all__ = ["DEFAULT_PING_INTERVAL", "incoming_from", "settings_from", "state_dir"]
+
+DEFAULT_PING_INTERVAL = 30.0
+"""``--keep-alive`` without ``--ping-interval`` (mcp-remote's default too)."""
 
 
 def _scopes(values: Sequence[str] | None) -> tuple[str, ...] | None:
@@ -131,7 +138,21 @@ def settings_from(args: argparse.Namespace, *, environ: Mapping[str, str] | None
         else args.remote_auth_bearer_token_file,
         injected_headers=injected, state_dir=state_dir(environ),
         max_body_bytes=args.max_body_bytes, drain_delay=args.drain_delay,
-        shutdown_grace=args.shutdown_grace)
+        shutdown_grace=args.shutdown_grace, **_stdio(args, check))
+
+
+def _stdio(args: argparse.Namespace, check: _Checker) -> dict[str, Any]:
+    """The settings of ``proxy stdio``'s own flags (none for the other commands)."""
+    interval = getattr(args, "ping_interval", None)
+    if interval is not None and interval <= 0:
+        check.error("--ping-interval must be more than 0s")
+    if interval is None and getattr(args, "keep_alive", False):
+        interval = DEFAULT_PING_INTERVAL
+    for pattern in getattr(args, "ignore_tool", ()):
+        if not pattern.strip("*"):
+            check.error(f"--ignore-tool {pattern!r} would hide every tool")
+    return {"ignored_tools": tuple(getattr(args, "ignore_tool", ())),
+            "ping_interval": interval}
 
 
 def incoming_from(args: argparse.Namespace, *, error: Callable[[str], NoReturn],
@@ -238,10 +259,45 @@ def _token_exchange(args: argparse.Namespace, check: _Checker,
         header_name=header)
 
 
+_VARIABLE = re.compile(r"\$\{([^}]*)\}")
+
+
+def _expanded(where: str, value: str, check: _Checker) -> str:
+    """``value`` with each ``${VAR}`` replaced by that environment variable (a missing one is
+    an error naming it: a header is never sent with the placeholder in it)."""
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in check.environ:
+            check.error(f"{where}: the environment variable {name[:100]!r} is not set")
+        return check.environ[name]
+    return _VARIABLE.sub(variable, value)
+
+
+def _header_file(path: str, check: _Checker) -> list[tuple[str, str]]:
+    """``--remote-forward-headers-file``: ``(flag and line, Name=Value)`` of each line."""
+    flag = "--remote-forward-headers-file"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        check.error(f"{flag} {path}: cannot read it: {getattr(exc, 'strerror', None) or exc}")
+    specs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        name, colon, value = stripped.partition(":")
+        if not colon:
+            check.error(f"{flag} {path}:{number}: not 'Name: Value'")
+        specs.append((f"{flag} {path}:{number}", f"{name.strip()}={value.strip()}"))
+    return specs
+
+
 def _injected(args: argparse.Namespace, check: _Checker,
               authorization_in_use: bool) -> tuple[tuple[str, str], ...]:
     headers: list[tuple[str, str]] = []
     specs = [("--remote-forward-headers", spec) for spec in args.remote_forward_headers]
+    if args.remote_forward_headers_file:
+        specs += _header_file(args.remote_forward_headers_file, check)
     specs += [("--remote-forward-headers-secret", spec)
               for spec in args.remote_forward_headers_secret]
     manager: SecretsManager | None = None
@@ -250,6 +306,10 @@ def _injected(args: argparse.Namespace, check: _Checker,
             name, value = parse_injected(spec)
         except ValueError as exc:
             check.error(f"{flag}: {exc}")
+        if flag != "--remote-forward-headers-secret":
+            value = _expanded(f"{flag} {name}", value, check)
+            if any(c in value for c in "\r\n\0"):
+                check.error(f"{flag} {name}: the value holds a line break or NUL")
         refused = check_injected(name, authorization_in_use=authorization_in_use)
         if refused is not None:
             check.error(f"{flag} {name}: refused: {refused}")

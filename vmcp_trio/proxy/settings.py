@@ -65,3 +65,7 @@ class ProxySettings:
     idle_connection_seconds: float = 75.0
     drain_delay: float = 5.0
     shutdown_grace: float = 30.0
+    ignored_tools: tuple[str, ...] = ()
+    """``--ignore-tool`` (``proxy stdio``): tools its client neither sees nor calls."""
+    ping_interval: float | None = None
+    """``--keep-alive``/``--ping-interval`` (``proxy stdio``): seconds between pings."""

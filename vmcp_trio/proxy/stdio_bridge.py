@@ -27,6 +27,12 @@ Rules it keeps:
 * Outgoing credentials and injected headers are those of ``vmcp proxy`` (a 401 asks a
   credential once for a new value). A request the remote cannot be reached for is answered
   with a JSON-RPC error naming the target, so the client never waits for nothing.
+* ``--ignore-tool`` patterns (:mod:`.tool_filter`) hide tools from every ``tools/list`` answer
+  and answer a call of one at once, without the remote.
+* ``--keep-alive`` (``--ping-interval``): once ``initialize`` is answered, a ``ping`` of the
+  proxy's own (its answer never shown) every interval keeps the session, and any idle
+  connection on the way, alive; a session the remote forgot is re-initialized by it as by any
+  request. A 2026-07-28 client has no session to keep: no pings.
 * At the end of stdin the requests in flight finish (up to ``shutdown_grace``), the session is
   deleted at the remote, and the process exits 0.
 """
@@ -59,12 +65,14 @@ from ..protocol.streamable import (
 )
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
+from .tool_filter import ToolFilter
 
 __all__ = ["StdioBridge"]
 
 log = logging.getLogger("vmcp.proxy")
 
 _REPLAY_ID = "vmcp-proxy-reinitialize"
+_PING_ID = "vmcp-proxy-keepalive"
 
 
 def _error_line(request_id: object, code: int, message: str) -> bytes:
@@ -97,8 +105,11 @@ class StdioBridge:
     def __init__(self, target: str, client: HttpClient, *,
                  credentials: Sequence[RemoteCredential] = (),
                  injected: Sequence[tuple[str, str]] = (),
-                 max_line_bytes: int = 4 * 1024 * 1024, shutdown_grace: float = 30.0) -> None:
+                 max_line_bytes: int = 4 * 1024 * 1024, shutdown_grace: float = 30.0,
+                 tools: ToolFilter | None = None, ping_interval: float | None = None) -> None:
         self.target = target
+        self.tools = tools or ToolFilter(())
+        self.ping_interval = ping_interval
         self.client = client
         self.credentials = credentials
         self.injected = injected
@@ -129,8 +140,10 @@ class StdioBridge:
         """Until stdin ends; then the requests in flight finish and the session is deleted."""
         self._stdout = stdout
         async with trio.open_nursery() as background:
-            Supervisor(background).start_soon("the remote's GET stream", self._listen,
-                                              policy=RECONNECT)
+            supervisor = Supervisor(background)
+            supervisor.start_soon("the remote's GET stream", self._listen, policy=RECONNECT)
+            if self.ping_interval is not None:
+                supervisor.start_soon("keep-alive pings", self._keep_alive, policy=RECONNECT)
             async with trio.open_nursery() as requests:
                 async for line in self._lines(stdin):
                     requests.start_soon(self._forward, line)
@@ -185,6 +198,10 @@ class StdioBridge:
             await self.write(_error_line(None, -32700, "Parse error: the line is not JSON"))
             return
         request_id = message.get("id") if isinstance(message, dict) else None
+        refused = self.tools.refusal(message)
+        if refused is not None:
+            await self.write(refused)
+            return
         if isinstance(message, dict) and message.get("method") == "initialize":
             self._initialize = line
         elif isinstance(message, dict) and message.get("method") == "notifications/initialized":
@@ -256,6 +273,9 @@ class StdioBridge:
             if isinstance(result, dict) and isinstance(result.get("protocolVersion"), str):
                 self.version = result["protocolVersion"]
                 self._stream_started.set()
+        if show and self.tools and isinstance(message, dict) \
+                and message.get("method") == "tools/list":
+            data = self.tools.listed(data)
         if show:
             await self.write(data)
 
@@ -274,6 +294,20 @@ class StdioBridge:
                                  replay_on_404=False, show=False)
 
     # --- the GET stream ----------------------------------------------------------------------
+
+    async def _keep_alive(self) -> None:
+        """A ``ping`` every ``ping_interval`` seconds once the session is open."""
+        assert self.ping_interval is not None
+        await self._stream_started.wait()
+        count = 0
+        while True:
+            await trio.sleep(self.ping_interval)
+            count += 1
+            ping = {"jsonrpc": "2.0", "id": f"{_PING_ID}-{count}", "method": "ping"}
+            try:
+                await self._post(orjson.dumps(ping), ping, replay_on_404=True, show=False)
+            except (HttpError, LoginPending) as exc:
+                log.info("keep-alive ping to %s failed: %s", self.target, exc)
 
     async def _listen(self) -> None:
         """What the server sends unasked, from ``initialize`` on: one GET stream, for the

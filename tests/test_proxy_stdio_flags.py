@@ -1,0 +1,94 @@
+"""``vmcp proxy stdio``'s own flags, with the official MCP Python SDK client over stdio and an SDK
+server as the remote (``tests/fixtures/sdk_servers.py``, recording what it received):
+``--ignore-tool``, ``--keep-alive``/``--ping-interval`` and ``--remote-forward-headers-file``
+(with ``${VAR}`` from the environment)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+
+from .fixtures.sdk_servers import make_server, serving
+from .helpers import ROOT
+
+pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
+
+
+def bridge(url: str, *flags: str, env: dict[str, str] | None = None) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, cwd=ROOT, env=env, args=[
+        "-m", "vmcp_trio", "proxy", "stdio", "--target-uri", url, *flags])
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_ignored_tools_are_neither_listed_nor_called(mode: str) -> None:
+    """``--ignore-tool`` globs (``*``, case-insensitive) hide the remote's tools from the
+    client, and a call to one is refused without reaching the remote."""
+    server, state = make_server("remote")
+    async with serving(server, state) as url, Client(stdio_client(bridge(
+            url, "--ignore-tool", "sl*", "--ignore-tool", "ADD")), mode=mode) as client:
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert "touch" in names and not names & {"slow", "add"}, names
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("add", {"a": 1, "b": 2})
+        assert refused.value.error.message == 'Tool "add" is not available'
+        assert (await client.call_tool("touch", {"uri": "remote://static"})).content
+    assert state.methods.count("tools/call") == 1  # touch's: add never reached the remote
+
+
+async def test_keep_alive_pings_the_remote_while_the_session_is_open() -> None:
+    server, state = make_server("remote")
+    async with serving(server, state) as url, Client(stdio_client(bridge(
+            url, "--ping-interval", "200ms")), mode="legacy") as client:
+        await client.list_tools()
+        with trio.fail_after(10):
+            while state.methods.count("ping") < 3:
+                await trio.sleep(0.1)
+        assert (await client.call_tool("touch", {"uri": "remote://static"})).content
+    sessions = {session for method, session in zip(state.methods, state.sessions, strict=True)
+                if method == "ping"}
+    assert len(sessions) == 1 and "" not in sessions  # in the client's session
+
+
+async def test_headers_from_a_file_with_environment_variables(tmp_path: Path) -> None:
+    headers = tmp_path / "headers"
+    headers.write_text("# the tenant and its key\nX-Tenant: acme\n\nX-Api-Key: ${REMOTE_KEY}\n")
+    server, state = make_server("remote")
+    env = {**os.environ, "REMOTE_KEY": "k-123"}
+    async with serving(server, state) as url, Client(stdio_client(bridge(
+            url, "--remote-forward-headers-file", str(headers), env=env)),
+            mode="legacy") as client:
+        await client.list_tools()
+    assert state.headers and all(h.get("x-tenant") == "acme" and h.get("x-api-key") == "k-123"
+                                 for h in state.headers)
+
+
+@pytest.mark.parametrize(("content", "flags", "message"), [
+    ("X-Api-Key: ${NOT_SET_ANYWHERE}\n", (),
+     "--remote-forward-headers-file {path}:1 X-Api-Key: the environment variable "
+     "'NOT_SET_ANYWHERE' is not set"),
+    ("X-Api-Key abc\n", (), "--remote-forward-headers-file {path}:1: not 'Name: Value'"),
+    ("", ("--remote-forward-headers", "X-Key=${NOT_SET_ANYWHERE}"),
+     "--remote-forward-headers X-Key: the environment variable 'NOT_SET_ANYWHERE' is not set"),
+    ("", ("--ignore-tool", "**"), "--ignore-tool '**' would hide every tool"),
+    ("", ("--ping-interval", "0s"), "--ping-interval must be more than 0s"),
+])
+def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, content: str, flags: tuple[str, ...],
+                                          message: str) -> None:
+    path = tmp_path / "headers"
+    path.write_text(content)
+    extra = ["--remote-forward-headers-file", str(path)] if content else []
+    env = {k: v for k, v in os.environ.items() if k != "NOT_SET_ANYWHERE"}
+    done = subprocess.run([sys.executable, "-m", "vmcp_trio", "proxy", "stdio", "--target-uri",
+                           "http://127.0.0.1:9/mcp", *extra, *flags], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert message.format(path=path) in done.stderr and "Traceback" not in done.stderr
