@@ -18,11 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from vmcp_trio.auth.jwt import TokenError, check_claims, load_jwks, parse_jws, verify_signature
 from vmcp_trio.authserver.keygen import generate_signing_key
-from vmcp_trio.authserver.keys import (
-    SigningKeyError,
-    SigningKeys,
-    load_signing_key,
-)
+from vmcp_trio.auth.signing import SigningKeyError, load_signing_key
+from vmcp_trio.authserver.keys import SigningKeys
 from vmcp_trio.authserver.opaque import OpaqueTokens
 
 from .jwt_helpers import jwk_of
