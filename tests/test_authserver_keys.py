@@ -17,8 +17,8 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed448, ed25519, r
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from vmcp_trio.auth.jwt import TokenError, check_claims, load_jwks, parse_jws, verify_signature
-from vmcp_trio.authserver.keygen import generate_signing_key
 from vmcp_trio.auth.signing import SigningKeyError, load_signing_key
+from vmcp_trio.authserver.keygen import generate_signing_key
 from vmcp_trio.authserver.keys import SigningKeys
 from vmcp_trio.authserver.opaque import OpaqueTokens
 

@@ -8,8 +8,9 @@ The command is ``tests/fixtures/proxy_stdio_client.py``: a small stdio MCP clien
 ``vmcp proxy stdio --remote-auth`` (or, with ``--mcp-remote``, mcp-remote) and plays the user's
 browser. A scenario passes when none of its checks is a FAILURE or a WARNING.
 
-What runs: the suite's ``auth`` set for both clients, and for vmcp also the scenarios of the
-2026-07-28 authorization rules and of 2025-03-26's discovery that the set leaves out, for both.
+What runs: the suite's ``auth`` set for both clients, and the scenarios of the 2026-07-28
+authorization rules, of 2025-03-26's discovery and of the client-credentials extension that the
+set leaves out, for both.
 vmcp must pass every scenario mcp-remote passes, and every one but those listed in
 :data:`NOT_PASSED` with the reason; and every check mcp-remote passes in any of them, but those
 listed in :data:`CHECKS_NOT_PASSED` with the reason.
@@ -41,7 +42,11 @@ MORE = tuple(f"auth/{name}" for name in (
     "authorization-server-migration", "iss-supported", "iss-not-advertised",
     "iss-supported-missing", "iss-wrong-issuer", "iss-unexpected", "iss-normalized",
     "metadata-issuer-mismatch", "2025-03-26-oauth-metadata-backcompat",
-    "2025-03-26-oauth-endpoint-fallback"))
+    "2025-03-26-oauth-endpoint-fallback",
+    "client-credentials-basic", "client-credentials-jwt"))
+"""Scenarios the set leaves out: the 2026-07-28 rules, 2025-03-26's discovery, and the
+client-credentials extension (``io.modelcontextprotocol/oauth-client-credentials``, SEP-1046:
+``--remote-auth-client-credentials`` with a secret, and with a private key)."""
 CHECKS_NOT_PASSED = {
     ("auth/resource-mismatch", "authorization-server-metadata"):
         "the check records a fetch of the authorization server's metadata; vmcp stops at the "

@@ -92,3 +92,49 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, content: str, flags: t
                           check=False)
     assert done.returncode == 2, done.stderr
     assert message.format(path=path) in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--remote-auth", "--remote-auth-client-credentials"),
+     "--remote-auth-client-credentials needs --remote-auth-client-id and its secret"),
+    (("--remote-auth", "--remote-auth-client-id", "c", "--remote-auth-client-key-file",
+      "/nonexistent/key.pem"), "--remote-auth-client-key-file /nonexistent/key.pem: cannot read"),
+    (("--remote-auth", "--remote-auth-client-id", "c", "--remote-auth-client-key-file",
+      "{junk}"), "no PEM private key"),
+    (("--remote-auth-client-credentials",), "--remote-auth-client-credentials needs "
+                                            "--remote-auth"),
+])
+def test_client_credentials_mistakes_are_one_line(tmp_path: Path, flags: tuple[str, ...],
+                                                  message: str) -> None:
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a key\n")
+    args = [flag.format(junk=junk) for flag in flags]
+    done = subprocess.run([sys.executable, "-m", "vmcp_trio", "proxy", "stdio", "--target-uri",
+                           "http://127.0.0.1:9/mcp", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL, check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+def test_a_client_assertion_is_signed_for_the_authorization_server() -> None:
+    """``private_key_jwt``: ``iss`` and ``sub`` the client, ``aud`` the issuer, a fresh
+    ``jti``, a minute of validity, signed with the client's key (ES256 for P-256)."""
+    import time
+
+    from vmcp_trio.auth.jwt import parse_jws, verify_signature
+    from vmcp_trio.auth.oauth.tokens import ClientCredentials, client_assertion
+    from vmcp_trio.auth.signing import new_key
+
+    key = new_key()
+    credentials = ClientCredentials("my-client", None, "private_key_jwt", key)
+    first, second = (parse_jws(client_assertion(credentials, "https://as.example"))
+                     for _ in range(2))
+    verify_signature(first, key.verify_key)
+    assert first.header["alg"] == "ES256"
+    claims = first.claims
+    assert (claims["iss"], claims["sub"], claims["aud"]) == (
+        "my-client", "my-client", "https://as.example")
+    assert claims["exp"] - claims["iat"] == 60 and abs(claims["iat"] - time.time()) < 5
+    assert claims["jti"] != second.claims["jti"]
+    with pytest.raises(ValueError):
+        ClientCredentials("my-client", "secret", "private_key_jwt", key)

@@ -50,6 +50,12 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
                              f"for production: use the file or {CLIENT_SECRET_VARIABLE})")
     remote.add_argument("--remote-auth-client-secret-file", metavar="PATH",
                         help="file holding the client secret")
+    remote.add_argument("--remote-auth-client-key-file", metavar="PATH",
+                        help="PEM private key the client authenticates with instead of a "
+                             "secret (private_key_jwt, RFC 7523)")
+    remote.add_argument("--remote-auth-client-credentials", action="store_true",
+                        help="no user: the client_credentials grant as --remote-auth-client-id "
+                             "(with its secret or key), asked again before the token expires")
     remote.add_argument("--remote-auth-bearer-token",
                         help="bearer token, alternative to OAuth")
     remote.add_argument("--remote-auth-bearer-token-file", metavar="PATH",

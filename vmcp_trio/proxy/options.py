@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from ..auth.signing import SigningKey, SigningKeyError, load_signing_key
 from ..auth.ssrf import is_loopback_host, is_loopback_url
 from ..resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
 from ..secrets.errors import SecretsError
@@ -192,7 +193,8 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
     if not args.remote_auth:
         for flag in ("remote_auth_issuer", "remote_auth_authorize_url", "remote_auth_token_url",
                      "remote_auth_client_id", "remote_auth_client_secret",
-                     "remote_auth_client_secret_file", "remote_auth_resource",
+                     "remote_auth_client_secret_file", "remote_auth_client_key_file",
+                     "remote_auth_client_credentials", "remote_auth_resource",
                      "remote_auth_scopes", "remote_auth_scope_param_name",
                      "remote_auth_allow_private"):
             if getattr(args, flag):
@@ -213,15 +215,43 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
                           args.remote_auth_client_secret_file, CLIENT_SECRET_VARIABLE)
     if secret and not args.remote_auth_client_id:
         check.error("a remote client secret needs --remote-auth-client-id")
+    key = _client_key(args.remote_auth_client_key_file, check)
+    if key is not None and not args.remote_auth_client_id:
+        check.error("--remote-auth-client-key-file needs --remote-auth-client-id")
+    if key is not None and secret:
+        check.error("--remote-auth-client-key-file and a client secret are alternatives: give "
+                    "one")
+    if args.remote_auth_client_credentials and (
+            not args.remote_auth_client_id or (key is None and not secret)):
+        check.error("--remote-auth-client-credentials needs --remote-auth-client-id and its "
+                    "secret (--remote-auth-client-secret-file) or key "
+                    "(--remote-auth-client-key-file)")
     return RemoteAuthSettings(
         issuer=check.url("--remote-auth-issuer", args.remote_auth_issuer),
         authorize_url=authorize, token_url=token, client_id=args.remote_auth_client_id,
-        client_secret=secret, scopes=_scopes(args.remote_auth_scopes),
+        client_secret=secret, client_key=key,
+        client_credentials=args.remote_auth_client_credentials,
+        scopes=_scopes(args.remote_auth_scopes),
         resource=args.remote_auth_resource,
         scope_param_name=args.remote_auth_scope_param_name or "scope",
         callback_port=args.remote_auth_callback_port,
         skip_browser=args.remote_auth_skip_browser, timeout=args.remote_auth_timeout,
         allow_private=args.remote_auth_allow_private)
+
+
+def _client_key(path: str | None, check: _Checker) -> SigningKey | None:
+    """``--remote-auth-client-key-file``: the client's PEM private key."""
+    if path is None:
+        return None
+    flag = "--remote-auth-client-key-file"
+    try:
+        pem = Path(path).read_bytes()
+    except OSError as exc:
+        check.error(f"{flag} {path}: cannot read it: {exc.strerror or exc}")
+    try:
+        return load_signing_key(pem)
+    except SigningKeyError as exc:
+        check.error(f"{flag} {path}: {str(exc).removeprefix('signing key 0: ')}")
 
 
 def _token_exchange(args: argparse.Namespace, check: _Checker,

@@ -17,9 +17,15 @@ remote cannot steer the proxy to loopback or private addresses.
    a ``realm`` that is a URL is taken as the issuer (what ToolHive does, and all it does).
    PKCE S256 is always used; a server whose metadata does not offer it is refused.
 2. The client: ``--remote-auth-client-id`` with the secret of the first source that has one
-   (``client_secret_basic``; none: a public client); else the client registered before for this
-   issuer (kept with the tokens); else dynamic client registration (RFC 7591, the seed's rule 4:
-   ``token_endpoint_auth_method: none``, the callback as redirect URI).
+   (``client_secret_basic``; none: a public client) or its ``--remote-auth-client-key-file``
+   (``private_key_jwt``: each token request carries a fresh assertion signed with it, RFC 7523,
+   whose audience is the authorization server's issuer); else the client registered before for
+   this issuer (kept with the tokens); else dynamic client registration (RFC 7591, the seed's
+   rule 4: ``token_endpoint_auth_method: none``, the callback as redirect URI).
+   With ``--remote-auth-client-credentials`` there is no user: the token is the client's own,
+   from the ``client_credentials`` grant (with ``resource`` and the scopes), asked again when it
+   is due (such tokens come without a refresh token); PKCE is not needed there and not
+   required of the metadata.
 3. The tokens: the ones kept from before (:mod:`.login_store`; a restart does not ask the user
    again), else a login: the authorization URL (``resource``: ``--remote-auth-resource``, else
    the target's canonical URI; ``--remote-auth-scopes``, else with an issuer given the OIDC
@@ -366,7 +372,9 @@ class RemoteLogin:
         if self.tokens is None:  # dropped for a new login (step-up)
             return
         if tokens.refresh_token is None:  # due, or refused by the remote: nothing to refresh with
-            self._set(None, "the remote server's token expired and came without a refresh "
+            self._set(None, "the remote server's token expired: the client credentials grant "
+                            "is asked again" if self.settings.client_credentials else
+                            "the remote server's token expired and came without a refresh "
                             "token: log in again")
             self._wanted.set()
             return
@@ -412,10 +420,11 @@ class RemoteLogin:
                 self.not_required = True
                 return
             metadata = await self._from_challenge(challenge)
-        if not supports_s256(metadata):
+        if not settings.client_credentials and not supports_s256(metadata):
             raise LoginFailed(f"the authorization server {metadata.issuer} does not offer PKCE "
                               "S256 (code_challenge_methods_supported): refused")
-        if settings.scopes is None and OFFLINE_ACCESS in metadata.scopes_supported \
+        if settings.scopes is None and not settings.client_credentials \
+                and OFFLINE_ACCESS in metadata.scopes_supported \
                 and OFFLINE_ACCESS not in self.scopes:
             self.scopes = (*self.scopes, OFFLINE_ACCESS)  # a refresh token (SEP-2207)
         self.metadata = metadata
@@ -543,8 +552,9 @@ class RemoteLogin:
         settings = self.settings
         if settings.client_id is not None:
             secret = settings.client_secret
-            self.credentials = ClientCredentials(settings.client_id, secret,
-                                                 "client_secret_basic" if secret else "none")
+            self.credentials = ClientCredentials(
+                settings.client_id, secret, "private_key_jwt" if settings.client_key else
+                "client_secret_basic" if secret else "none", settings.client_key)
             return self.credentials
         if self.credentials is not None and self.redirect_uri == redirect_uri:
             return self.credentials
@@ -576,6 +586,15 @@ class RemoteLogin:
     async def _login(self) -> TokenResponse:
         metadata, settings = self.metadata, self.settings
         assert metadata is not None
+        if settings.client_credentials:  # no user: the client's own grant
+            await self._client_for("")
+            form = {"grant_type": "client_credentials"}
+            if self.scopes:
+                form["scope"] = " ".join(self.scopes)
+            try:
+                return await self._token_grant(form, "client credentials grant")
+            except TokenEndpointError as exc:
+                raise LoginFailed(str(exc)) from None
         state = secrets.token_urlsafe(24)
         verifier, challenge = pkce_pair()
         try:
@@ -634,5 +653,5 @@ class RemoteLogin:
         document = await token_request(
             self.client, self.metadata.token_endpoint, {**form, "resource": self.resource},
             self.credentials, timeout=TOKEN_TIMEOUT, what=what,
-            guard=fetch_guard(allow_private=self.local))
+            guard=fetch_guard(allow_private=self.local), issuer=self.metadata.issuer)
         return parse_token_response(document, now=time.time())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..auth.signing import SigningKey
 from ..resources.plan import OIDCIncoming, TokenExchangeAuth
 
 __all__ = ["ProxySettings", "RemoteAuthSettings"]
@@ -23,6 +24,11 @@ class RemoteAuthSettings:
     token_url: str | None = None
     client_id: str | None = None
     client_secret: str | None = field(default=None, repr=False)
+    client_key: SigningKey | None = field(default=None, repr=False)
+    """``--remote-auth-client-key-file``: ``private_key_jwt`` instead of a secret."""
+    client_credentials: bool = False
+    """``--remote-auth-client-credentials``: the token comes from the client_credentials grant
+    (no user, no browser)."""
     scopes: tuple[str, ...] | None = None
     """None: the OIDC default with an issuer given, else the remote's challenge or metadata."""
     resource: str | None = None

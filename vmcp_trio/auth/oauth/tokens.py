@@ -10,8 +10,9 @@ Rules it keeps:
   not on every request.
 * Client authentication is :class:`ClientCredentials`'s ``method``: ``client_secret_basic`` (the
   RFC 6749 section 2.3.1 encoding of :func:`basic_authorization`), ``client_secret_post`` (id and
-  secret in the form), ``none`` (a public client names itself in the form, section 3.2.1); no
-  credentials at all sends nothing.
+  secret in the form), ``none`` (a public client names itself in the form, section 3.2.1),
+  ``private_key_jwt`` (a fresh assertion signed with the client's key, RFC 7523 section 2.2:
+  :func:`client_assertion`); no credentials at all sends nothing.
 * An OAuth error answer (an ``error`` member, RFC 6749 section 5.2) is an error wherever it
   appears, even in a 200 (GitHub's way). Every failure is a :class:`TokenEndpointError`: the HTTP
   status and the server's error code when there are some, and a message that never holds a
@@ -27,6 +28,8 @@ from __future__ import annotations
 
 import base64
 import math
+import secrets
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,6 +37,7 @@ from urllib.parse import quote, quote_plus, urlencode
 
 from ...http.client import ConnectGuard, HttpClient
 from ...resources.plan import TokenResponseMappingPlan
+from ..signing import SigningKey, compact_jws
 from .discovery import FetchError, fetch_json
 
 __all__ = [
@@ -42,6 +46,7 @@ __all__ = [
     "TokenEndpointError",
     "TokenResponse",
     "basic_authorization",
+    "client_assertion",
     "first_text",
     "oauth_error",
     "parse_token_response",
@@ -58,7 +63,11 @@ _PUBLIC_FORM_FIELDS = frozenset({"grant_type", "redirect_uri", "scope", "audienc
                                  "client_id", "subject_token_type", "actor_token_type",
                                  "requested_token_type"})
 
-ClientAuthMethod = Literal["client_secret_basic", "client_secret_post", "none"]
+ClientAuthMethod = Literal["client_secret_basic", "client_secret_post", "none",
+                          "private_key_jwt"]
+JWT_BEARER_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_SECONDS = 60
+"""How long a ``private_key_jwt`` client assertion is valid (it is made for one request)."""
 
 
 class TokenEndpointError(Exception):
@@ -76,14 +85,20 @@ class TokenEndpointError(Exception):
 @dataclass(frozen=True)
 class ClientCredentials:
     """Who vmcp is at a token endpoint. ``secret`` is required by the two ``client_secret_*``
-    methods and refused with ``none`` (ValueError)."""
+    methods and refused with ``none``; ``private_key_jwt`` (RFC 7523 section 2.2) takes the
+    ``key`` its assertions are signed with instead (ValueError otherwise)."""
 
     client_id: str
     secret: str | None = field(repr=False)
     method: ClientAuthMethod
+    key: SigningKey | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if (self.secret is None) != (self.method == "none"):
+        if self.method == "private_key_jwt":
+            if self.key is None or self.secret is not None:
+                raise ValueError("client authentication private_key_jwt needs a key and no "
+                                 "secret")
+        elif (self.secret is None) != (self.method == "none"):
             raise ValueError(f"client authentication {self.method} "
                              + ("takes no secret" if self.method == "none" else "needs a secret"))
 
@@ -199,18 +214,35 @@ def oauth_error(document: object, *, redact: Iterable[str] = ()) -> tuple[str, s
 
 # --- the request -------------------------------------------------------------------------------
 
+def client_assertion(credentials: ClientCredentials, audience: str) -> str:
+    """A ``private_key_jwt`` assertion (RFC 7523 section 3): ``iss`` and ``sub`` the client,
+    ``aud`` the authorization server, a fresh ``jti``, valid :data:`ASSERTION_SECONDS`."""
+    assert credentials.key is not None
+    now = int(time.time())
+    return compact_jws(credentials.key, {
+        "iss": credentials.client_id, "sub": credentials.client_id, "aud": audience,
+        "jti": secrets.token_urlsafe(16), "iat": now, "exp": now + ASSERTION_SECONDS}, typ=None)
+
+
 async def token_request(client: HttpClient, token_url: str, form: Mapping[str, str],
                         credentials: ClientCredentials | None, *, timeout: float,
-                        what: str = "token request", guard: ConnectGuard | None = None
-                        ) -> dict[str, Any]:
+                        what: str = "token request", guard: ConnectGuard | None = None,
+                        issuer: str | None = None) -> dict[str, Any]:
     """The JSON object of a successful (200) answer to ``form``, client authentication applied.
     ``what`` names the request in messages ("authorization code", "refresh token"); ``guard``
     is the SSRF guard of a token endpoint a document named (each request connects through it,
-    not only the discovery that checked the URL). Raises :class:`TokenEndpointError`."""
+    not only the discovery that checked the URL); ``issuer`` is the audience of a
+    ``private_key_jwt`` assertion (default: the token endpoint). Raises
+    :class:`TokenEndpointError`."""
     sent = dict(form)
     headers = [("content-type", "application/x-www-form-urlencoded")]
     hidden = [value for name, value in sent.items() if name not in _PUBLIC_FORM_FIELDS]
-    if credentials is not None:
+    if credentials is not None and credentials.method == "private_key_jwt":
+        sent["client_id"] = credentials.client_id
+        sent["client_assertion_type"] = JWT_BEARER_ASSERTION
+        sent["client_assertion"] = client_assertion(credentials, issuer or token_url)
+        hidden.append(sent["client_assertion"])
+    elif credentials is not None:
         secret = credentials.secret  # None exactly when the method is "none"
         if secret is not None:
             hidden.append(secret)
