@@ -11,9 +11,9 @@ browser. A scenario passes when none of its checks is a FAILURE or a WARNING.
 What runs: the suite's ``auth`` set for both clients, and the scenarios of the 2026-07-28
 authorization rules, of 2025-03-26's discovery and of the client-credentials extension that the
 set leaves out, for both.
-vmcp must pass every scenario mcp-remote passes, and every one but those listed in
-:data:`NOT_PASSED` with the reason; and every check mcp-remote passes in any of them, but those
-listed in :data:`CHECKS_NOT_PASSED` with the reason.
+vmcp must pass every one of them (``auth/basic-cimd`` with the Client ID Metadata Document URL
+the scenario expects, ``--remote-auth-client-metadata-url``), and every check mcp-remote passes
+in any of them, but those listed in :data:`CHECKS_NOT_PASSED` with the reason.
 """
 
 from __future__ import annotations
@@ -55,11 +55,6 @@ CHECKS_NOT_PASSED = {
         "passes for both)",
 }
 """Checks mcp-remote passes and vmcp does not do, by design, with the reason."""
-NOT_PASSED = {
-    "auth/basic-cimd": "a WARNING: the client should use a Client ID Metadata Document (an "
-                       "https URL as client_id); a proxy on a laptop has no public https URL "
-                       "to serve one from, so it registers dynamically instead",
-}
 
 
 def _results(output_dir: Path) -> dict[str, Scenario]:
@@ -106,11 +101,8 @@ def test_vmcp_proxy_stdio_passes_the_client_auth_scenarios_mcp_remote_passes(
     ours, theirs = _results(tmp_path / "vmcp"), _results(tmp_path / "mcp-remote")
     assert set(ours) == set(theirs) == AUTH_SET | set(MORE)
     passed = {name for name, scenario in ours.items() if scenario.passed}
-    failing = set(ours) - passed
-    lines = [f"{name}\n{ours[name].describe()}" for name in sorted(failing - set(NOT_PASSED))]
+    lines = [f"{name}\n{ours[name].describe()}" for name in sorted(set(ours) - passed)]
     assert not lines, "client auth scenarios vmcp proxy stdio fails:\n" + "\n".join(lines)
-    stale = passed & set(NOT_PASSED)
-    assert not stale, f"listed in NOT_PASSED but passing (update the list): {sorted(stale)}"
     behind = {name for name, scenario in theirs.items() if scenario.passed} - passed
     assert not behind, f"scenarios mcp-remote passes and vmcp does not: {sorted(behind)}"
     checks_behind = sorted(

@@ -138,3 +138,55 @@ def test_a_client_assertion_is_signed_for_the_authorization_server() -> None:
     assert claims["jti"] != second.claims["jti"]
     with pytest.raises(ValueError):
         ClientCredentials("my-client", "secret", "private_key_jwt", key)
+
+
+def test_extra_authorization_parameters_follow_the_logins_own(tmp_path: Path) -> None:
+    """``--remote-auth-authorize-param``: each KEY=VALUE goes into the authorization URL the
+    user is sent to, after the parameters the login sets itself."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    base = "http://127.0.0.1:9"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "vmcp_trio", "proxy", "stdio", "--target-uri", f"{base}/mcp",
+         "--remote-auth", "--remote-auth-skip-browser", "--remote-auth-timeout", "20s",
+         "--remote-auth-authorize-url", f"{base}/authorize", "--remote-auth-token-url",
+         f"{base}/token", "--remote-auth-client-id", "desktop", "--remote-auth-callback-port",
+         "0", "--remote-auth-authorize-param", "audience=https://api.example.com",
+         "--remote-auth-authorize-param", "prompt=consent"],
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env={**os.environ, "XDG_STATE_HOME": str(tmp_path)})
+    try:
+        assert process.stderr is not None
+        url = ""
+        for line in process.stderr:
+            if f"{base}/authorize?" in line:
+                url = line.strip().split()[-1]
+                break
+        query = parse_qsl(urlsplit(url).query)
+        names = [name for name, _ in query]
+        assert names[-2:] == ["audience", "prompt"], url
+        assert dict(query)["audience"] == "https://api.example.com"
+        assert {"client_id", "code_challenge", "state", "resource"} <= set(names[:-2])
+    finally:
+        process.kill()
+        process.communicate(timeout=10)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (("--remote-auth-authorize-param", "scope=admin"),
+     "--remote-auth-authorize-param scope: the login sets it itself (use --remote-auth-scopes)"),
+    (("--remote-auth-authorize-param", "state=x"),
+     "--remote-auth-authorize-param state: the login sets it itself"),
+    (("--remote-auth-authorize-param", "novalue"), "not KEY=VALUE"),
+    (("--remote-auth-client-metadata-url", "http://example.com/client.json"),
+     "--remote-auth-client-metadata-url must be an https URL with a path"),
+    (("--remote-auth-client-metadata-url", "https://example.com/"),
+     "--remote-auth-client-metadata-url must be an https URL with a path"),
+])
+def test_login_parameter_mistakes_are_one_line(flags: tuple[str, ...], message: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "vmcp_trio", "proxy", "stdio", "--target-uri",
+                           "http://127.0.0.1:9/mcp", "--remote-auth", *flags], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                          check=False)
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr

@@ -53,6 +53,14 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
     remote.add_argument("--remote-auth-client-key-file", metavar="PATH",
                         help="PEM private key the client authenticates with instead of a "
                              "secret (private_key_jwt, RFC 7523)")
+    remote.add_argument("--remote-auth-client-metadata-url", metavar="URL",
+                        help="the https URL of your Client ID Metadata Document: the client id "
+                             "where the authorization server accepts such documents, instead "
+                             "of registering")
+    remote.add_argument("--remote-auth-authorize-param", action="append", default=[],
+                        metavar="KEY=VALUE",
+                        help="an extra parameter of the authorization request (audience=..., "
+                             "prompt=consent); repeatable")
     remote.add_argument("--remote-auth-client-credentials", action="store_true",
                         help="no user: the client_credentials grant as --remote-auth-client-id "
                              "(with its secret or key), asked again before the token expires")

@@ -194,7 +194,8 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         for flag in ("remote_auth_issuer", "remote_auth_authorize_url", "remote_auth_token_url",
                      "remote_auth_client_id", "remote_auth_client_secret",
                      "remote_auth_client_secret_file", "remote_auth_client_key_file",
-                     "remote_auth_client_credentials", "remote_auth_resource",
+                     "remote_auth_client_credentials", "remote_auth_client_metadata_url",
+                     "remote_auth_authorize_param", "remote_auth_resource",
                      "remote_auth_scopes", "remote_auth_scope_param_name",
                      "remote_auth_allow_private"):
             if getattr(args, flag):
@@ -230,6 +231,8 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         issuer=check.url("--remote-auth-issuer", args.remote_auth_issuer),
         authorize_url=authorize, token_url=token, client_id=args.remote_auth_client_id,
         client_secret=secret, client_key=key,
+        client_metadata_url=_client_metadata_url(args.remote_auth_client_metadata_url, check),
+        authorize_params=_authorize_params(args.remote_auth_authorize_param, check),
         client_credentials=args.remote_auth_client_credentials,
         scopes=_scopes(args.remote_auth_scopes),
         resource=args.remote_auth_resource,
@@ -237,6 +240,41 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         callback_port=args.remote_auth_callback_port,
         skip_browser=args.remote_auth_skip_browser, timeout=args.remote_auth_timeout,
         allow_private=args.remote_auth_allow_private)
+
+
+_FLOW_PARAMS = {"response_type": None, "client_id": "--remote-auth-client-id",
+                "redirect_uri": None, "state": None, "code_challenge": None,
+                "code_challenge_method": None, "scope": "--remote-auth-scopes",
+                "resource": "--remote-auth-resource"}
+"""Authorization request parameters the login sets itself (and the flag that sets it)."""
+
+
+def _authorize_params(specs: Sequence[str], check: _Checker) -> tuple[tuple[str, str], ...]:
+    flag = "--remote-auth-authorize-param"
+    params: list[tuple[str, str]] = []
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            check.error(f"{flag} {spec[:100]!r}: not KEY=VALUE")
+        if key in _FLOW_PARAMS:
+            instead = _FLOW_PARAMS[key]
+            check.error(f"{flag} {key}: the login sets it itself"
+                        + (f" (use {instead})" if instead else ""))
+        params.append((key, value))
+    return tuple(params)
+
+
+def _client_metadata_url(url: str | None, check: _Checker) -> str | None:
+    """A Client ID Metadata Document's URL: https with a path (what a client id must be)."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.scheme != "https" or not parts.hostname or parts.path in ("", "/") \
+            or parts.fragment or parts.username or parts.password:
+        check.error(f"--remote-auth-client-metadata-url must be an https URL with a path and "
+                    f"no fragment or credentials, not {url[:200]!r}")
+    return url
 
 
 def _client_key(path: str | None, check: _Checker) -> SigningKey | None:

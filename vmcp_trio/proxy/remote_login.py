@@ -19,9 +19,12 @@ remote cannot steer the proxy to loopback or private addresses.
 2. The client: ``--remote-auth-client-id`` with the secret of the first source that has one
    (``client_secret_basic``; none: a public client) or its ``--remote-auth-client-key-file``
    (``private_key_jwt``: each token request carries a fresh assertion signed with it, RFC 7523,
-   whose audience is the authorization server's issuer); else the client registered before for
-   this issuer (kept with the tokens); else dynamic client registration (RFC 7591, the seed's
-   rule 4: ``token_endpoint_auth_method: none``, the callback as redirect URI).
+   whose audience is the authorization server's issuer); else, where the authorization server
+   says ``client_id_metadata_document_supported``, ``--remote-auth-client-metadata-url`` as the
+   client id (a public client whose document, published by the user, names the callback as a
+   redirect URI); else the client registered before for this issuer (kept with the tokens);
+   else dynamic client registration (RFC 7591, the seed's rule 4:
+   ``token_endpoint_auth_method: none``, the callback as redirect URI).
    With ``--remote-auth-client-credentials`` there is no user: the token is the client's own,
    from the ``client_credentials`` grant (with ``resource`` and the scopes), asked again when it
    is due (such tokens come without a refresh token); PKCE is not needed there and not
@@ -32,7 +35,8 @@ remote cannot steer the proxy to loopback or private addresses.
    ``openid profile email``, else the challenge's ``scope`` or the metadata's scopes, with
    ``offline_access`` added when the authorization server lists it in ``scopes_supported``, so
    that the login comes with a refresh token (SEP-2207); the scope parameter named
-   ``--remote-auth-scope-param-name``) is printed on stderr with the time left
+   ``--remote-auth-scope-param-name``; the ``--remote-auth-authorize-param`` parameters after
+   the login's own, which they may not replace) is printed on stderr with the time left
    and opened in a browser unless ``--remote-auth-skip-browser``; the callback server
    (:mod:`.callback`) takes the code within ``--remote-auth-timeout``, and the code is exchanged
    with the PKCE verifier, the redirect URI and the resource.
@@ -556,9 +560,13 @@ class RemoteLogin:
                 settings.client_id, secret, "private_key_jwt" if settings.client_key else
                 "client_secret_basic" if secret else "none", settings.client_key)
             return self.credentials
+        assert self.metadata is not None
+        if settings.client_metadata_url is not None and self.metadata.document.get(
+                "client_id_metadata_document_supported") is True:
+            self.credentials = ClientCredentials(settings.client_metadata_url, None, "none")
+            return self.credentials
         if self.credentials is not None and self.redirect_uri == redirect_uri:
             return self.credentials
-        assert self.metadata is not None
         endpoint = self.metadata.registration_endpoint
         if endpoint is None:
             raise LoginFailed(f"the authorization server {self.metadata.issuer} offers no "
@@ -621,7 +629,8 @@ class RemoteLogin:
                         metadata.authorization_endpoint, client_id=credentials.client_id,
                         redirect_uri=redirect_uri, state=state, code_challenge=challenge,
                         scopes=self.scopes, resource=self.resource,
-                        scope_param_name=settings.scope_param_name)
+                        scope_param_name=settings.scope_param_name,
+                        extra=settings.authorize_params)
                     self._requested = self.scopes
                     self.problem = ("the login to the remote server waits for the user: open "
                                     "the URL vmcp proxy printed")

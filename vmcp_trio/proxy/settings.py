@@ -26,6 +26,11 @@ class RemoteAuthSettings:
     client_secret: str | None = field(default=None, repr=False)
     client_key: SigningKey | None = field(default=None, repr=False)
     """``--remote-auth-client-key-file``: ``private_key_jwt`` instead of a secret."""
+    client_metadata_url: str | None = None
+    """``--remote-auth-client-metadata-url``: the client id where the authorization server
+    takes Client ID Metadata Documents."""
+    authorize_params: tuple[tuple[str, str], ...] = ()
+    """``--remote-auth-authorize-param``: extra parameters of the authorization request."""
     client_credentials: bool = False
     """``--remote-auth-client-credentials``: the token comes from the client_credentials grant
     (no user, no browser)."""
