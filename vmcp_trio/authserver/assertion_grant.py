@@ -39,9 +39,8 @@ from .storage import Storage
 from .trusted import TrustedIssuers
 from .validation import OAuthError
 
-__all__ = ["JWT_BEARER", "AssertionGrant"]
+__all__ = ["AssertionGrant"]
 
-JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 MAX_JTI_CHARS = 256
 
 

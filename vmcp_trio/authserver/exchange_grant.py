@@ -49,6 +49,7 @@ from ..auth.claims_matcher import ClaimsMatcher, compile_matcher
 from ..auth.incoming.authenticator import token_scopes
 from ..auth.incoming.jwks import KeysUnavailable
 from ..auth.jwt import TokenError, check_claims, parse_jws, verify_signature
+from ..auth.oauth.tokens import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE
 from ..resources.plan import DelegateClientPlan, TrustedIssuerPlan
 from .endpoints import AccessGrant
 from .keys import SigningKeys
@@ -56,11 +57,8 @@ from .storage import RegisteredClient
 from .trusted import TrustedIssuers, refuse_id_token
 from .validation import OAuthError, parse_scope
 
-__all__ = ["ACCESS_TOKEN_TYPE", "MAX_ACT_BYTES", "MAX_DELEGATION_DEPTH", "TOKEN_EXCHANGE",
-           "ExchangeGrant"]
+__all__ = ["MAX_ACT_BYTES", "MAX_DELEGATION_DEPTH", "ExchangeGrant"]
 
-TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 JWT_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:jwt"
 TOKEN_TYPES = (ACCESS_TOKEN_TYPE, JWT_TOKEN_TYPE)
 MAX_DELEGATION_DEPTH = 10

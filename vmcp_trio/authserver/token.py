@@ -36,8 +36,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from ..auth.oauth.tokens import ACCESS_TOKEN_TYPE, JWT_BEARER, TOKEN_EXCHANGE
 from ..http.asgi import HttpRequest, Send, send_json
-from .assertion_grant import JWT_BEARER, AssertionGrant
+from .assertion_grant import AssertionGrant
 from .cimd import ClientDocumentError, ClientDocuments
 from .endpoints import (
     NO_STORE,
@@ -48,7 +49,7 @@ from .endpoints import (
     read_form,
     send_oauth_error,
 )
-from .exchange_grant import ACCESS_TOKEN_TYPE, TOKEN_EXCHANGE, ExchangeGrant
+from .exchange_grant import ExchangeGrant
 from .keys import SigningKeys
 from .opaque import OpaqueTokens
 from .registration import CLIENT_LIFETIME

@@ -41,6 +41,11 @@ from ..signing import SigningKey, compact_jws
 from .discovery import FetchError, fetch_json
 
 __all__ = [
+    "ACCESS_TOKEN_TYPE",
+    "ID_JAG",
+    "ID_TOKEN_TYPE",
+    "JWT_BEARER",
+    "TOKEN_EXCHANGE",
     "ClientAuthMethod",
     "ClientCredentials",
     "TokenEndpointError",
@@ -66,6 +71,14 @@ _PUBLIC_FORM_FIELDS = frozenset({"grant_type", "redirect_uri", "scope", "audienc
 ClientAuthMethod = Literal["client_secret_basic", "client_secret_post", "none",
                           "private_key_jwt"]
 JWT_BEARER_ASSERTION = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+"""RFC 8693's grant."""
+JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
+"""RFC 7523's grant (an assertion for a token)."""
+ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
+ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
+ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
+"""An Identity Assertion JWT Authorization Grant (enterprise-managed authorization)."""
 ASSERTION_SECONDS = 60
 """How long a ``private_key_jwt`` client assertion is valid (it is made for one request)."""
 

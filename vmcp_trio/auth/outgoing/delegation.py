@@ -31,15 +31,13 @@ from ...http.client import HttpClient
 from ...resources.plan import CrossAppAccessAuth, OnBehalfOfAuth, SecretValue
 from ..caller import Caller
 from ..jwt import TokenError, parse_jws
+from ..oauth.tokens import ID_JAG, JWT_BEARER, TOKEN_EXCHANGE
 from .cache import GrantCache, GrantError, grant_key
 from .exchange import ExchangedToken, ExchangeError, TokenEndpoint
 from .subject import CredentialError, UpstreamTokens, subject_token
 
 __all__ = ["CrossAppAccess", "OnBehalfOf"]
 
-JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
-TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
-ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
 
 
 def _secret(value: SecretValue | None) -> str | None:

@@ -33,6 +33,8 @@ from typing import Any
 
 from ...http.client import HttpClient
 from ..oauth.tokens import (
+    ACCESS_TOKEN_TYPE,
+    TOKEN_EXCHANGE,
     ClientCredentials,
     TokenEndpointError,
     parse_token_response,
@@ -43,8 +45,6 @@ from .shared_exchange import ExchangedToken, SharedExchangeCache
 
 __all__ = ["ExchangeError", "ExchangedToken", "TokenEndpoint", "TokenExchanger"]
 
-GRANT = "urn:ietf:params:oauth:grant-type:token-exchange"
-ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 
 
 class ExchangeError(GrantError):
@@ -165,7 +165,7 @@ class TokenExchanger(TokenEndpoint):
 
     async def _exchange(self, subject: str, audience: str, scopes: tuple[str, ...],
                         subject_type: str) -> ExchangedToken:
-        form = {"grant_type": GRANT, "subject_token": subject,
+        form = {"grant_type": TOKEN_EXCHANGE, "subject_token": subject,
                 "subject_token_type": subject_type, "requested_token_type": ACCESS_TOKEN_TYPE,
                 "audience": audience}
         if scopes:

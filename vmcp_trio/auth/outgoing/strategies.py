@@ -35,14 +35,13 @@ from ...resources.plan import (
     UpstreamInjectAuth,
 )
 from ..caller import Caller
+from ..oauth.tokens import ID_TOKEN_TYPE
 from .aws_sts import AwsSts
 from .delegation import CrossAppAccess, OnBehalfOf
 from .exchange import ExchangeError, TokenExchanger
 from .shared_exchange import SharedExchangeCache
 from .sigv4 import OutgoingRequest
 from .subject import CredentialError, UpstreamTokens, session_of_caller, subject_token
-
-ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 
 __all__ = ["BackendStrategy", "CredentialError", "OutgoingRequest", "OutgoingStrategy",
            "RequestSigner", "UpstreamTokens", "build_strategy"]
