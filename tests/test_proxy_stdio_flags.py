@@ -103,6 +103,12 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, content: str, flags: t
       "{junk}"), "no PEM private key"),
     (("--remote-auth-client-credentials",), "--remote-auth-client-credentials needs "
                                             "--remote-auth"),
+    (("--remote-auth", "--remote-auth-idp-token-url", "https://idp.example.com/token"),
+     "--remote-auth-idp-token-url, --remote-auth-idp-client-id and --remote-auth-id-token-file "
+     "go together"),
+    (("--remote-auth", "--remote-auth-idp-token-url", "https://idp.example.com/token",
+      "--remote-auth-idp-client-id", "desktop", "--remote-auth-id-token-file", "{junk}"),
+     "--remote-auth-idp-token-url needs --remote-auth-client-id"),
 ])
 def test_client_credentials_mistakes_are_one_line(tmp_path: Path, flags: tuple[str, ...],
                                                   message: str) -> None:

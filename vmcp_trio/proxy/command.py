@@ -61,6 +61,17 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
                         metavar="KEY=VALUE",
                         help="an extra parameter of the authorization request (audience=..., "
                              "prompt=consent); repeatable")
+    remote.add_argument("--remote-auth-idp-token-url", metavar="URL",
+                        help="enterprise-managed authorization (ID-JAG): the token endpoint of "
+                             "your identity provider, where --remote-auth-id-token-file's ID "
+                             "token is exchanged for a grant the remote's authorization server "
+                             "takes")
+    remote.add_argument("--remote-auth-idp-client-id",
+                        help="your client id at the identity provider (with "
+                             "--remote-auth-idp-token-url)")
+    remote.add_argument("--remote-auth-id-token-file", metavar="PATH",
+                        help="file holding your ID token from the identity provider (read at "
+                             "each exchange, so a sign-in agent may keep it fresh)")
     remote.add_argument("--remote-auth-client-credentials", action="store_true",
                         help="no user: the client_credentials grant as --remote-auth-client-id "
                              "(with its secret or key), asked again before the token expires")

@@ -195,7 +195,9 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
                      "remote_auth_client_id", "remote_auth_client_secret",
                      "remote_auth_client_secret_file", "remote_auth_client_key_file",
                      "remote_auth_client_credentials", "remote_auth_client_metadata_url",
-                     "remote_auth_authorize_param", "remote_auth_resource",
+                     "remote_auth_authorize_param", "remote_auth_idp_token_url",
+                     "remote_auth_idp_client_id", "remote_auth_id_token_file",
+                     "remote_auth_resource",
                      "remote_auth_scopes", "remote_auth_scope_param_name",
                      "remote_auth_allow_private"):
             if getattr(args, flag):
@@ -227,8 +229,22 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         check.error("--remote-auth-client-credentials needs --remote-auth-client-id and its "
                     "secret (--remote-auth-client-secret-file) or key "
                     "(--remote-auth-client-key-file)")
+    idp = check.url("--remote-auth-idp-token-url", args.remote_auth_idp_token_url)
+    enterprise = (idp, args.remote_auth_idp_client_id, args.remote_auth_id_token_file)
+    if any(enterprise) and not all(enterprise):
+        check.error("--remote-auth-idp-token-url, --remote-auth-idp-client-id and "
+                    "--remote-auth-id-token-file go together (enterprise-managed "
+                    "authorization)")
+    if idp and not args.remote_auth_client_id:
+        check.error("--remote-auth-idp-token-url needs --remote-auth-client-id (the client the "
+                    "grant is for, at the remote's authorization server)")
+    if idp and args.remote_auth_client_credentials:
+        check.error("--remote-auth-idp-token-url and --remote-auth-client-credentials are "
+                    "alternatives: give one")
     return RemoteAuthSettings(
         issuer=check.url("--remote-auth-issuer", args.remote_auth_issuer),
+        idp_token_url=idp, idp_client_id=args.remote_auth_idp_client_id,
+        id_token_file=args.remote_auth_id_token_file,
         authorize_url=authorize, token_url=token, client_id=args.remote_auth_client_id,
         client_secret=secret, client_key=key,
         client_metadata_url=_client_metadata_url(args.remote_auth_client_metadata_url, check),

@@ -27,7 +27,12 @@ remote cannot steer the proxy to loopback or private addresses.
    ``token_endpoint_auth_method: none``, the callback as redirect URI).
    With ``--remote-auth-client-credentials`` there is no user: the token is the client's own,
    from the ``client_credentials`` grant (with ``resource`` and the scopes), asked again when it
-   is due (such tokens come without a refresh token); PKCE is not needed there and not
+   is due (such tokens come without a refresh token). With ``--remote-auth-idp-token-url``
+   (enterprise-managed authorization, SEP-990) no browser either: the user's ID token
+   (``--remote-auth-id-token-file``, read at each exchange) is exchanged at the identity
+   provider (RFC 8693, as ``--remote-auth-idp-client-id``) for an ID-JAG whose audience is the
+   remote's authorization server and whose resource is the remote, and the ID-JAG for the
+   token (RFC 7523's JWT-bearer grant, as the client). PKCE is not needed there and not
    required of the metadata.
 3. The tokens: the ones kept from before (:mod:`.login_store`; a restart does not ask the user
    again), else a login: the authorization URL (``resource``: ``--remote-auth-resource``, else
@@ -83,6 +88,10 @@ from ..auth.oauth.discovery import (
 from ..auth.oauth.pkce import pkce_pair, supports_s256
 from ..auth.oauth.registration import RegistrationError, register_client
 from ..auth.oauth.tokens import (
+    ID_JAG,
+    ID_TOKEN_TYPE,
+    JWT_BEARER,
+    TOKEN_EXCHANGE,
     ClientCredentials,
     TokenEndpointError,
     TokenResponse,
@@ -376,8 +385,8 @@ class RemoteLogin:
         if self.tokens is None:  # dropped for a new login (step-up)
             return
         if tokens.refresh_token is None:  # due, or refused by the remote: nothing to refresh with
-            self._set(None, "the remote server's token expired: the client credentials grant "
-                            "is asked again" if self.settings.client_credentials else
+            self._set(None, "the remote server's token expired: a new one is asked for"
+                      if self._no_user else
                             "the remote server's token expired and came without a refresh "
                             "token: log in again")
             self._wanted.set()
@@ -424,10 +433,10 @@ class RemoteLogin:
                 self.not_required = True
                 return
             metadata = await self._from_challenge(challenge)
-        if not settings.client_credentials and not supports_s256(metadata):
+        if not self._no_user and not supports_s256(metadata):
             raise LoginFailed(f"the authorization server {metadata.issuer} does not offer PKCE "
                               "S256 (code_challenge_methods_supported): refused")
-        if settings.scopes is None and not settings.client_credentials \
+        if settings.scopes is None and not self._no_user \
                 and OFFLINE_ACCESS in metadata.scopes_supported \
                 and OFFLINE_ACCESS not in self.scopes:
             self.scopes = (*self.scopes, OFFLINE_ACCESS)  # a refresh token (SEP-2207)
@@ -594,13 +603,16 @@ class RemoteLogin:
     async def _login(self) -> TokenResponse:
         metadata, settings = self.metadata, self.settings
         assert metadata is not None
-        if settings.client_credentials:  # no user: the client's own grant
+        if self._no_user:  # the client's own grant, or the enterprise's
             await self._client_for("")
-            form = {"grant_type": "client_credentials"}
-            if self.scopes:
-                form["scope"] = " ".join(self.scopes)
+            scope = {"scope": " ".join(self.scopes)} if self.scopes else {}
             try:
-                return await self._token_grant(form, "client credentials grant")
+                if settings.client_credentials:
+                    return await self._token_grant(
+                        {"grant_type": "client_credentials", **scope}, "client credentials grant")
+                return await self._token_grant(
+                    {"grant_type": JWT_BEARER, "assertion": await self._id_jag(), **scope},
+                    "JWT-bearer grant of the ID-JAG")
             except TokenEndpointError as exc:
                 raise LoginFailed(str(exc)) from None
         state = secrets.token_urlsafe(24)
@@ -655,6 +667,40 @@ class RemoteLogin:
                 "redirect_uri": redirect_uri, "code_verifier": verifier}, "authorization code")
         except TokenEndpointError as exc:
             raise LoginFailed(str(exc)) from None
+
+    @property
+    def _no_user(self) -> bool:
+        """The token comes without a user at a browser: client credentials, or an ID-JAG."""
+        return self.settings.client_credentials or self.settings.idp_token_url is not None
+
+    async def _id_jag(self) -> str:
+        """Enterprise-managed authorization: the user's ID token exchanged at the identity
+        provider (RFC 8693) for an ID-JAG whose audience is the remote's authorization
+        server and whose resource is the remote."""
+        settings, metadata = self.settings, self.metadata
+        assert settings.idp_token_url and settings.idp_client_id and settings.id_token_file
+        assert metadata is not None
+        try:
+            id_token = (await trio.Path(settings.id_token_file).read_text("utf-8")).strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LoginFailed(f"the ID token cannot be read from {settings.id_token_file}: "
+                              f"{getattr(exc, 'strerror', None) or exc}") from None
+        if not id_token:
+            raise LoginFailed(f"{settings.id_token_file} holds no ID token")
+        form = {"grant_type": TOKEN_EXCHANGE, "subject_token": id_token,
+                "subject_token_type": ID_TOKEN_TYPE, "requested_token_type": ID_JAG,
+                "audience": metadata.issuer, "resource": self.resource}
+        if self.scopes:
+            form["scope"] = " ".join(self.scopes)
+        document = await token_request(
+            self.client, settings.idp_token_url, form,
+            ClientCredentials(settings.idp_client_id, None, "none"), timeout=TOKEN_TIMEOUT,
+            what="exchange of the ID token for an ID-JAG")
+        jag = document.get("access_token")
+        if document.get("issued_token_type") != ID_JAG or not isinstance(jag, str) or not jag:
+            raise LoginFailed(f"the identity provider at {settings.idp_token_url} answered "
+                              "without an ID-JAG (issued_token_type)")
+        return jag
 
     async def _token_grant(self, form: dict[str, str], what: str) -> TokenResponse:
         """A token request with the client and the resource (raises TokenEndpointError)."""

@@ -31,6 +31,11 @@ class RemoteAuthSettings:
     takes Client ID Metadata Documents."""
     authorize_params: tuple[tuple[str, str], ...] = ()
     """``--remote-auth-authorize-param``: extra parameters of the authorization request."""
+    idp_token_url: str | None = None
+    """``--remote-auth-idp-token-url``: enterprise-managed authorization (an ID-JAG)."""
+    idp_client_id: str | None = None
+    id_token_file: str | None = None
+    """Where the user's ID token at the identity provider is (read at each exchange)."""
     client_credentials: bool = False
     """``--remote-auth-client-credentials``: the token comes from the client_credentials grant
     (no user, no browser)."""
