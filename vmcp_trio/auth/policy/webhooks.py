@@ -172,18 +172,12 @@ class Webhooks:
         try:
             answer = await self._call(hook, principal, context, request)
             if answer.get("allowed") is not True:
-                self._count(hook, "denied")
-                log.info("webhook %s denied %s (reason %r, message %r)", hook.label,
-                         request["method"], answer.get("reason"), answer.get("message"))
-                raise WebhookRefusal(DENIED, DENIED_BY_MUTATING)
+                raise self._denied(hook, request, DENIED_BY_MUTATING, answer)
             patched = _patched(request, answer)
         except _Failed as failure:
             if failure.always_deny:
-                self._count(hook, "denied")
-                log.info("webhook %s denied %s with HTTP 422", hook.label, request["method"])
-                raise WebhookRefusal(DENIED, DENIED_BY_MUTATING) from None
-            self._failed(hook, request, failure)
-            if hook.plan.fail_open:
+                raise self._denied(hook, request, DENIED_BY_MUTATING) from None
+            if self._failed_open(hook, request, failure):
                 return request
             raise WebhookRefusal(INTERNAL_ERROR, "Webhook error") from None
         self._count(hook, "allowed" if patched is request else "patched")
@@ -195,19 +189,25 @@ class Webhooks:
             answer = await self._call(hook, principal, context, request)
         except _Failed as failure:
             if failure.always_deny:
-                self._count(hook, "denied")
-                log.info("webhook %s denied %s with HTTP 422", hook.label, request["method"])
-                raise WebhookRefusal(DENIED, DENIED_BY_VALIDATING) from None
-            self._failed(hook, request, failure)
-            if hook.plan.fail_open:
+                raise self._denied(hook, request, DENIED_BY_VALIDATING) from None
+            if self._failed_open(hook, request, failure):
                 return
             raise WebhookRefusal(DENIED, DENIED_BY_VALIDATING) from None
         if answer.get("allowed") is not True:
-            self._count(hook, "denied")
+            raise self._denied(hook, request, DENIED_BY_VALIDATING, answer)
+        self._count(hook, "allowed")
+
+    def _denied(self, hook: _Hook, request: dict[str, Any], message: str,
+                answer: dict[str, Any] | None = None) -> WebhookRefusal:
+        """A webhook's denial (its answer, or None for HTTP 422): counted, logged with its
+        reason, and the refusal the caller gets (``message``, never the webhook's)."""
+        self._count(hook, "denied")
+        if answer is None:
+            log.info("webhook %s denied %s with HTTP 422", hook.label, request["method"])
+        else:
             log.info("webhook %s denied %s (reason %r, message %r)", hook.label,
                      request["method"], answer.get("reason"), answer.get("message"))
-            raise WebhookRefusal(DENIED, DENIED_BY_VALIDATING)
-        self._count(hook, "allowed")
+        return WebhookRefusal(DENIED, message)
 
     async def _call(self, hook: _Hook, principal: dict[str, Any] | None,
                     context: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
@@ -244,12 +244,15 @@ class Webhooks:
             raise _Failed("the answer is not a JSON object")
         return answer
 
-    def _failed(self, hook: _Hook, request: dict[str, Any], failure: _Failed) -> None:
+    def _failed_open(self, hook: _Hook, request: dict[str, Any], failure: _Failed) -> bool:
+        """A webhook that failed, counted and logged: whether the request goes on
+        (``failurePolicy: ignore``)."""
         outcome = "failed_open" if hook.plan.fail_open else "failed_closed"
         self._count(hook, outcome)
         log.warning("webhook %s failed on %s: %s (failurePolicy %s: %s)", hook.label,
                     request["method"], failure, "ignore" if hook.plan.fail_open else "fail",
                     "the request goes on" if hook.plan.fail_open else "the request is refused")
+        return hook.plan.fail_open
 
     def _count(self, hook: _Hook, outcome: str) -> None:
         self.metrics.webhook_calls.labels(hook.label, outcome).inc()
