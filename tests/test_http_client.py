@@ -255,3 +255,43 @@ async def test_a_head_within_the_bound_is_taken_when_it_comes_in_parts(
     status, _, body = await client.request("GET", f"http://127.0.0.1:{port}/")
     assert (status, body) == (200, b"ok")
     await client.aclose()
+
+
+async def _stalling(head: bytes, stream: trio.SocketStream) -> None:
+    """Read a request, send ``head`` (maybe nothing, maybe a head and part of a body), then
+    say nothing more until the client leaves."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive_some(65536)
+    if head:
+        await stream.send_all(head)
+    await trio.sleep_forever()
+
+
+async def test_each_phase_has_its_deadline(nursery: trio.Nursery) -> None:
+    """:class:`Deadlines`: a server that never answers is an error naming the head's wait,
+    one that stops in the middle of a body names the body's, and a connection that cannot be
+    made in time names the connect; none is tried again, and none waits longer."""
+    from vmcp_trio.http.client import Deadlines
+
+    ports = []
+    for head in (b"", b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n0123456789"):
+        listeners = await nursery.start(partial(trio.serve_tcp, partial(_stalling, head), 0,
+                                                host="127.0.0.1"))
+        ports.append(int(listeners[0].socket.getsockname()[1]))
+    client = HttpClient(deadlines=Deadlines(connect=0.3, head=0.3, body_idle=0.3))
+
+    class Unanswering:
+        async def addresses(self, host: str, port: int) -> list[str]:
+            await trio.sleep_forever()
+            return []
+
+    with trio.fail_after(5):
+        with pytest.raises(HttpError, match=r"sent no response head within 0\.3s"):
+            await client.request("POST", f"http://127.0.0.1:{ports[0]}/mcp", body=b"{}")
+        with pytest.raises(HttpError, match=r"sent no more of the response within 0\.3s"):
+            await client.request("GET", f"http://127.0.0.1:{ports[1]}/")
+        with pytest.raises(HttpError, match=r"took longer than 0\.3s"):
+            await client.request("GET", f"http://127.0.0.1:{ports[0]}/",
+                                 guard=Unanswering())
+    await client.aclose()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,7 @@ async def test_headers_from_a_file_with_environment_variables(tmp_path: Path) ->
      "--remote-forward-headers X-Key: the environment variable 'NOT_SET_ANYWHERE' is not set"),
     ("", ("--ignore-tool", "**"), "--ignore-tool '**' would hide every tool"),
     ("", ("--ping-interval", "0s"), "--ping-interval must be more than 0s"),
+    ("", ("--body-timeout", "0s"), "--body-timeout must be more than 0s"),
 ])
 def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, content: str, flags: tuple[str, ...],
                                           message: str) -> None:
@@ -196,3 +198,30 @@ def test_login_parameter_mistakes_are_one_line(flags: tuple[str, ...], message: 
                           check=False)
     assert done.returncode == 2, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+async def test_a_remote_that_never_answers_is_an_error_within_the_headers_timeout() -> None:
+    """``--headers-timeout``: the client's request gets a JSON-RPC error naming the wait, not
+    silence, when the remote takes the request and says nothing."""
+    import json
+
+    async def silent(stream: trio.SocketStream) -> None:
+        await stream.receive_some(65536)
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+        port = listeners[0].socket.getsockname()[1]
+        line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+        with trio.fail_after(20):
+            done = await trio.run_process(
+                [sys.executable, "-m", "vmcp_trio", "proxy", "stdio", "--target-uri",
+                 f"http://127.0.0.1:{port}/mcp", "--headers-timeout", "500ms"],
+                cwd=ROOT, stdin=line.encode(), capture_stdout=True, capture_stderr=True,
+                check=False)
+        nursery.cancel_scope.cancel()
+    answer = json.loads(done.stdout.decode().splitlines()[0])
+    assert answer["id"] == 1 and answer["error"]["code"] == -32603, answer
+    assert "sent no response head within 0.5s" in answer["error"]["message"]

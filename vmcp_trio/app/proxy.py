@@ -129,7 +129,7 @@ def outgoing_credentials(settings: ProxySettings, http: HttpClient, *,
 async def run_stdio(settings: ProxySettings) -> None:
     """``vmcp proxy stdio``: the bridge between this process's stdin/stdout and the target,
     until stdin ends (see :mod:`vmcp_trio.proxy.stdio_bridge`)."""
-    http = HttpClient()
+    http = HttpClient(deadlines=settings.deadlines)
     credentials, login_tasks = outgoing_credentials(settings, http)
     bridge = StdioBridge(settings.target_uri, http, credentials=credentials,
                          injected=settings.injected_headers,

@@ -27,7 +27,12 @@ Rules it keeps:
   Its connection is pooled apart: a guarded request reuses only a connection made through a
   guard, never one made to whatever the name resolved to.
 
-Timeouts are the caller's: wrap calls in ``trio.fail_after`` / ``trio.move_on_after``.
+Timeouts are the caller's: wrap calls in ``trio.fail_after`` / ``trio.move_on_after``. A client
+may also be given per-phase :class:`Deadlines` (``vmcp proxy stdio``'s timeouts): connecting
+(TCP and TLS), the wait for a response's head after the request went out, and each wait for
+more of a body. Each passed is an
+:class:`HttpError` naming the phase; a request whose head did not come in time is never sent
+again (the server may be working on it).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import trio
 from .connect_errors import connect_failure
 from .socket_stream import LeanSocketStream, adopt
 
-__all__ = ["ConnectGuard", "HttpClient", "HttpError", "HttpResponse", "Origin"]
+__all__ = ["ConnectGuard", "Deadlines", "HttpClient", "HttpError", "HttpResponse", "Origin"]
 
 DEFAULT_MAX_HEADER_BYTES = 64 * 1024
 _READ_CHUNK = 65536
@@ -61,6 +66,20 @@ _USUAL_NAMES = frozenset({
 
 class HttpError(Exception):
     """The exchange failed (connection refused, reset, protocol error, body too large)."""
+
+
+class _HeadTimeout(HttpError):
+    """No response head in time: the request must not be sent again."""
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """Seconds each phase of an exchange may take (None: as long as the caller lets it)."""
+
+    connect: float | None = None
+    head: float | None = None
+    body_idle: float | None = None
+    """The longest wait for the next bytes of a body (a quiet event stream ends too)."""
 
 
 class ConnectGuard(Protocol):
@@ -194,8 +213,9 @@ class _Connection:
 class HttpResponse:
     """A response whose body is read as it arrives."""
 
-    def __init__(self, connection: _Connection) -> None:
+    def __init__(self, connection: _Connection, body_idle: float | None = None) -> None:
         self._connection = connection
+        self._body_idle = body_idle
         self.status: int = connection.status
         self.headers: list[tuple[bytes, bytes]] = connection.headers
 
@@ -245,7 +265,14 @@ class HttpResponse:
 
     async def _read_more(self) -> None:
         try:
-            await self._connection.read_more()
+            if self._body_idle is None:
+                await self._connection.read_more()
+                return
+            with trio.move_on_after(self._body_idle) as waited:
+                await self._connection.read_more()
+            if waited.cancelled_caught:
+                raise HttpError(f"{self._connection.origin.host} sent no more of the response "
+                                f"within {self._body_idle:g}s")
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             raise HttpError(f"the response from {self._connection.origin.host} broke off: "
                             f"{exc}") from None
@@ -284,8 +311,10 @@ IDLE_EXPIRY = 30.0
 class HttpClient:
     def __init__(self, *, max_idle_per_origin: int = 64, max_idle: int = 512,
                  max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None,
+                 deadlines: Deadlines = Deadlines()) -> None:
         self.max_idle_per_origin = max_idle_per_origin
+        self.deadlines = deadlines
         self.max_idle = max_idle
         self._idle_count = 0
         self.max_header_bytes = max_header_bytes
@@ -305,6 +334,16 @@ class HttpClient:
         return cls(ssl_context=context)
 
     async def _connect(self, origin: Origin, guard: ConnectGuard | None = None) -> _Connection:
+        limit = self.deadlines.connect
+        if limit is None:
+            return await self._open(origin, guard)
+        with trio.move_on_after(limit) as waited:
+            return await self._open(origin, guard)
+        assert waited.cancelled_caught
+        raise HttpError(f"connecting to {origin.host}:{origin.port} took longer than "
+                        f"{limit:g}s")
+
+    async def _open(self, origin: Origin, guard: ConnectGuard | None) -> _Connection:
         try:
             if guard is None:
                 stream: trio.abc.Stream = adopt(
@@ -372,7 +411,15 @@ class HttpClient:
         """Send the request (one write: a syscall and a trio checkpoint per part was a fifth
         of the gateway's CPU per call) and read the response's head."""
         await connection.stream.send_all(wire)
-        await connection.head()
+        limit = self.deadlines.head
+        if limit is None:
+            await connection.head()
+            return
+        with trio.move_on_after(limit) as waited:
+            await connection.head()
+        if waited.cancelled_caught:
+            raise _HeadTimeout(f"{connection.origin.host} sent no response head within "
+                               f"{limit:g}s")
 
     def stream(self, method: str, url: str, *, headers: Iterable[tuple[str, str]] = (),
                body: bytes = b"", guard: ConnectGuard | None = None) -> _Streaming:
@@ -395,6 +442,8 @@ class HttpClient:
                 await self._exchange(connection, wire)
             except (trio.BrokenResourceError, trio.ClosedResourceError, HttpError,
                     OSError) as exc:
+                if isinstance(exc, _HeadTimeout):
+                    raise
                 if not connection.reused:
                     raise HttpError(f"request to {origin.host}:{origin.port} failed: "
                                     f"{exc}") from None
@@ -407,7 +456,7 @@ class HttpClient:
         if method == "HEAD":  # no body follows, whatever the head says: not reusable
             connection.done = True
             connection.keep_alive = False
-        return HttpResponse(connection)
+        return HttpResponse(connection, self.deadlines.body_idle)
 
     async def _finish(self, response: HttpResponse, failed: bool) -> None:
         if response.complete and not failed:

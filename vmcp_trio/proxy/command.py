@@ -149,6 +149,13 @@ def configure_stdio(parser: argparse.ArgumentParser, *,
                              "is open")
     bridge.add_argument("--ping-interval", type=duration, metavar="DURATION",
                         help="ping the remote this often (implies --keep-alive)")
+    bridge.add_argument("--connect-timeout", type=duration, metavar="DURATION",
+                        help="longest wait to connect to the remote (TCP and TLS)")
+    bridge.add_argument("--headers-timeout", type=duration, metavar="DURATION",
+                        help="longest wait for the remote's response head after a request")
+    bridge.add_argument("--body-timeout", type=duration, metavar="DURATION",
+                        help="longest wait for more of a response body (an event stream "
+                             "quiet that long is reopened)")
 
 
 def configure_incoming(parser: argparse.ArgumentParser) -> None:

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from ..auth.signing import SigningKey, SigningKeyError, load_signing_key
 from ..auth.ssrf import is_loopback_host, is_loopback_url
+from ..http.client import Deadlines
 from ..resources.plan import OIDCIncoming, SecretValue, TokenExchangeAuth
 from ..secrets.errors import SecretsError
 from ..secrets.manager import SecretsManager
@@ -152,8 +153,15 @@ def _stdio(args: argparse.Namespace, check: _Checker) -> dict[str, Any]:
     for pattern in getattr(args, "ignore_tool", ()):
         if not pattern.strip("*"):
             check.error(f"--ignore-tool {pattern!r} would hide every tool")
+    phases = {}
+    for flag, phase in (("connect_timeout", "connect"), ("headers_timeout", "head"),
+                        ("body_timeout", "body_idle")):
+        value = getattr(args, flag, None)
+        if value is not None and value <= 0:
+            check.error(f"--{flag.replace('_', '-')} must be more than 0s")
+        phases[phase] = value
     return {"ignored_tools": tuple(getattr(args, "ignore_tool", ())),
-            "ping_interval": interval}
+            "ping_interval": interval, "deadlines": Deadlines(**phases)}
 
 
 def incoming_from(args: argparse.Namespace, *, error: Callable[[str], NoReturn],

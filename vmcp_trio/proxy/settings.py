@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..auth.signing import SigningKey
+from ..http.client import Deadlines
 from ..resources.plan import OIDCIncoming, TokenExchangeAuth
 
 __all__ = ["ProxySettings", "RemoteAuthSettings"]
@@ -83,5 +84,7 @@ class ProxySettings:
     shutdown_grace: float = 30.0
     ignored_tools: tuple[str, ...] = ()
     """``--ignore-tool`` (``proxy stdio``): tools its client neither sees nor calls."""
+    deadlines: Deadlines = field(default_factory=Deadlines)
+    """``--connect-timeout``, ``--headers-timeout``, ``--body-timeout`` (``proxy stdio``)."""
     ping_interval: float | None = None
     """``--keep-alive``/``--ping-interval`` (``proxy stdio``): seconds between pings."""
