@@ -31,7 +31,7 @@ from vmcp_trio.http.client import HttpClient
 from vmcp_trio.proxy.remote_login import RemoteLogin
 from vmcp_trio.proxy.settings import ProxySettings, RemoteAuthSettings
 
-from .fixtures.idp import Idp, browse, running_idp, served_jwks
+from .fixtures.idp import Idp, browse, browse_device, running_idp, served_jwks
 from .fixtures.sdk_servers import BackendState, ResourceServer, make_server, serving
 from .helpers import free_port
 
@@ -223,3 +223,28 @@ async def test_readyz_is_503_until_the_remote_login_has_a_token(
     finally:
         user_ready.set()
         await http.aclose()
+
+
+async def test_a_login_on_another_device(idp: Idp, port: int, tmp_path: Path,
+                                         caplog: pytest.LogCaptureFixture) -> None:
+    """``--remote-auth-device-code`` (RFC 8628): a client registered for the device grant, the
+    verification URL and user code announced (no callback server, no PKCE), the user approving
+    on "another device" (the headless browser at that URL), the proxy polling until the
+    provider's tokens come; calls then carry them. The device code itself is never logged."""
+    caplog.set_level(logging.DEBUG)
+    announced: list[str] = []
+
+    def other_device(url: str, seconds_left: float) -> None:
+        announced.append(url)
+        browse_device(url, "alice")
+
+    async with remote_server(idp, port) as remote, running_proxy(
+            settings_for(remote, tmp_path, device_code=True), other_device) as (url, login):
+        await until_logged_in(login)
+        status, _, body = await post(url)
+        assert status == 200, body
+    [shown] = announced
+    assert shown.startswith(f"{idp.issuer}/device?user_code="), shown
+    assert login.tokens is not None and login.tokens.scope == "mcp:tools"
+    assert remote.state.authorizations[-1] == f"Bearer {login.tokens.access_token}"
+    assert "device_code=" not in caplog.text

@@ -111,12 +111,19 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, content: str, flags: t
     (("--remote-auth", "--remote-auth-idp-token-url", "https://idp.example.com/token",
       "--remote-auth-idp-client-id", "desktop", "--remote-auth-id-token-file", "{junk}"),
      "--remote-auth-idp-token-url needs --remote-auth-client-id"),
+    (("--remote-auth", "--remote-auth-device-code", "--remote-auth-client-credentials",
+      "--remote-auth-client-id", "c", "--remote-auth-client-key-file", "{key}"),
+     "--remote-auth-device-code, --remote-auth-client-credentials and "
+     "--remote-auth-idp-token-url are alternatives"),
 ])
 def test_client_credentials_mistakes_are_one_line(tmp_path: Path, flags: tuple[str, ...],
                                                   message: str) -> None:
-    junk = tmp_path / "junk.pem"
+    from vmcp_trio.authserver.keygen import generate_signing_key
+
+    junk, key = tmp_path / "junk.pem", tmp_path / "key.pem"
     junk.write_text("not a key\n")
-    args = [flag.format(junk=junk) for flag in flags]
+    key.write_bytes(generate_signing_key("ec"))
+    args = [flag.format(junk=junk, key=key) for flag in flags]
     done = subprocess.run([sys.executable, "-m", "vmcp_trio", "proxy", "stdio", "--target-uri",
                            "http://127.0.0.1:9/mcp", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=30, stdin=subprocess.DEVNULL, check=False)

@@ -126,6 +126,7 @@ const configuration = {
     introspection: { enabled: true },
     revocation: { enabled: true },
     clientCredentials: { enabled: true },
+    deviceFlow: { enabled: true },
     resourceIndicators: {
       enabled: true,
       async defaultResource() { return undefined; }, // no resource: an opaque access token

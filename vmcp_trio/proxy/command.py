@@ -72,6 +72,9 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
     remote.add_argument("--remote-auth-id-token-file", metavar="PATH",
                         help="file holding your ID token from the identity provider (read at "
                              "each exchange, so a sign-in agent may keep it fresh)")
+    remote.add_argument("--remote-auth-device-code", action="store_true",
+                        help="log in on another device: a URL and a code to enter there are "
+                             "printed, no browser or callback here (RFC 8628)")
     remote.add_argument("--remote-auth-client-credentials", action="store_true",
                         help="no user: the client_credentials grant as --remote-auth-client-id "
                              "(with its secret or key), asked again before the token expires")

@@ -33,7 +33,8 @@ remote cannot steer the proxy to loopback or private addresses.
    provider (RFC 8693, as ``--remote-auth-idp-client-id``) for an ID-JAG whose audience is the
    remote's authorization server and whose resource is the remote, and the ID-JAG for the
    token (RFC 7523's JWT-bearer grant, as the client). PKCE is not needed there and not
-   required of the metadata.
+   required of the metadata. With ``--remote-auth-device-code`` the user logs in on another
+   device (:mod:`.device_login`, RFC 8628; a client registered for that grant when it must be).
 3. The tokens: the ones kept from before (:mod:`.login_store`; a restart does not ask the user
    again), else a login: the authorization URL (``resource``: ``--remote-auth-resource``, else
    the target's canonical URI; ``--remote-auth-scopes``, else with an issuer given the OIDC
@@ -106,6 +107,7 @@ from ..protocol.streamable import post_headers
 from ..runtime.supervisor import NamedTask, Retry
 from .callback import CallbackResult, CallbackServer
 from .credentials import LoginPending
+from .device_login import DeviceLoginFailed, device_tokens
 from .login_store import LoginStore
 from .settings import RemoteAuthSettings
 
@@ -433,7 +435,7 @@ class RemoteLogin:
                 self.not_required = True
                 return
             metadata = await self._from_challenge(challenge)
-        if not self._no_user and not supports_s256(metadata):
+        if not self._no_user and not settings.device_code and not supports_s256(metadata):
             raise LoginFailed(f"the authorization server {metadata.issuer} does not offer PKCE "
                               "S256 (code_challenge_methods_supported): refused")
         if settings.scopes is None and not self._no_user \
@@ -561,7 +563,8 @@ class RemoteLogin:
                        "refresh_token": tokens.refresh_token, "expires_at": tokens.expires_at,
                        "scope": tokens.scope, "token_type": tokens.token_type}})
 
-    async def _client_for(self, redirect_uri: str) -> ClientCredentials:
+    async def _client_for(self, redirect_uri: str, *, device: bool = False
+                          ) -> ClientCredentials:
         settings = self.settings
         if settings.client_id is not None:
             secret = settings.client_secret
@@ -582,7 +585,8 @@ class RemoteLogin:
                               "dynamic client registration: give --remote-auth-client-id")
         try:
             registered = await register_client(
-                self.client, endpoint, redirect_uris=[redirect_uri],
+                self.client, endpoint, redirect_uris=[redirect_uri] if redirect_uri else [],
+                device=device,
                 client_name=f"vmcp proxy ({self.server_name})",
                 scope=" ".join(self.scopes) or None, allow_http=self.local,
                 allow_private=self.local)
@@ -603,6 +607,22 @@ class RemoteLogin:
     async def _login(self) -> TokenResponse:
         metadata, settings = self.metadata, self.settings
         assert metadata is not None
+        if settings.device_code:  # the user approves on another device
+            credentials = await self._client_for("", device=True)
+
+            def show(url: str, user_code: str, seconds_left: float) -> None:
+                print(f"vmcp proxy: the code of the remote server's login is {user_code}",
+                      file=sys.stderr, flush=True)
+                self.open_url(url, seconds_left)
+            self.problem = ("the login to the remote server waits for the user: open the URL "
+                            "vmcp proxy printed and enter the code")
+            try:
+                return await device_tokens(self.client, metadata, credentials,
+                                           scopes=self.scopes, resource=self.resource,
+                                           local=self.local, timeout=settings.timeout,
+                                           show=show)
+            except DeviceLoginFailed as exc:
+                raise LoginFailed(str(exc)) from None
         if self._no_user:  # the client's own grant, or the enterprise's
             await self._client_for("")
             scope = {"scope": " ".join(self.scopes)} if self.scopes else {}

@@ -27,7 +27,7 @@ import orjson
 from ...http.client import HttpClient
 from ..ssrf import UnsafeUrl, check_fetch_url
 from .discovery import FetchError, fetch_json
-from .tokens import ClientAuthMethod, oauth_error
+from .tokens import DEVICE_CODE, ClientAuthMethod, oauth_error
 
 __all__ = ["RegisteredClient", "RegistrationError", "register_client"]
 
@@ -51,9 +51,11 @@ async def register_client(client: HttpClient, registration_endpoint: str, *,
                           token_endpoint_auth_method: ClientAuthMethod = "none",  # noqa: S107
                           application_type: str = "native",
                           initial_access_token: str | None = None,
-                          extra_metadata: Mapping[str, str] | None = None, allow_http: bool,
+                          extra_metadata: Mapping[str, str] | None = None,
+                          device: bool = False, allow_http: bool,
                           allow_private: bool) -> RegisteredClient:
-    """Register a client for the authorization code flow; raises :class:`RegistrationError`.
+    """Register a client for the authorization code flow (``device``: for the device
+    authorization grant, RFC 8628, with no redirect URI); raises :class:`RegistrationError`.
     ``initial_access_token``: the bearer token a server that restricts registration asks for
     (RFC 7591 section 3); ``extra_metadata``: more members, such as ``software_id``."""
     try:
@@ -63,7 +65,8 @@ async def register_client(client: HttpClient, registration_endpoint: str, *,
         raise RegistrationError(f"the registration endpoint is refused: {exc}") from None
     metadata: dict[str, Any] = {
         "redirect_uris": list(redirect_uris), "client_name": client_name,
-        "grant_types": ["authorization_code", "refresh_token"], "response_types": ["code"],
+        "grant_types": [DEVICE_CODE if device else "authorization_code", "refresh_token"],
+        "response_types": [] if device else ["code"],
         "token_endpoint_auth_method": token_endpoint_auth_method,
         "application_type": application_type}
     if scope:

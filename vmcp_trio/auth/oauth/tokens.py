@@ -42,6 +42,7 @@ from .discovery import FetchError, fetch_json
 
 __all__ = [
     "ACCESS_TOKEN_TYPE",
+    "DEVICE_CODE",
     "ID_JAG",
     "ID_TOKEN_TYPE",
     "JWT_BEARER",
@@ -78,6 +79,8 @@ JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 ACCESS_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:access_token"
 ID_TOKEN_TYPE = "urn:ietf:params:oauth:token-type:id_token"
 ID_JAG = "urn:ietf:params:oauth:token-type:id-jag"
+DEVICE_CODE = "urn:ietf:params:oauth:grant-type:device_code"
+"""RFC 8628's grant (a login on another device)."""
 """An Identity Assertion JWT Authorization Grant (enterprise-managed authorization)."""
 ASSERTION_SECONDS = 60
 """How long a ``private_key_jwt`` client assertion is valid (it is made for one request)."""
