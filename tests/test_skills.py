@@ -291,3 +291,27 @@ async def test_a_subscription_to_a_presented_skill_file() -> None:
             await client.call_tool("alpha_touch", {"uri": own})
             updated = await seen.wait_for(lambda m: isinstance(m, ResourceUpdatedNotification))
             assert str(updated.params.uri) == presented
+
+
+async def test_the_gateway_lists_skills_without_reading_their_files(tmp_path: Path) -> None:
+    """The suite's client scenario ``sep-2640-client-no-prefetch`` with vmcp as the client of
+    its server (``tests/fixtures/gateway_skills_client.py``: vmcp serve in front of it, asked
+    for ``skills/list``): the listing reaches the server, no skill file is read."""
+    import json
+    import sys
+
+    from .test_conformance import PEERS, SUITE_SCRIPTS, _node
+
+    node = await trio.to_thread.run_sync(_node)
+    script = Path(__file__).parent / "fixtures" / "gateway_skills_client.py"
+    with trio.fail_after(90):
+        await trio.run_process(
+            [node, str(SUITE_SCRIPTS["0.2"]), "client", "--command",
+             f"{sys.executable} {script}", "--scenario", "sep-2640-client-no-prefetch",
+             "-o", str(tmp_path)], cwd=PEERS, capture_stdout=True, capture_stderr=True,
+            check=False)
+    (checks_file,) = tmp_path.glob("sep-2640-client-no-prefetch-*/checks.json")
+    statuses = {check["id"]: check["status"]
+                for check in json.loads(checks_file.read_text(encoding="utf-8"))}
+    assert statuses.get("sep-2640-host-no-prefetch") == "SUCCESS", statuses
+    assert not set(statuses.values()) & {"FAILURE", "WARNING"}, statuses
