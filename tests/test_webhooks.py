@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 
 from vmcp_trio.auth.policy.webhooks import signature
 from vmcp_trio.resources.plan import SecretValue, WebhookPlan, WebhooksPlan
@@ -320,8 +321,9 @@ def rewrite(message: str) -> Callable[[dict[str, Any]], Answer]:
 async def test_a_mutating_webhook_changes_what_the_server_gets() -> None:
     """The mutating webhook's JSON Patch is applied before the validating webhook sees the
     request and before clock gets it; a patch outside ``mcp_request`` or one that changes the
-    method is the webhook's failure (refused under ``fail``: -32603 "Webhook error"); a
-    mutating denial is 403 "Request denied by webhook policy"."""
+    method is the webhook's failure (refused under ``fail``: -32603 "Webhook error"), and so are
+    a patch bomb (copies doubling the request) and a patch of too many operations; a mutating
+    denial is 403 "Request denied by webhook policy"."""
     with webhook_server() as mutating, webhook_server() as validating:
         docs = with_webhooks(mutating=[hook("enrich", mutating.url)],
                              validating=[hook("policy", validating.url)])
@@ -345,6 +347,20 @@ async def test_a_mutating_webhook_changes_what_the_server_gets() -> None:
                     refused = await call(client, "clock_echo", "x")
                     assert refused["error"] == {"code": -32603, "message": "Webhook error"}, \
                         patch
+                # A patch bomb: each copy doubles the arguments; 40 would need a terabyte.
+                bomb = [{"op": "copy", "from": "/mcp_request/params/arguments",
+                         "path": f"/mcp_request/params/arguments/x{i}"} for i in range(40)]
+                mutating.answer = lambda payload: (200, {
+                    "allowed": True, "patch_type": "json_patch", "patch": bomb})
+                with trio.fail_after(10):
+                    refused = await call(client, "clock_echo", "x" * 1000)
+                assert refused["error"] == {"code": -32603, "message": "Webhook error"}
+                many = [{"op": "test", "path": "/mcp_request/method",
+                         "value": "tools/call"}] * 101
+                mutating.answer = lambda payload: (200, {
+                    "allowed": True, "patch_type": "json_patch", "patch": many})
+                refused = await call(client, "clock_echo", "x")
+                assert refused["error"]["message"] == "Webhook error"
                 mutating.answer = lambda payload: (200, {"allowed": False, "message": "no"})
                 refused = await call(client, "clock_echo", "x")
                 assert refused["error"] == {"code": 403,

@@ -29,7 +29,9 @@ keeps them (``stacklok/toolhive``, ``pkg/webhook/``):
   ``{"mcp_request": ...}`` whose every ``path`` and ``from`` is under ``/mcp_request/``. It may
   change the params only (the route is decided): a patch that reaches outside, fails to apply,
   changes ``jsonrpc``, ``id`` or ``method``, or leaves params not an object is the webhook's
-  failure (``failurePolicy``).
+  failure (``failurePolicy``), and so is one of more than :data:`MAX_PATCH_OPS` operations or
+  one that makes the request larger than 1 MiB (checked after each operation that can grow
+  it: a ``copy`` may double it, and a few dozen would take the process's memory).
 * Bounds: the ``mcp_request`` at most 1 MiB (else -32600, as ToolHive's 413), each answer at
   most 1 MiB, each call within its ``timeout``; the calls of one request one after the other.
   Each webhook keeps at most :data:`IDLE_PER_WEBHOOK` idle connections (closed by
@@ -38,6 +40,7 @@ keeps them (``stacklok/toolhive``, ``pkg/webhook/``):
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import hmac
 import logging
@@ -69,6 +72,7 @@ log = logging.getLogger("vmcp.webhooks")
 API_VERSION = "v0.1.0"
 MAX_REQUEST_BYTES = 1 << 20
 MAX_RESPONSE_BYTES = 1 << 20
+MAX_PATCH_OPS = 100
 IDLE_PER_WEBHOOK = 4
 DENIED = 403
 DENIED_BY_VALIDATING = "Request denied by policy"
@@ -284,17 +288,25 @@ def _patched(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
         raise _Failed(f"patch_type {str(patch_type)[:40]!r} is not json_patch")
     if not isinstance(patch, list) or not all(isinstance(op, dict) for op in patch):
         raise _Failed("the patch is not a list of operations")
+    if len(patch) > MAX_PATCH_OPS:
+        raise _Failed(f"the patch has {len(patch)} operations (at most {MAX_PATCH_OPS})")
     for index, op in enumerate(patch):
         if op.get("op") not in _PATCH_OPS:
             raise _Failed(f"patch[{index}]: unsupported operation {str(op.get('op'))[:40]!r}")
         paths = [op.get("path"), *([op.get("from")] if op["op"] in ("copy", "move") else [])]
         if not all(isinstance(path, str) and path.startswith(_PREFIX) for path in paths):
             raise _Failed(f"patch[{index}]: reaches outside /mcp_request")
-    try:
-        patched = jsonpatch.apply_patch({"mcp_request": request}, patch)["mcp_request"]
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError,
-            KeyError) as exc:
-        raise _Failed(f"the patch does not apply: {str(exc)[:200]}") from None
+    document = copy.deepcopy({"mcp_request": request})
+    for index, op in enumerate(patch):  # one at a time: a copy may double the request
+        try:
+            jsonpatch.JsonPatch([op]).apply(document, in_place=True)
+        except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError,
+                KeyError) as exc:
+            raise _Failed(f"the patch does not apply: {str(exc)[:200]}") from None
+        if op["op"] in ("add", "replace", "copy") \
+                and len(orjson.dumps(document)) > MAX_REQUEST_BYTES:
+            raise _Failed(f"patch[{index}]: the request grows past {MAX_REQUEST_BYTES} bytes")
+    patched = document["mcp_request"]
     if not isinstance(patched, dict) or any(
             patched.get(name) != request[name] for name in ("jsonrpc", "id", "method")):
         raise _Failed("the patch changes the request's jsonrpc, id or method")
