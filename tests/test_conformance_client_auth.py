@@ -9,8 +9,8 @@ The command is ``tests/fixtures/proxy_stdio_client.py``: a small stdio MCP clien
 browser. A scenario passes when none of its checks is a FAILURE or a WARNING.
 
 What runs: the suite's ``auth`` set for both clients, and the scenarios of the 2026-07-28
-authorization rules, of 2025-03-26's discovery, of the client-credentials extension and of
-enterprise-managed authorization that the set leaves out, for both.
+authorization rules, of 2025-03-26's discovery, of the client-credentials extension, of
+enterprise-managed authorization and of workload identity that the set leaves out, for both.
 vmcp must pass every one of them (``auth/basic-cimd`` with the Client ID Metadata Document URL
 the scenario expects, ``--remote-auth-client-metadata-url``), and every check mcp-remote passes
 in a scenario it passes, but those listed in :data:`CHECKS_NOT_PASSED` with the reason (in a
@@ -45,11 +45,13 @@ MORE = tuple(f"auth/{name}" for name in (
     "iss-supported-missing", "iss-wrong-issuer", "iss-unexpected", "iss-normalized",
     "metadata-issuer-mismatch", "2025-03-26-oauth-metadata-backcompat",
     "2025-03-26-oauth-endpoint-fallback",
-    "client-credentials-basic", "client-credentials-jwt", "enterprise-managed-authorization"))
+    "client-credentials-basic", "client-credentials-jwt", "enterprise-managed-authorization",
+    "wif-jwt-bearer"))
 """Scenarios the set leaves out: the 2026-07-28 rules, 2025-03-26's discovery, the
 client-credentials extension (``io.modelcontextprotocol/oauth-client-credentials``, SEP-1046:
 ``--remote-auth-client-credentials`` with a secret, and with a private key) and
-enterprise-managed authorization (SEP-990: ``--remote-auth-idp-token-url``, an ID-JAG)."""
+enterprise-managed authorization (SEP-990: ``--remote-auth-idp-token-url``, an ID-JAG) and
+workload identity federation (SEP-1933: ``--remote-auth-assertion-file``)."""
 CHECKS_NOT_PASSED = {
     ("auth/resource-mismatch", "authorization-server-metadata"):
         "the check records a fetch of the authorization server's metadata; vmcp stops at the "

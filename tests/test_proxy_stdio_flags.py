@@ -113,8 +113,10 @@ def test_mistakes_are_one_line_and_exit_2(tmp_path: Path, content: str, flags: t
      "--remote-auth-idp-token-url needs --remote-auth-client-id"),
     (("--remote-auth", "--remote-auth-device-code", "--remote-auth-client-credentials",
       "--remote-auth-client-id", "c", "--remote-auth-client-key-file", "{key}"),
-     "--remote-auth-device-code, --remote-auth-client-credentials and "
-     "--remote-auth-idp-token-url are alternatives"),
+     "--remote-auth-device-code, --remote-auth-client-credentials, "
+     "--remote-auth-idp-token-url and --remote-auth-assertion-file are alternatives"),
+    (("--remote-auth", "--remote-auth-assertion-file", "{junk}"),
+     "--remote-auth-assertion-file needs --remote-auth-client-id"),
 ])
 def test_client_credentials_mistakes_are_one_line(tmp_path: Path, flags: tuple[str, ...],
                                                   message: str) -> None:

@@ -72,6 +72,10 @@ def configure_parser(parser: argparse.ArgumentParser, *, duration: Callable[[str
     remote.add_argument("--remote-auth-id-token-file", metavar="PATH",
                         help="file holding your ID token from the identity provider (read at "
                              "each exchange, so a sign-in agent may keep it fresh)")
+    remote.add_argument("--remote-auth-assertion-file", metavar="PATH",
+                        help="workload identity: a JWT this workload holds (a projected "
+                             "service account token...), read at each request, for the token "
+                             "(the JWT-bearer grant, RFC 7523)")
     remote.add_argument("--remote-auth-device-code", action="store_true",
                         help="log in on another device: a URL and a code to enter there are "
                              "printed, no browser or callback here (RFC 8628)")

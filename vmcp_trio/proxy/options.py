@@ -205,7 +205,7 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
                      "remote_auth_client_credentials", "remote_auth_client_metadata_url",
                      "remote_auth_authorize_param", "remote_auth_idp_token_url",
                      "remote_auth_idp_client_id", "remote_auth_id_token_file",
-                     "remote_auth_device_code",
+                     "remote_auth_device_code", "remote_auth_assertion_file",
                      "remote_auth_resource",
                      "remote_auth_scopes", "remote_auth_scope_param_name",
                      "remote_auth_allow_private"):
@@ -247,15 +247,20 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
     if idp and not args.remote_auth_client_id:
         check.error("--remote-auth-idp-token-url needs --remote-auth-client-id (the client the "
                     "grant is for, at the remote's authorization server)")
-    if sum(map(bool, (idp, args.remote_auth_client_credentials,
-                      args.remote_auth_device_code))) > 1:
-        check.error("--remote-auth-device-code, --remote-auth-client-credentials and "
-                    "--remote-auth-idp-token-url are alternatives: give one")
+    if sum(map(bool, (idp, args.remote_auth_client_credentials, args.remote_auth_device_code,
+                      args.remote_auth_assertion_file))) > 1:
+        check.error("--remote-auth-device-code, --remote-auth-client-credentials, "
+                    "--remote-auth-idp-token-url and --remote-auth-assertion-file are "
+                    "alternatives: give one")
+    if args.remote_auth_assertion_file and not args.remote_auth_client_id:
+        check.error("--remote-auth-assertion-file needs --remote-auth-client-id (the workload's "
+                    "client at the authorization server)")
     return RemoteAuthSettings(
         issuer=check.url("--remote-auth-issuer", args.remote_auth_issuer),
         idp_token_url=idp, idp_client_id=args.remote_auth_idp_client_id,
         id_token_file=args.remote_auth_id_token_file,
         device_code=args.remote_auth_device_code,
+        assertion_file=args.remote_auth_assertion_file,
         authorize_url=authorize, token_url=token, client_id=args.remote_auth_client_id,
         client_secret=secret, client_key=key,
         client_metadata_url=_client_metadata_url(args.remote_auth_client_metadata_url, check),

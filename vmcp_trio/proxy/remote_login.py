@@ -33,8 +33,11 @@ remote cannot steer the proxy to loopback or private addresses.
    provider (RFC 8693, as ``--remote-auth-idp-client-id``) for an ID-JAG whose audience is the
    remote's authorization server and whose resource is the remote, and the ID-JAG for the
    token (RFC 7523's JWT-bearer grant, as the client). PKCE is not needed there and not
-   required of the metadata. With ``--remote-auth-device-code`` the user logs in on another
-   device (:mod:`.device_login`, RFC 8628; a client registered for that grant when it must be).
+   required of the metadata. With ``--remote-auth-assertion-file`` (workload identity
+   federation, SEP-1933) the workload's own JWT (re-read at each request) is the assertion of
+   the JWT-bearer grant, as the (public) client. With ``--remote-auth-device-code`` the user
+   logs in on another device (:mod:`.device_login`, RFC 8628; a client registered for that
+   grant when it must be).
 3. The tokens: the ones kept from before (:mod:`.login_store`; a restart does not ask the user
    again), else a login: the authorization URL (``resource``: ``--remote-auth-resource``, else
    the target's canonical URI; ``--remote-auth-scopes``, else with an issuer given the OIDC
@@ -156,6 +159,18 @@ def announce(url: str, seconds_left: float, *, open_browser: bool) -> None:
         except webbrowser.Error as exc:
             print(f"vmcp proxy: no browser could be opened ({exc}); open the URL yourself",
                   file=sys.stderr, flush=True)
+
+
+async def _read_token(path: str, what: str) -> str:
+    """A token kept in a file (re-read each time: whoever writes it may renew it)."""
+    try:
+        token = (await trio.Path(path).read_text("utf-8")).strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoginFailed(f"the {what} cannot be read from {path}: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    if not token:
+        raise LoginFailed(f"{path} holds no {what}")
+    return token
 
 
 class RemoteLogin:
@@ -630,6 +645,11 @@ class RemoteLogin:
                 if settings.client_credentials:
                     return await self._token_grant(
                         {"grant_type": "client_credentials", **scope}, "client credentials grant")
+                if settings.assertion_file is not None:
+                    return await self._token_grant(
+                        {"grant_type": JWT_BEARER, **scope,
+                         "assertion": await _read_token(settings.assertion_file, "assertion")},
+                        "JWT-bearer grant of the workload's assertion")
                 return await self._token_grant(
                     {"grant_type": JWT_BEARER, "assertion": await self._id_jag(), **scope},
                     "JWT-bearer grant of the ID-JAG")
@@ -691,7 +711,8 @@ class RemoteLogin:
     @property
     def _no_user(self) -> bool:
         """The token comes without a user at a browser: client credentials, or an ID-JAG."""
-        return self.settings.client_credentials or self.settings.idp_token_url is not None
+        return (self.settings.client_credentials or self.settings.idp_token_url is not None
+                or self.settings.assertion_file is not None)
 
     async def _id_jag(self) -> str:
         """Enterprise-managed authorization: the user's ID token exchanged at the identity
@@ -700,13 +721,7 @@ class RemoteLogin:
         settings, metadata = self.settings, self.metadata
         assert settings.idp_token_url and settings.idp_client_id and settings.id_token_file
         assert metadata is not None
-        try:
-            id_token = (await trio.Path(settings.id_token_file).read_text("utf-8")).strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise LoginFailed(f"the ID token cannot be read from {settings.id_token_file}: "
-                              f"{getattr(exc, 'strerror', None) or exc}") from None
-        if not id_token:
-            raise LoginFailed(f"{settings.id_token_file} holds no ID token")
+        id_token = await _read_token(settings.id_token_file, "ID token")
         form = {"grant_type": TOKEN_EXCHANGE, "subject_token": id_token,
                 "subject_token_type": ID_TOKEN_TYPE, "requested_token_type": ID_JAG,
                 "audience": metadata.issuer, "resource": self.resource}

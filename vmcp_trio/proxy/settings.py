@@ -37,6 +37,8 @@ class RemoteAuthSettings:
     idp_client_id: str | None = None
     id_token_file: str | None = None
     """Where the user's ID token at the identity provider is (read at each exchange)."""
+    assertion_file: str | None = None
+    """``--remote-auth-assertion-file``: workload identity, a JWT for the JWT-bearer grant."""
     device_code: bool = False
     """``--remote-auth-device-code``: the user approves on another device (RFC 8628)."""
     client_credentials: bool = False
