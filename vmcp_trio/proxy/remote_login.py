@@ -25,7 +25,8 @@ remote cannot steer the proxy to loopback or private addresses.
    redirect URI); else the client registered before for this issuer (kept with the tokens);
    else dynamic client registration (RFC 7591, the seed's rule 4:
    ``token_endpoint_auth_method: none``, the callback as redirect URI).
-   With ``--remote-auth-client-credentials`` there is no user: the token is the client's own,
+   With ``--remote-auth-client-credentials`` (the forms of these grants without a user are
+   :mod:`.own_grants`') there is no user: the token is the client's own,
    from the ``client_credentials`` grant (with ``resource`` and the scopes), asked again when it
    is due (such tokens come without a refresh token). With ``--remote-auth-idp-token-url``
    (enterprise-managed authorization, SEP-990) no browser either: the user's ID token
@@ -92,10 +93,6 @@ from ..auth.oauth.discovery import (
 from ..auth.oauth.pkce import pkce_pair, supports_s256
 from ..auth.oauth.registration import RegistrationError, register_client
 from ..auth.oauth.tokens import (
-    ID_JAG,
-    ID_TOKEN_TYPE,
-    JWT_BEARER,
-    TOKEN_EXCHANGE,
     ClientCredentials,
     TokenEndpointError,
     TokenResponse,
@@ -112,6 +109,7 @@ from .callback import CallbackResult, CallbackServer
 from .credentials import LoginPending
 from .device_login import DeviceLoginFailed, device_tokens
 from .login_store import LoginStore
+from .own_grants import GrantFailed, grant_without_user
 from .settings import RemoteAuthSettings
 
 __all__ = ["OIDC_DEFAULT_SCOPES", "RemoteLogin"]
@@ -159,18 +157,6 @@ def announce(url: str, seconds_left: float, *, open_browser: bool) -> None:
         except webbrowser.Error as exc:
             print(f"vmcp proxy: no browser could be opened ({exc}); open the URL yourself",
                   file=sys.stderr, flush=True)
-
-
-async def _read_token(path: str, what: str) -> str:
-    """A token kept in a file (re-read each time: whoever writes it may renew it)."""
-    try:
-        token = (await trio.Path(path).read_text("utf-8")).strip()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoginFailed(f"the {what} cannot be read from {path}: "
-                          f"{getattr(exc, 'strerror', None) or exc}") from None
-    if not token:
-        raise LoginFailed(f"{path} holds no {what}")
-    return token
 
 
 class RemoteLogin:
@@ -638,22 +624,13 @@ class RemoteLogin:
                                            show=show)
             except DeviceLoginFailed as exc:
                 raise LoginFailed(str(exc)) from None
-        if self._no_user:  # the client's own grant, or the enterprise's
+        if self._no_user:  # the client's own grant, the workload's or the enterprise's
             await self._client_for("")
-            scope = {"scope": " ".join(self.scopes)} if self.scopes else {}
             try:
-                if settings.client_credentials:
-                    return await self._token_grant(
-                        {"grant_type": "client_credentials", **scope}, "client credentials grant")
-                if settings.assertion_file is not None:
-                    return await self._token_grant(
-                        {"grant_type": JWT_BEARER, **scope,
-                         "assertion": await _read_token(settings.assertion_file, "assertion")},
-                        "JWT-bearer grant of the workload's assertion")
-                return await self._token_grant(
-                    {"grant_type": JWT_BEARER, "assertion": await self._id_jag(), **scope},
-                    "JWT-bearer grant of the ID-JAG")
-            except TokenEndpointError as exc:
+                form, what = await grant_without_user(settings, metadata, self.client,
+                                                      scopes=self.scopes, resource=self.resource)
+                return await self._token_grant(form, what)
+            except (TokenEndpointError, GrantFailed) as exc:
                 raise LoginFailed(str(exc)) from None
         state = secrets.token_urlsafe(24)
         verifier, challenge = pkce_pair()
@@ -713,29 +690,6 @@ class RemoteLogin:
         """The token comes without a user at a browser: client credentials, or an ID-JAG."""
         return (self.settings.client_credentials or self.settings.idp_token_url is not None
                 or self.settings.assertion_file is not None)
-
-    async def _id_jag(self) -> str:
-        """Enterprise-managed authorization: the user's ID token exchanged at the identity
-        provider (RFC 8693) for an ID-JAG whose audience is the remote's authorization
-        server and whose resource is the remote."""
-        settings, metadata = self.settings, self.metadata
-        assert settings.idp_token_url and settings.idp_client_id and settings.id_token_file
-        assert metadata is not None
-        id_token = await _read_token(settings.id_token_file, "ID token")
-        form = {"grant_type": TOKEN_EXCHANGE, "subject_token": id_token,
-                "subject_token_type": ID_TOKEN_TYPE, "requested_token_type": ID_JAG,
-                "audience": metadata.issuer, "resource": self.resource}
-        if self.scopes:
-            form["scope"] = " ".join(self.scopes)
-        document = await token_request(
-            self.client, settings.idp_token_url, form,
-            ClientCredentials(settings.idp_client_id, None, "none"), timeout=TOKEN_TIMEOUT,
-            what="exchange of the ID token for an ID-JAG")
-        jag = document.get("access_token")
-        if document.get("issued_token_type") != ID_JAG or not isinstance(jag, str) or not jag:
-            raise LoginFailed(f"the identity provider at {settings.idp_token_url} answered "
-                              "without an ID-JAG (issued_token_type)")
-        return jag
 
     async def _token_grant(self, form: dict[str, str], what: str) -> TokenResponse:
         """A token request with the client and the resource (raises TokenEndpointError)."""
