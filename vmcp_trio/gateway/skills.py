@@ -76,11 +76,14 @@ class SkillUris:
         shown = {**skill, "uri": self.presented(backend, str(skill.get("uri")))}
         files = skill.get("resources")
         if isinstance(files, list):
-            shown["resources"] = [
-                {**item, "uri": self.presented(backend, item["uri"])}
-                if isinstance(item, dict) and isinstance(item.get("uri"), str) else item
-                for item in files]
+            shown["resources"] = self.presented_items(backend, files)
         return shown
+
+    def presented_items(self, backend: str, items: list[Any]) -> list[Any]:
+        """A list of ``{uri, ...}`` items with their URIs presented."""
+        return [{**item, "uri": self.presented(backend, item["uri"])}
+                if isinstance(item, dict) and isinstance(item.get("uri"), str) else item
+                for item in items]
 
 
 def _root(uri: str) -> str:
@@ -170,7 +173,4 @@ def present_result(method: str, backend: str, result: dict[str, Any],
     items = result.get(key)
     if not isinstance(items, list):
         return result
-    return {**result, key: [
-        {**item, "uri": uris.presented(backend, item["uri"])}
-        if isinstance(item, dict) and isinstance(item.get("uri"), str) else item
-        for item in items]}
+    return {**result, key: uris.presented_items(backend, items)}

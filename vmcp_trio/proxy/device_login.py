@@ -39,7 +39,6 @@ __all__ = ["DEFAULT_INTERVAL", "DeviceLoginFailed", "device_tokens"]
 
 DEFAULT_INTERVAL = 5.0
 SLOW_DOWN = 5.0
-REQUEST_TIMEOUT = 15.0
 
 Show = Callable[[str, str, float], None]
 """Tell the user: (the URL to open, the user code, seconds left)."""
@@ -51,9 +50,10 @@ class DeviceLoginFailed(Exception):
 
 async def device_tokens(client: HttpClient, metadata: AuthorizationServerMetadata,
                         credentials: ClientCredentials, *, scopes: tuple[str, ...],
-                        resource: str, local: bool, timeout: float,
+                        resource: str, local: bool, timeout: float, request_timeout: float,
                         show: Show) -> TokenResponse:
-    """A login through the device authorization grant (see the module docstring)."""
+    """A login through the device authorization grant (see the module docstring):
+    ``timeout`` for the whole login, ``request_timeout`` for each request."""
     endpoint = metadata.document.get("device_authorization_endpoint")
     if not isinstance(endpoint, str) or not endpoint:
         raise DeviceLoginFailed(f"the authorization server {metadata.issuer} offers no device "
@@ -67,7 +67,7 @@ async def device_tokens(client: HttpClient, metadata: AuthorizationServerMetadat
         form["scope"] = " ".join(scopes)
     try:
         answer = await token_request(client, endpoint, form, credentials,
-                                     timeout=REQUEST_TIMEOUT, what="device authorization request",
+                                     timeout=request_timeout, what="device authorization request",
                                      guard=guard, issuer=metadata.issuer)
     except TokenEndpointError as exc:
         raise DeviceLoginFailed(str(exc)) from None
@@ -87,7 +87,7 @@ async def device_tokens(client: HttpClient, metadata: AuthorizationServerMetadat
         await trio.sleep(interval)
         try:
             document = await token_request(
-                client, metadata.token_endpoint, poll, credentials, timeout=REQUEST_TIMEOUT,
+                client, metadata.token_endpoint, poll, credentials, timeout=request_timeout,
                 what="device code", guard=token_guard, issuer=metadata.issuer)
         except TokenEndpointError as exc:
             if exc.oauth_error == "authorization_pending":

@@ -34,29 +34,29 @@ from .settings import RemoteAuthSettings
 
 __all__ = ["GrantFailed", "grant_without_user"]
 
-REQUEST_TIMEOUT = 15.0
-
 
 class GrantFailed(Exception):
     """The grant's form cannot be made; the message says why (never a token)."""
 
 
 async def grant_without_user(settings: RemoteAuthSettings, metadata: AuthorizationServerMetadata,
-                             client: HttpClient, *, scopes: tuple[str, ...],
-                             resource: str) -> tuple[dict[str, str], str]:
-    """The token request's form and what to call it in messages."""
+                             client: HttpClient, *, scopes: tuple[str, ...], resource: str,
+                             timeout: float) -> tuple[dict[str, str], str]:
+    """The token request's form and what to call it in messages (``timeout``: of the
+    identity provider's exchange, when there is one)."""
     scope = {"scope": " ".join(scopes)} if scopes else {}
     if settings.client_credentials:
         return {"grant_type": "client_credentials", **scope}, "client credentials grant"
     if settings.assertion_file is not None:
-        assertion = await read_token(settings.assertion_file, "assertion")
+        assertion = await _read_token(settings.assertion_file, "assertion")
         return ({"grant_type": JWT_BEARER, "assertion": assertion, **scope},
                 "JWT-bearer grant of the workload's assertion")
-    jag = await _id_jag(settings, metadata, client, scopes=scopes, resource=resource)
+    jag = await _id_jag(settings, metadata, client, scopes=scopes, resource=resource,
+                        timeout=timeout)
     return {"grant_type": JWT_BEARER, "assertion": jag, **scope}, "JWT-bearer grant of the ID-JAG"
 
 
-async def read_token(path: str, what: str) -> str:
+async def _read_token(path: str, what: str) -> str:
     """A token kept in a file, read now."""
     try:
         token = (await trio.Path(path).read_text("utf-8")).strip()
@@ -69,17 +69,18 @@ async def read_token(path: str, what: str) -> str:
 
 
 async def _id_jag(settings: RemoteAuthSettings, metadata: AuthorizationServerMetadata,
-                  client: HttpClient, *, scopes: tuple[str, ...], resource: str) -> str:
+                  client: HttpClient, *, scopes: tuple[str, ...], resource: str,
+                  timeout: float) -> str:
     assert settings.idp_token_url and settings.idp_client_id and settings.id_token_file
     form = {"grant_type": TOKEN_EXCHANGE,
-            "subject_token": await read_token(settings.id_token_file, "ID token"),
+            "subject_token": await _read_token(settings.id_token_file, "ID token"),
             "subject_token_type": ID_TOKEN_TYPE, "requested_token_type": ID_JAG,
             "audience": metadata.issuer, "resource": resource}
     if scopes:
         form["scope"] = " ".join(scopes)
     document = await token_request(
         client, settings.idp_token_url, form,
-        ClientCredentials(settings.idp_client_id, None, "none"), timeout=REQUEST_TIMEOUT,
+        ClientCredentials(settings.idp_client_id, None, "none"), timeout=timeout,
         what="exchange of the ID token for an ID-JAG")
     jag = document.get("access_token")
     if document.get("issued_token_type") != ID_JAG or not isinstance(jag, str) or not jag:

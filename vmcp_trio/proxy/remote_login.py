@@ -621,14 +621,15 @@ class RemoteLogin:
                 return await device_tokens(self.client, metadata, credentials,
                                            scopes=self.scopes, resource=self.resource,
                                            local=self.local, timeout=settings.timeout,
-                                           show=show)
+                                           request_timeout=TOKEN_TIMEOUT, show=show)
             except DeviceLoginFailed as exc:
                 raise LoginFailed(str(exc)) from None
         if self._no_user:  # the client's own grant, the workload's or the enterprise's
             await self._client_for("")
             try:
                 form, what = await grant_without_user(settings, metadata, self.client,
-                                                      scopes=self.scopes, resource=self.resource)
+                                                      scopes=self.scopes, resource=self.resource,
+                                                      timeout=TOKEN_TIMEOUT)
                 return await self._token_grant(form, what)
             except (TokenEndpointError, GrantFailed) as exc:
                 raise LoginFailed(str(exc)) from None

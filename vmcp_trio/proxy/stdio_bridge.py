@@ -108,7 +108,7 @@ class StdioBridge:
                  max_line_bytes: int = 4 * 1024 * 1024, shutdown_grace: float = 30.0,
                  tools: ToolFilter | None = None, ping_interval: float | None = None) -> None:
         self.target = target
-        self.tools = tools or ToolFilter(())
+        self.tools = tools if tools is not None else ToolFilter(())
         self.ping_interval = ping_interval
         self.client = client
         self.credentials = credentials

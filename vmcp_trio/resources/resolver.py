@@ -25,6 +25,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from cryptography import x509
+
 from ..defaults import DEFAULT_BACKEND_URL_TEMPLATE, DEFAULT_PROXY_PORT
 from ..secrets.errors import SecretNotFound, SecretsError
 from ..secrets.manager import SecretsManager
@@ -127,6 +129,19 @@ class Resolver:
                               " (references resolve within the same namespace)")
             return None
         return target if target.usable else None
+
+    def ca_certificates(self, owner: Resource, path: Sequence[PathPart],
+                        ref: m.SecretKeyRef) -> SecretValue | None:
+        """A Secret reference whose value must be PEM CA certificates (a TLS connection's
+        ``caCertSecretRef``/``caSecretRef``); a value that is not is reported at its key."""
+        certificates = self.secret(owner, path, ref)
+        if certificates is not None:
+            try:
+                x509.load_pem_x509_certificates(certificates.value)
+            except ValueError:
+                self.report.error(owner, (*path, "key"), "ca-certificate",
+                                  f"Secret {certificates.source}: is not PEM certificates")
+        return certificates
 
     def secret(self, owner: Resource, path: Sequence[PathPart],
                ref: m.SecretKeyRef) -> SecretValue | None:

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cryptography import x509
-
 from . import authserver_models as am
 from .durations import Duration
 from .plan import MemoryStorage, RedisStorage, RedisTlsPlan, StoragePlan
@@ -57,14 +55,8 @@ def redis_tls(resolver: Resolver, owner: Resource, path: Sequence[PathPart],
         return None
     certificates = None
     if config.ca_cert_secret_ref is not None:
-        where = (*path, "caCertSecretRef")
-        certificates = resolver.secret(owner, where, config.ca_cert_secret_ref)
-        if certificates is not None:
-            try:
-                x509.load_pem_x509_certificates(certificates.value)
-            except ValueError:
-                resolver.report.error(owner, (*where, "key"), "ca-certificate",
-                                      f"Secret {certificates.source}: is not PEM certificates")
+        certificates = resolver.ca_certificates(owner, (*path, "caCertSecretRef"),
+                                                config.ca_cert_secret_ref)
     if config.insecure_skip_verify and certificates is not None:
         resolver.report.warn(owner, (*path, "caCertSecretRef"), "unused-field",
                              "is ignored: insecureSkipVerify turns verification off")

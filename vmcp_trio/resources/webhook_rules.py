@@ -46,6 +46,9 @@ class Resolver(Protocol):
     def secret(self, owner: Resource, path: Sequence[PathPart],
                ref: m.SecretKeyRef) -> SecretValue | None: ...
 
+    def ca_certificates(self, owner: Resource, path: Sequence[PathPart],
+                        ref: m.SecretKeyRef) -> SecretValue | None: ...
+
 
 def webhooks_plan(resolver: Resolver, resource: Resource) -> WebhooksPlan | None:
     """The plan of the MCPWebhookConfig ``resource``; None when it is wrong (reported)."""
@@ -91,17 +94,20 @@ def _webhook(resolver: Resolver, owner: Resource, path: tuple[PathPart, ...],
     secrets: dict[str, SecretValue | None] = {}
     if tls is not None:
         where = (*path, "tlsConfig")
-        refs = {"caSecretRef": tls.ca_secret_ref, "clientCertSecretRef":
-                tls.client_cert_secret_ref, "clientKeySecretRef": tls.client_key_secret_ref}
+        refs = {"clientCertSecretRef": tls.client_cert_secret_ref,
+                "clientKeySecretRef": tls.client_key_secret_ref}
         secrets = {name: resolver.secret(owner, (*where, name), ref)
                    for name, ref in refs.items() if ref is not None}
+        if tls.ca_secret_ref is not None:
+            secrets["caSecretRef"] = resolver.ca_certificates(
+                owner, (*where, "caSecretRef"), tls.ca_secret_ref)
         if (tls.client_cert_secret_ref is None) != (tls.client_key_secret_ref is None):
             report.error(owner, where, "together", "clientCertSecretRef and clientKeySecretRef "
                          "come together (mutual TLS needs both)")
         if insecure and tls.ca_secret_ref is not None:
             report.warn(owner, (*where, "caSecretRef"), "unused-field",
                         "is ignored: insecureSkipVerify turns verification off")
-        _check_pem(report, owner, where, secrets)
+        _check_client_pair(report, owner, where, secrets)
     hmac_secret = None
     if webhook.hmac_secret_ref is not None:
         hmac_secret = resolver.secret(owner, (*path, "hmacSecretRef"), webhook.hmac_secret_ref)
@@ -119,17 +125,10 @@ def _webhook(resolver: Resolver, owner: Resource, path: tuple[PathPart, ...],
         hmac_secret=hmac_secret)
 
 
-def _check_pem(report: Report, owner: Resource, where: tuple[PathPart, ...],
+def _check_client_pair(report: Report, owner: Resource, where: tuple[PathPart, ...],
                secrets: dict[str, SecretValue | None]) -> None:
-    """The CA is PEM certificates; the client certificate is one, and the key is its key."""
-    ca, cert, key = (secrets.get(name) for name in
-                     ("caSecretRef", "clientCertSecretRef", "clientKeySecretRef"))
-    if ca is not None:
-        try:
-            x509.load_pem_x509_certificates(ca.value)
-        except ValueError:
-            report.error(owner, (*where, "caSecretRef", "key"), "ca-certificate",
-                         f"Secret {ca.source}: is not PEM certificates")
+    """The client certificate is a PEM certificate, and the key is its key."""
+    cert, key = secrets.get("clientCertSecretRef"), secrets.get("clientKeySecretRef")
     certificate = None
     if cert is not None:
         try:
