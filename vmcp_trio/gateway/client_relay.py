@@ -47,19 +47,15 @@ from ..protocol.jsonrpc import (
     encode,
 )
 from ..protocol.log_levels import level_wanted
+from ..protocol.stateless_client import CLIENT_CAPABILITY
 from .backends.base import Answerable, BackendError, BackendLink
 from .calls import MAX_WAITING_FOR_CLIENT, Call
 from .session_peer import SessionPeer
 from .streams import EventStream
 
-__all__ = ["CLIENT_CAPABILITY", "ClientRelay", "QuestionRefused"]
+__all__ = ["ClientRelay", "QuestionRefused"]
 
 log = logging.getLogger("vmcp.session")
-
-CLIENT_CAPABILITY = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation",
-                     "roots/list": "roots"}
-"""What each request to the client needs the client to have declared."""
-
 
 class QuestionRefused(Exception):
     """The gateway's own question cannot be asked, or was answered with an error."""

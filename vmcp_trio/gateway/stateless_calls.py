@@ -41,9 +41,9 @@ from ..protocol.jsonrpc import (
     Request,
     Response,
 )
+from ..protocol.stateless_client import CLIENT_CAPABILITY
 from ..protocol.stateless_requests import MISSING_CLIENT_CAPABILITY, StatelessContext
 from .calls import MAX_WAITING_FOR_CLIENT, Call, SessionBusy, progress_token
-from .client_relay import CLIENT_CAPABILITY
 from .parked_calls import ParkedCall, RequestStateSigner, check_input_responses, params_digest
 from .routing import Routed
 from .session_peer import SessionPeer

@@ -23,7 +23,8 @@ both kinds of backend:
 * An ``InputRequiredResult`` is answered by the link itself: each input request goes to the
   call's sink as a server-to-client request (so the session relays it to the client, with
   the capability checks of any relay), and the call is retried with the client's answers and
-  the backend's ``requestState``, for at most :data:`MAX_ROUNDS` rounds.
+  the backend's ``requestState``, for at most ten rounds (the rules of
+  :mod:`vmcp_trio.protocol.stateless_client`).
 
 A caller that speaks 2026-07-28 itself (its params carry the 2026 ``_meta``) gets the backend's
 ``InputRequiredResult`` unchanged, and its retry's ``inputResponses``/``requestState`` go to
@@ -58,12 +59,15 @@ from ...protocol.jsonrpc import (
 )
 from ...protocol.revisions import STATELESS, Revision
 from ...protocol.sse import SSEParser
-from ...protocol.stateless_requests import (
-    CLIENT_CAPABILITIES,
-    SERVER_INFO,
-    SUBSCRIPTION_ID,
-    metadata_headers,
+from ...protocol.stateless_client import (
+    InputRounds,
+    ToolSchemas,
+    acknowledged,
+    discovered,
+    listen_filter,
+    listened,
 )
+from ...protocol.stateless_requests import CLIENT_CAPABILITIES, metadata_headers
 from ...protocol.streamable import PostAnswer, Sent, media_type, post_answer, post_headers
 from ...protocol.tasks_extension import WATCH_FILTER, declares_tasks, with_tasks_declared
 from ...protocol.translation import meta_for_stateless, result_for_handshake
@@ -78,24 +82,9 @@ from .base import (
 )
 from .replies import HttpLinkFields, consume_sse, read_json_reply
 
-__all__ = ["MAX_ROUNDS", "StatelessBackendLink"]
+__all__ = ["StatelessBackendLink"]
 
 log = logging.getLogger("vmcp.backend.stateless")
-
-MAX_ROUNDS = 10
-"""Input-required rounds of one call answered for a handshake client (the SDK's default)."""
-MAX_INPUT_REQUESTS = 16
-MAX_KNOWN_TOOLS = 10_000
-_LIST_FILTERS = (("tools", "toolsListChanged"), ("prompts", "promptsListChanged"),
-                 ("resources", "resourcesListChanged"))
-
-
-def _strings(honored: object, key: str) -> frozenset[str]:
-    """The strings listed under ``key`` of an acknowledged filter."""
-    listed = honored.get(key) if isinstance(honored, dict) else None
-    return frozenset(item for item in listed if isinstance(item, str)) \
-        if isinstance(listed, list) else frozenset()
-
 
 @dataclass
 class _Question:
@@ -119,7 +108,7 @@ class StatelessBackendLink(HttpLinkFields):
         sends every log message before ``logging/setLevel``, a 2026-07-28 one none without a
         level)."""
         self._ids = itertools.count(1)
-        self._schemas: dict[str, object] = {}
+        self._schemas = ToolSchemas()
         self._questions: dict[RequestId, _Question] = {}
         self._closed = False
         # The listen stream: what it should ask for, and who waits for its acknowledgement.
@@ -149,18 +138,12 @@ class StatelessBackendLink(HttpLinkFields):
         except trio.TooSlowError:
             raise BackendError(self.name, f"did not answer server/discover within "
                                           f"{self.timeout:g}s") from None
-        if reply is None or not isinstance(reply, Response):
+        server = discovered(reply.result) if isinstance(reply, Response) else None
+        if server is None:
             return False
-        result = reply.result
-        versions = result.get("supportedVersions")
-        if not isinstance(versions, list) or STATELESS.version not in versions:
-            return False
-        capabilities, meta = result.get("capabilities"), result.get("_meta")
-        info = meta.get(SERVER_INFO) if isinstance(meta, dict) else None
-        instructions = result.get("instructions")
-        self.server_capabilities = capabilities if isinstance(capabilities, dict) else {}
-        self.server_info = info if isinstance(info, dict) else {}
-        self.instructions = instructions if isinstance(instructions, str) else None
+        self.server_capabilities = server.capabilities
+        self.server_info = server.server_info
+        self.instructions = server.instructions
         if listen:
             self._listening = True
             supervisor.start_soon(f"backend {self.name} listen stream", self._listen)
@@ -181,8 +164,8 @@ class StatelessBackendLink(HttpLinkFields):
 
     async def _headers(self, method: str, params: dict[str, Any],
                        body: bytes) -> list[tuple[str, str]]:
-        schema = self._schemas.get(str(params.get("name"))) if method == "tools/call" else None
-        transport = [*post_headers(STATELESS.version), *metadata_headers(method, params, schema)]
+        transport = [*post_headers(STATELESS.version),
+                     *metadata_headers(method, params, self._schemas.of(method, params))]
         headers = [*transport, *await self.credentials.headers(
             OutgoingRequest("POST", self.url, transport, body))]
         tracing.inject_headers(headers)
@@ -253,53 +236,33 @@ class StatelessBackendLink(HttpLinkFields):
     async def _call(self, method: str, params: dict[str, Any],
                     sink: Sink) -> Response | ErrorResponse:
         stateless_caller = self._meta(params)[1]
-        for _ in range(MAX_ROUNDS + 1):
-            reply = await self._round(method=method, params=params, sink=sink)
+        rounds = InputRounds(params)
+        while True:
+            reply = await self._round(method=method, params=rounds.params, sink=sink)
             if isinstance(reply, ErrorResponse):
                 return reply
             result = reply.result
-            if method == "tools/list":
-                self._learn_schemas(result.get("tools"))
+            self._schemas.learn(method, result)
             if stateless_caller:
                 return reply
-            if result.get("resultType") != "input_required":
+            if not rounds.wanted(result):
                 return Response(reply.id, result_for_handshake(result, method))
-            answers = await self._ask_client(result.get("inputRequests"), sink)
+            requests = rounds.requests(result)
+            if isinstance(requests, str):
+                raise BackendError(self.name, f"{requests} ({method})")
+            answers = await self._ask_client(requests, sink)
             if isinstance(answers, ErrorResponse):
                 return answers
-            params = {**params, "inputResponses": answers}
-            state = result.get("requestState")
-            if isinstance(state, str):
-                params["requestState"] = state
-            else:
-                params.pop("requestState", None)
-        raise BackendError(self.name, f"asked for client input more than {MAX_ROUNDS} times "
-                                      f"in one {method}")
+            rounds.answered(result, answers)
 
-    def _learn_schemas(self, tools: object) -> None:
-        """Remember each tool's input schema: it says which arguments travel in headers."""
-        if not isinstance(tools, list):
-            return
-        for tool in tools:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                if len(self._schemas) >= MAX_KNOWN_TOOLS and tool["name"] not in self._schemas:
-                    break
-                self._schemas[tool["name"]] = tool.get("inputSchema")
-
-    async def _ask_client(self, requests: object,
+    async def _ask_client(self, requests: dict[str, dict[str, Any]],
                           sink: Sink) -> dict[str, Any] | ErrorResponse:
         """Put the backend's input requests to the client (through ``sink``, all at once) and
         gather its answers by key; the first error the client answered with, if any."""
-        if (not isinstance(requests, dict) or not requests
-                or len(requests) > MAX_INPUT_REQUESTS
-                or not all(isinstance(r, dict) and isinstance(r.get("method"), str)
-                           for r in requests.values())):
-            raise BackendError(self.name, "sent an InputRequiredResult without valid "
-                                          "inputRequests")
         answers: dict[str, Response | ErrorResponse] = {}
         async with trio.open_nursery() as nursery:
             for key, request in requests.items():
-                nursery.start_soon(self._ask_one, str(key), request, sink, answers)
+                nursery.start_soon(self._ask_one, key, request, sink, answers)
         for key, answer in answers.items():
             if isinstance(answer, ErrorResponse):
                 method = requests[key]["method"]
@@ -342,18 +305,8 @@ class StatelessBackendLink(HttpLinkFields):
     # --- the listen stream ------------------------------------------------------------------------
 
     def _filter(self) -> dict[str, Any]:
-        """What the listen stream asks for: the list changes the backend declares, the
-        subscribed resources and the watched tasks."""
-        wanted: dict[str, Any] = {}
-        for capability, key in _LIST_FILTERS:
-            declared = self.server_capabilities.get(capability)
-            if isinstance(declared, dict) and declared.get("listChanged"):
-                wanted[key] = True
-        if self._uris:
-            wanted["resourceSubscriptions"] = sorted(self._uris)
-        if self._task_ids:
-            wanted[WATCH_FILTER] = sorted(self._task_ids)
-        return wanted
+        """What the listen stream asks for (:func:`listen_filter`)."""
+        return listen_filter(self.server_capabilities, self._uris, self._task_ids)
 
     async def _subscription(self, method: str, uri: str) -> Response | ErrorResponse:
         resources = self.server_capabilities.get("resources")
@@ -424,22 +377,14 @@ class StatelessBackendLink(HttpLinkFields):
             nonlocal ok
             if not isinstance(message, Notification):
                 return
-            params = dict(message.params or {})
             if message.method == "notifications/subscriptions/acknowledged":
-                honored = params.get("notifications")
-                self._honored_uris = _strings(honored, "resourceSubscriptions")
-                self._honored_task_ids = _strings(honored, WATCH_FILTER)
+                params = message.params or {}
+                self._honored_uris = acknowledged(params, "resourceSubscriptions")
+                self._honored_task_ids = acknowledged(params, WATCH_FILTER)
                 ok = True
                 acked.set()
                 return
-            meta = params.get("_meta")
-            if isinstance(meta, dict) and SUBSCRIPTION_ID in meta:
-                rest = {k: v for k, v in meta.items() if k != SUBSCRIPTION_ID}
-                if rest:
-                    params["_meta"] = rest
-                else:
-                    del params["_meta"]
-            await self.session_sink(Notification(message.method, params or None))
+            await self.session_sink(Notification(message.method, listened(message.params)))
 
         try:
             params: dict[str, Any] = {"notifications": wanted}
