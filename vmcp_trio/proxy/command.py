@@ -156,6 +156,10 @@ def configure_stdio(parser: argparse.ArgumentParser, *,
                              "is open")
     bridge.add_argument("--ping-interval", type=duration, metavar="DURATION",
                         help="ping the remote this often (implies --keep-alive)")
+    bridge.add_argument("--protocol", choices=("handshake", "auto"), default="handshake",
+                        help="auto: a client's initialize first asks the remote server/discover; "
+                             "a remote that speaks only 2026-07-28 is then bridged for the "
+                             "handshake client (default: handshake, forwarded as it is)")
     bridge.add_argument("--connect-timeout", type=duration, metavar="DURATION",
                         help="longest wait to connect to the remote (TCP and TLS)")
     bridge.add_argument("--headers-timeout", type=duration, metavar="DURATION",

@@ -161,7 +161,8 @@ def _stdio(args: argparse.Namespace, check: _Checker) -> dict[str, Any]:
             check.error(f"--{flag.replace('_', '-')} must be more than 0s")
         phases[phase] = value
     return {"ignored_tools": tuple(getattr(args, "ignore_tool", ())),
-            "ping_interval": interval, "deadlines": Deadlines(**phases)}
+            "ping_interval": interval, "deadlines": Deadlines(**phases),
+            "dual_era": getattr(args, "protocol", "handshake") == "auto"}
 
 
 def incoming_from(args: argparse.Namespace, *, error: Callable[[str], NoReturn],

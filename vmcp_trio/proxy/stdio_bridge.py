@@ -33,6 +33,9 @@ Rules it keeps:
   proxy's own (its answer never shown) every interval keeps the session, and any idle
   connection on the way, alive; a session the remote forgot is re-initialized by it as by any
   request. A 2026-07-28 client has no session to keep: no pings.
+* ``--protocol auto``: a handshake client's ``initialize`` first asks the remote
+  ``server/discover``; a remote that speaks only 2026-07-28 is then bridged for the client by
+  :mod:`.dual_era` (no GET stream, no session), every other remote as above.
 * At the end of stdin the requests in flight finish (up to ``shutdown_grace``), the session is
   deleted at the remote, and the process exits 0.
 """
@@ -48,6 +51,7 @@ import orjson
 import trio
 
 from ..http.client import HttpClient, HttpError, HttpResponse
+from ..protocol.jsonrpc import JsonRpcError, Request, parse_message
 from ..protocol.sse import SSEError, SSEParser
 from ..protocol.stateless_requests import PROTOCOL_VERSION, metadata_headers
 from ..protocol.streamable import (
@@ -65,6 +69,7 @@ from ..protocol.streamable import (
 )
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
+from .dual_era import DualEraBridge, RemoteFailed
 from .tool_filter import ToolFilter
 
 __all__ = ["StdioBridge"]
@@ -106,7 +111,8 @@ class StdioBridge:
                  credentials: Sequence[RemoteCredential] = (),
                  injected: Sequence[tuple[str, str]] = (),
                  max_line_bytes: int = 4 * 1024 * 1024, shutdown_grace: float = 30.0,
-                 tools: ToolFilter | None = None, ping_interval: float | None = None) -> None:
+                 tools: ToolFilter | None = None, ping_interval: float | None = None,
+                 dual_era: bool = False) -> None:
         self.target = target
         self.tools = tools if tools is not None else ToolFilter(())
         self.ping_interval = ping_interval
@@ -126,6 +132,12 @@ class StdioBridge:
         self._stream = Resumption(SSEParser())
         """The GET stream's place: its last event id and ``retry:`` outlive a reconnect."""
         self._reinitializing = trio.Lock()
+        self.dual_era = DualEraBridge(target, client, self.write, credentials=credentials,
+                                      injected=injected, tools=self.tools,
+                                      max_body=max_line_bytes) if dual_era else None
+        """``--protocol auto``: the client's session with a 2026-07-28 remote, once its
+        ``server`` is known."""
+        self._supervisor: Supervisor | None = None
 
     # --- stdout --------------------------------------------------------------------------------
 
@@ -140,7 +152,7 @@ class StdioBridge:
         """Until stdin ends; then the requests in flight finish and the session is deleted."""
         self._stdout = stdout
         async with trio.open_nursery() as background:
-            supervisor = Supervisor(background)
+            supervisor = self._supervisor = Supervisor(background)
             supervisor.start_soon("the remote's GET stream", self._listen, policy=RECONNECT)
             if self.ping_interval is not None:
                 supervisor.start_soon("keep-alive pings", self._keep_alive, policy=RECONNECT)
@@ -207,12 +219,36 @@ class StdioBridge:
         elif isinstance(message, dict) and message.get("method") == "notifications/initialized":
             self._initialized = line
         try:
+            if self.dual_era is not None and await self._bridged(message):
+                return
             await self._post(line, message, replay_on_404=True)
-        except (HttpError, LoginPending) as exc:
+        except (HttpError, LoginPending, RemoteFailed) as exc:
             log.warning("forwarding to %s failed: %s", self.target, exc)
             if _is_request(message):
                 await self.write(_error_line(request_id, -32603, f"vmcp proxy: the remote "
                                                                   f"{self.target} failed: {exc}"))
+
+    async def _bridged(self, message: object) -> bool:
+        """``--protocol auto``: whether ``message`` is the dual-era bridge's (the remote
+        speaks 2026-07-28 only and the client a handshake revision), which then took it. The
+        client's ``initialize`` decides, with one ``server/discover``."""
+        assert self.dual_era is not None and self._supervisor is not None
+        if self.dual_era.server is not None:
+            await self.dual_era.forward(message)
+            return True
+        if _sent(message) is not Sent.INITIALIZE or _stateless_version(message) is not None:
+            return False
+        try:
+            initialize = parse_message(message)
+        except JsonRpcError:
+            return False
+        if not isinstance(initialize, Request) or not await self.dual_era.discover(initialize):
+            return False
+        log.info("the remote %s speaks only 2026-07-28: bridging the client's session",
+                 self.target)
+        self._supervisor.start_soon("the remote's listen stream", self.dual_era.listen,
+                                    policy=RECONNECT)
+        return True
 
     async def _post(self, line: bytes, message: object, *, replay_on_404: bool,
                     show: bool = True) -> None:
