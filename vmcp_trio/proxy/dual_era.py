@@ -36,9 +36,10 @@ rules it keeps:
   ``notifications/roots/list_changed`` have no 2026 meaning and are dropped;
   ``notifications/cancelled`` closes the cancelled call's response stream (how 2026-07-28
   cancels) and withdraws its questions to the client.
-* **The listen stream** asks for the list changes the remote declares and the subscribed URIs;
-  what it delivers reaches the client without the stream's subscription id. It is a
-  supervised task (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`), reopened when it ends.
+* **The listen stream** (:class:`~vmcp_trio.http.listen_stream.ListenStream`, as the
+  gateway's) asks for the list changes the remote declares and the subscribed URIs; what it
+  delivers reaches the client without the stream's subscription id. It is a supervised task
+  (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`), reopened when it ends.
 * A batch (2025-03-26) is taken message by message; each answer is its own line.
 """
 
@@ -54,6 +55,7 @@ import orjson
 import trio
 
 from ..http.client import HttpClient, HttpError
+from ..http.listen_stream import ListenStream
 from ..protocol.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -75,17 +77,13 @@ from ..protocol.stateless_client import (
     Discovered,
     InputRounds,
     ToolSchemas,
-    acknowledged,
     discovered,
     initialize_result,
-    listen_filter,
-    listened,
     unaskable,
 )
 from ..protocol.stateless_requests import metadata_headers
 from ..protocol.streamable import PostAnswer, Sent, media_type, post_answer, post_headers
 from ..protocol.translation import meta_for_stateless, result_for_handshake
-from ..runtime.supervisor import Retry
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 from .tool_filter import ToolFilter
 
@@ -137,12 +135,9 @@ class DualEraBridge:
         self._ids = itertools.count(1)
         self._calls: dict[RequestId, trio.CancelScope] = {}
         self._questions: dict[RequestId, _Question] = {}
-        # The listen stream: what it asks for, what the remote honoured, who waits.
-        self._uris: set[str] = set()
-        self._honored_uris: frozenset[str] = frozenset()
-        self._acked = trio.Event()
-        self._filter_changed = trio.Event()
-        self._listen_scope: trio.CancelScope | None = None
+        self.listen: ListenStream | None = None
+        """The one ``subscriptions/listen`` stream, for the supervisor (once ``server`` is
+        known)."""
 
     # --- the handshake ------------------------------------------------------------------------
 
@@ -157,6 +152,8 @@ class DualEraBridge:
         if server is None:
             return False
         self.server = server
+        self.listen = ListenStream(self._listen_once, self._deliver, server.capabilities,
+                                   name="the remote", wait=self.acknowledgement_wait)
         await self._initialized(initialize)
         return True
 
@@ -374,9 +371,9 @@ class DualEraBridge:
 
     async def _subscription(self, request: Request,
                             params: dict[str, Any]) -> Response | ErrorResponse:
-        assert self.server is not None
+        assert self.server is not None and self.listen is not None
         resources = self.server.capabilities.get("resources")
-        uri = params.get("uri")
+        uri, uris = params.get("uri"), self.listen.uris
         if not isinstance(resources, dict) or not resources.get("subscribe"):
             return ErrorResponse(request.id, ErrorObject(
                 METHOD_NOT_FOUND, "the remote offers no resource subscriptions"))
@@ -384,74 +381,31 @@ class DualEraBridge:
             return ErrorResponse(request.id, ErrorObject(INVALID_PARAMS,
                                                          "params.uri must be a string"))
         subscribing = request.method == "resources/subscribe"
-        if subscribing and uri not in self._uris and len(self._uris) >= MAX_SUBSCRIPTIONS:
+        if subscribing and uri not in uris and len(uris) >= MAX_SUBSCRIPTIONS:
             return _error_response(request.id, f"more than {MAX_SUBSCRIPTIONS} subscriptions")
         if subscribing:
-            self._uris.add(uri)
+            uris.add(uri)
         else:
-            self._uris.discard(uri)
-        await self._refilter()
-        if subscribing and uri not in self._honored_uris:
-            self._uris.discard(uri)
+            uris.discard(uri)
+        await self.listen.change()
+        if subscribing and uri not in self.listen.honored_uris:
+            uris.discard(uri)
             return _error_response(request.id, f"the remote did not accept a subscription to "
                                                f"{uri[:200]}")
         return Response(request.id, {})
 
-    async def _refilter(self) -> None:
-        """Reopen the listen stream with the current filter; back when the remote acknowledged
-        it (or after ``acknowledgement_wait``)."""
-        acked = self._acked = trio.Event()
-        self._filter_changed.set()
-        if self._listen_scope is not None:
-            self._listen_scope.cancel()
-        with trio.move_on_after(self.acknowledgement_wait):
-            await acked.wait()
-
-    async def listen(self) -> None:
-        """One ``subscriptions/listen`` stream with the current filter, reopened at once when
-        the filter changes; for the supervisor, which reopens it after a backoff when it ends
-        or breaks (:class:`Retry`)."""
-        assert self.server is not None
-        while True:
-            wanted, acked = listen_filter(self.server.capabilities, self._uris), self._acked
-            self._filter_changed = trio.Event()
-            if not wanted:
-                acked.set()
-                await self._filter_changed.wait()
-                continue
-            with trio.CancelScope() as scope:
-                self._listen_scope = scope
-                opened = await self._listen_once(wanted, acked)
-            self._listen_scope = None
-            if not scope.cancelled_caught:
-                raise Retry("the remote ended its listen stream", reset=opened)
-
-    async def _listen_once(self, wanted: dict[str, Any], acked: trio.Event) -> bool:
-        """One listen stream, until it ends (raises :class:`Retry` when it breaks): whether
-        the remote acknowledged it."""
-        opened = False
-
-        async def deliver(message: Message) -> None:
-            nonlocal opened
-            if not isinstance(message, Notification):
-                return
-            if message.method == "notifications/subscriptions/acknowledged":
-                self._honored_uris = acknowledged(message.params or {},
-                                                  "resourceSubscriptions")
-                opened = True
-                acked.set()
-                return
-            await self.write(encode(Notification(message.method, listened(message.params))))
-
+    async def _listen_once(self, wanted: dict[str, Any],
+                           on_message: Callable[[Message], Awaitable[None]]) -> None:
+        """One listen stream asking for ``wanted``, until it ends (see
+        :class:`~vmcp_trio.http.listen_stream.ListenStream`)."""
         try:
-            await self._exchange(f"vmcp-proxy-listen-{next(self._ids)}",
-                                 "subscriptions/listen", {"notifications": wanted},
-                                 on_message=deliver)
+            await self._exchange(f"vmcp-proxy-listen-{next(self._ids)}", "subscriptions/listen",
+                                 {"notifications": wanted}, on_message=on_message)
         except (HttpError, LoginPending, RemoteFailed) as exc:
-            raise Retry(f"the remote's listen stream: {exc}", reset=opened) from None
-        finally:
-            acked.set()  # nobody waits for an acknowledgement that will not come
-        return opened
+            log.info("the remote's listen stream: %s", exc)
+
+    async def _deliver(self, notification: Notification) -> None:
+        await self.write(encode(notification))
 
 
 def _error_response(request_id: RequestId, message: str) -> ErrorResponse:

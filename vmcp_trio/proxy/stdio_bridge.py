@@ -246,7 +246,8 @@ class StdioBridge:
             return False
         log.info("the remote %s speaks only 2026-07-28: bridging the client's session",
                  self.target)
-        self._supervisor.start_soon("the remote's listen stream", self.dual_era.listen,
+        assert self.dual_era.listen is not None
+        self._supervisor.start_soon("the remote's listen stream", self.dual_era.listen.run,
                                     policy=RECONNECT)
         return True
 

@@ -16,10 +16,11 @@ both kinds of backend:
   ``notifications/roots/list_changed`` have no 2026 meaning (closing a response stream cancels;
   roots are asked per request) and are dropped.
 * ``resources/subscribe``/``unsubscribe`` change the filter of the link's one
-  ``subscriptions/listen`` stream (reopened with the new filter; the call returns once the
-  backend acknowledged it), as :meth:`StatelessBackendLink.watch_tasks` does for the tasks whose
-  status notifications a client wants. That stream also asks for the list changes the backend
-  declares; what it delivers goes to the session sink, like a GET stream's messages.
+  ``subscriptions/listen`` stream (:class:`~vmcp_trio.http.listen_stream.ListenStream`:
+  reopened with the new filter; the call returns once the backend acknowledged it), as
+  :meth:`StatelessBackendLink.watch_tasks` does for the tasks whose status notifications a
+  client wants. That stream also asks for the list changes the backend declares; what it
+  delivers goes to the session sink, like a GET stream's messages.
 * An ``InputRequiredResult`` is answered by the link itself: each input request goes to the
   call's sink as a server-to-client request (so the session relays it to the client, with
   the capability checks of any relay), and the call is retried with the client's answers and
@@ -46,6 +47,7 @@ import trio
 
 from ...auth.outgoing.strategies import OutgoingRequest
 from ...http.client import HttpClient, HttpError
+from ...http.listen_stream import ListenStream
 from ...protocol.jsonrpc import (
     METHOD_NOT_FOUND,
     ErrorObject,
@@ -62,17 +64,14 @@ from ...protocol.sse import SSEParser
 from ...protocol.stateless_client import (
     InputRounds,
     ToolSchemas,
-    acknowledged,
     discovered,
-    listen_filter,
-    listened,
 )
 from ...protocol.stateless_requests import CLIENT_CAPABILITIES, metadata_headers
 from ...protocol.streamable import PostAnswer, Sent, media_type, post_answer, post_headers
 from ...protocol.tasks_extension import WATCH_FILTER, declares_tasks, with_tasks_declared
 from ...protocol.translation import meta_for_stateless, result_for_handshake
 from ...runtime import tracing
-from ...runtime.supervisor import Retry, Supervisor
+from ...runtime.supervisor import Supervisor
 from .base import (
     CLIENT_INFO,
     BackendAuthRequired,
@@ -110,16 +109,8 @@ class StatelessBackendLink(HttpLinkFields):
         self._ids = itertools.count(1)
         self._schemas = ToolSchemas()
         self._questions: dict[RequestId, _Question] = {}
-        self._closed = False
-        # The listen stream: what it should ask for, and who waits for its acknowledgement.
-        self._listening = False
-        self._uris: set[str] = set()
-        self._honored_uris: frozenset[str] = frozenset()
-        self._task_ids: set[str] = set()
-        self._honored_task_ids: frozenset[str] = frozenset()
-        self._acked = trio.Event()
-        self._filter_changed = trio.Event()
-        self._listen_scope: trio.CancelScope | None = None
+        self._listen: ListenStream | None = None
+        """The one ``subscriptions/listen`` stream, once started."""
 
     # --- setup --------------------------------------------------------------------------------
 
@@ -145,8 +136,10 @@ class StatelessBackendLink(HttpLinkFields):
         self.server_info = server.server_info
         self.instructions = server.instructions
         if listen:
-            self._listening = True
-            supervisor.start_soon(f"backend {self.name} listen stream", self._listen)
+            self._listen = ListenStream(self._listen_once, self.session_sink,
+                                        self.server_capabilities, name=f"backend {self.name}",
+                                        wait=self.timeout)
+            supervisor.start_soon(f"backend {self.name} listen stream", self._listen.run)
         return True
 
     @staticmethod
@@ -304,22 +297,18 @@ class StatelessBackendLink(HttpLinkFields):
 
     # --- the listen stream ------------------------------------------------------------------------
 
-    def _filter(self) -> dict[str, Any]:
-        """What the listen stream asks for (:func:`listen_filter`)."""
-        return listen_filter(self.server_capabilities, self._uris, self._task_ids)
-
     async def _subscription(self, method: str, uri: str) -> Response | ErrorResponse:
         resources = self.server_capabilities.get("resources")
-        if not self._listening or not isinstance(resources, dict) or not resources.get(
-                "subscribe"):
+        listen = self._listen
+        if listen is None or not isinstance(resources, dict) or not resources.get("subscribe"):
             return ErrorResponse(0, ErrorObject(METHOD_NOT_FOUND, f"backend {self.name!r} "
                                                 "offers no resource subscriptions"))
         if method == "resources/subscribe":
-            self._uris.add(uri)
+            listen.uris.add(uri)
         else:
-            self._uris.discard(uri)
-        await self._refilter()
-        if method == "resources/subscribe" and uri not in self._honored_uris:
+            listen.uris.discard(uri)
+        await listen.change()
+        if method == "resources/subscribe" and uri not in listen.honored_uris:
             return ErrorResponse(0, ErrorObject(METHOD_NOT_FOUND, f"backend {self.name!r} did "
                                                 f"not accept a subscription to {uri[:200]}"))
         return Response(0, {})
@@ -329,81 +318,33 @@ class StatelessBackendLink(HttpLinkFields):
         their ``notifications/tasks`` reach the session), or take them out; those of them the
         backend acknowledged watching. Nothing, at once, from a backend without the Tasks
         extension."""
-        if not self._listening or not declares_tasks(self.server_capabilities):
+        listen = self._listen
+        if listen is None or not declares_tasks(self.server_capabilities):
             return frozenset()
         if watching:
-            self._task_ids.update(task_ids)
+            listen.task_ids.update(task_ids)
         else:
-            self._task_ids.difference_update(task_ids)
-        await self._refilter()
-        return self._honored_task_ids.intersection(task_ids)
+            listen.task_ids.difference_update(task_ids)
+        await listen.change()
+        return listen.honored_task_ids.intersection(task_ids)
 
-    async def _refilter(self) -> None:
-        """Reopen the listen stream with the current filter; back when the backend acknowledged
-        it, or after the link's timeout, or at once when the link is closed (nothing listens
-        any more)."""
-        if self._closed:
-            return
-        acked = self._acked = trio.Event()
-        self._filter_changed.set()
-        if self._listen_scope is not None:
-            self._listen_scope.cancel()
-        with trio.move_on_after(self.timeout):
-            await acked.wait()
-
-    async def _listen(self) -> None:
-        """Keep one ``subscriptions/listen`` stream open with the current filter, reopened at
-        once when the filter changes, until the link closes; for the supervisor, which opens
-        it again after a backoff when it ends or breaks (:class:`Retry`)."""
-        while not self._closed:
-            wanted, acked = self._filter(), self._acked
-            self._filter_changed = trio.Event()
-            if not wanted:
-                acked.set()
-                await self._filter_changed.wait()
-                continue
-            with trio.CancelScope() as scope:
-                self._listen_scope = scope
-                await self._listen_once(wanted, acked)
-            self._listen_scope = None
-            if not scope.cancelled_caught and not self._closed:
-                raise Retry(f"backend {self.name} listen stream ended")
-
-    async def _listen_once(self, wanted: dict[str, Any], acked: trio.Event) -> None:
-        """One listen stream, until it ends."""
-        ok = False
-
-        async def deliver(message: Message) -> None:
-            nonlocal ok
-            if not isinstance(message, Notification):
-                return
-            if message.method == "notifications/subscriptions/acknowledged":
-                params = message.params or {}
-                self._honored_uris = acknowledged(params, "resourceSubscriptions")
-                self._honored_task_ids = acknowledged(params, WATCH_FILTER)
-                ok = True
-                acked.set()
-                return
-            await self.session_sink(Notification(message.method, listened(message.params)))
-
+    async def _listen_once(self, wanted: dict[str, Any],
+                           on_message: Sink) -> None:
+        """One listen stream asking for ``wanted``, until it ends (see
+        :class:`~vmcp_trio.http.listen_stream.ListenStream`)."""
         try:
             params: dict[str, Any] = {"notifications": wanted}
             if WATCH_FILTER in wanted:  # only watched for a client that declared the extension
                 params["_meta"] = {CLIENT_CAPABILITIES: with_tasks_declared(
                     self._client_capabilities)}
             reply = await self._round(method="subscriptions/listen", params=params,
-                                      sink=deliver)
+                                      sink=on_message)
             log.info("backend %s ended its listen stream: %s", self.name,
                      reply.error.message[:200] if isinstance(reply, ErrorResponse) else "done")
         except BackendError as exc:
             log.info("backend %s listen stream: %s", self.name, exc.detail)
-        if not ok:
-            acked.set()  # nobody waits for an acknowledgement that will not come
 
     async def aclose(self) -> None:
         """Nothing to end at the backend (no session); stop listening."""
-        self._closed = True
-        self._filter_changed.set()
-        self._acked.set()  # whoever waits for an acknowledgement gets none: it is over
-        if self._listen_scope is not None:
-            self._listen_scope.cancel()
+        if self._listen is not None:
+            self._listen.close()
