@@ -250,8 +250,9 @@ async def test_a_question_the_client_cannot_be_asked_is_an_error_not_a_hang() ->
 
 class Hostile2026:
     """A stand-in for a 2026-07-28 remote that misbehaves on purpose (no installable server
-    does): ``forever`` asks the client for input on every round, with a new ``requestState``
-    each time (kept, with what came back); its listen stream acknowledges no subscription."""
+    does): every tool asks the client for input on every round (``many``: 16 questions at
+    once, the others one), with a new ``requestState`` each time (kept, with what came back);
+    its listen stream acknowledges no subscription."""
 
     def __init__(self) -> None:
         self.states_sent: list[str] = []
@@ -272,11 +273,12 @@ class Hostile2026:
             self.states_back.append(params.get("requestState"))
             state = f'round {len(self.states_sent)} \u00e9t\u00e0t "quoted" \\ {{}}'
             self.states_sent.append(state)
-            await self.json(send, request, {"resultType": "input_required",
-                                            "requestState": state, "inputRequests": {
-                                                "q": {"method": "elicitation/create", "params": {
-                                                    "message": "more?", "requestedSchema": {
-                                                        "type": "object", "properties": {}}}}}})
+            asked = 16 if params.get("name") == "many" else 1
+            await self.json(send, request, {
+                "resultType": "input_required", "requestState": state, "inputRequests": {
+                    f"q{n}": {"method": "elicitation/create", "params": {
+                        "message": "more?", "requestedSchema": {
+                            "type": "object", "properties": {}}}} for n in range(asked)}})
         elif method == "subscriptions/listen":
             self.listens += 1
             await send({"type": "http.response.start", "status": 200,
@@ -391,3 +393,22 @@ async def test_a_subscription_the_remote_does_not_honour_is_an_error() -> None:
     assert refused["id"] == 3 and "did not accept a subscription to file:///x" in \
         refused["error"]["message"]
     assert remote.listens == 1
+
+
+async def test_questions_waiting_for_the_client_are_bounded() -> None:
+    """Seventeen calls each asking sixteen questions the client leaves unanswered: 256 wait,
+    and the call that would make 272 is answered at once with an error saying so."""
+    async with bridged_to(Hostile2026()) as (stdin, lines):
+        for call in range(17):
+            await stdin.send_all(line({"id": 100 + call, "method": "tools/call",
+                                       "params": {"name": "many", "arguments": {}}}))
+        questions, refused = 0, []
+        while len(refused) < 1 or questions < 256:
+            message = await lines.next()
+            if "method" in message:
+                questions += 1
+            else:
+                refused.append(message)
+    assert questions == 256
+    assert "more than 256 questions would wait for the client" in \
+        refused[0]["error"]["message"]

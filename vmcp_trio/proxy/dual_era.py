@@ -135,6 +135,8 @@ class DualEraBridge:
         self._ids = itertools.count(1)
         self._calls: dict[RequestId, trio.CancelScope] = {}
         self._questions: dict[RequestId, _Question] = {}
+        self._waiting = 0
+        """Questions asked or about to be (at most :data:`MAX_WAITING`)."""
         self.listen: ListenStream | None = None
         """The one ``subscriptions/listen`` stream, for the supervisor (once ``server`` is
         known)."""
@@ -268,12 +270,16 @@ class DualEraBridge:
     async def _ask(self, requests: dict[str, dict[str, Any]]) -> dict[str, Any] | str:
         """Put a round's input requests to the client, all at once: its answers by key, or
         why there are none."""
-        if len(self._questions) + len(requests) > MAX_WAITING:
+        if self._waiting + len(requests) > MAX_WAITING:
             return f"more than {MAX_WAITING} questions would wait for the client"
         answers: dict[str, Response | ErrorResponse] = {}
-        async with trio.open_nursery() as nursery:
-            for key, request in requests.items():
-                nursery.start_soon(self._ask_one, key, request, answers)
+        self._waiting += len(requests)
+        try:
+            async with trio.open_nursery() as nursery:
+                for key, request in requests.items():
+                    nursery.start_soon(self._ask_one, key, request, answers)
+        finally:
+            self._waiting -= len(requests)
         for key, answer in answers.items():
             if isinstance(answer, ErrorResponse):
                 return (f"the remote needed {requests[key]['method'][:60]} from the client, "
