@@ -14,12 +14,15 @@ from typing import Any
 
 import hypercorn.trio
 import trio
+import trio.testing
 from hypercorn.config import Config
 
 from vmcp_trio.app.proxy import ProxyProcess, build_proxy, serve_proxy
 from vmcp_trio.http.asgi import lifespan
 from vmcp_trio.http.client import HttpClient
+from vmcp_trio.http.serving import listen, serve, server_config
 from vmcp_trio.proxy.settings import ProxySettings
+from vmcp_trio.proxy.stdio_bridge import StdioBridge
 
 from .fixtures.asgi_body import read_body
 
@@ -137,3 +140,23 @@ def _whole_answer(data: bytes) -> bool:
     head, end, body = data.partition(b"\r\n\r\n")
     length = re.search(rb"(?im)^content-length:[ \t]*(\d+)[ \t]*\r?$", head)
     return bool(end) and length is not None and len(body) >= int(length.group(1))
+
+
+@asynccontextmanager
+async def stdio_bridge_to(remote: Any, **options: Any) -> AsyncIterator[
+        tuple[StdioBridge, trio.abc.SendStream, trio.abc.ReceiveStream]]:
+    """``vmcp proxy stdio``'s bridge run in this process (its ``options``), the ASGI app
+    ``remote`` served on a loopback port as its target; yields the bridge, its stdin and its
+    stdout (memory streams)."""
+    config = server_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
+    client = HttpClient()
+    stdin_writer, stdin = trio.testing.memory_stream_one_way_pair()
+    stdout, stdout_reader = trio.testing.memory_stream_one_way_pair()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(partial(serve, remote, config, listen(config),
+                                           shutdown_trigger=trio.sleep_forever))
+        bridge = StdioBridge(urls[0] + "/mcp", client, **options)
+        nursery.start_soon(bridge.run, stdin, stdout)
+        yield bridge, stdin_writer, stdout_reader
+        nursery.cancel_scope.cancel()
+    await client.aclose()

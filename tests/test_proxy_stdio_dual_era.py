@@ -14,7 +14,6 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import orjson
@@ -27,13 +26,11 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from vmcp_trio.http.asgi import lifespan
-from vmcp_trio.http.client import HttpClient
-from vmcp_trio.http.serving import listen, serve, server_config
-from vmcp_trio.proxy.stdio_bridge import StdioBridge
 
 from .fixtures.asgi_body import read_body
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .helpers import ROOT
+from .proxy_helpers import stdio_bridge_to
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -319,26 +316,16 @@ class Lines:
 @asynccontextmanager
 async def bridged_to(remote: Hostile2026) -> AsyncIterator[tuple[trio.abc.SendStream, Lines]]:
     """``--protocol auto`` in this process against ``remote``, the handshake done."""
-    config = server_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
-    http = HttpClient()
-    stdin_writer, stdin = trio.testing.memory_stream_one_way_pair()
-    stdout, stdout_reader = trio.testing.memory_stream_one_way_pair()
-    async with trio.open_nursery() as nursery:
-        urls = await nursery.start(partial(serve, remote, config, listen(config),
-                                           shutdown_trigger=trio.sleep_forever))
-        bridge = StdioBridge(urls[0] + "/mcp", http, dual_era=True)
+    async with stdio_bridge_to(remote, dual_era=True) as (bridge, stdin, stdout):
         assert bridge.dual_era is not None
         bridge.dual_era.acknowledgement_wait = 1.0
-        nursery.start_soon(bridge.run, stdin, stdout)
-        lines = Lines(stdout_reader)
-        await stdin_writer.send_all(orjson.dumps({
+        lines = Lines(stdout)
+        await stdin.send_all(orjson.dumps({
             "jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
                 "clientInfo": {"name": "test", "version": "1"}}}) + b"\n")
         assert (await lines.next())["result"]["serverInfo"]["name"] == "hostile"
-        yield stdin_writer, lines
-        nursery.cancel_scope.cancel()
-    await http.aclose()
+        yield stdin, lines
 
 
 def line(message: dict[str, Any]) -> bytes:

@@ -11,7 +11,6 @@ import itertools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import orjson
@@ -20,11 +19,9 @@ import trio
 import trio.testing
 
 from vmcp_trio.http.asgi import lifespan
-from vmcp_trio.http.client import HttpClient
-from vmcp_trio.http.serving import listen, serve, server_config
-from vmcp_trio.proxy.stdio_bridge import StdioBridge
 
 from .fixtures.asgi_body import read_body
+from .proxy_helpers import stdio_bridge_to
 
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {},
@@ -88,22 +85,12 @@ async def bridged(remote: Remote) -> AsyncIterator[tuple[trio.abc.SendStream,
                                                         trio.abc.ReceiveStream]]:
     """The bridge to ``remote``, its handshake done; yields its stdin and its stdout (after the
     answer to ``initialize``)."""
-    config = server_config("127.0.0.1", 0, max_header_bytes=16 * 1024)
-    client = HttpClient()
-    stdin_writer, stdin = trio.testing.memory_stream_one_way_pair()
-    stdout, stdout_reader = trio.testing.memory_stream_one_way_pair()
-    async with trio.open_nursery() as nursery:
-        urls = await nursery.start(partial(serve, remote, config, listen(config),
-                                           shutdown_trigger=trio.sleep_forever))
-        bridge = StdioBridge(urls[0] + "/mcp", client)
-        nursery.start_soon(bridge.run, stdin, stdout)
-        await stdin_writer.send_all(orjson.dumps(INITIALIZE) + b"\n")
+    async with stdio_bridge_to(remote) as (_, stdin, stdout):
+        await stdin.send_all(orjson.dumps(INITIALIZE) + b"\n")
         with trio.fail_after(10):
-            assert b'"serverInfo"' in await stdout_reader.receive_some()
-        await stdin_writer.send_all(orjson.dumps(INITIALIZED) + b"\n")
-        yield stdin_writer, stdout_reader
-        nursery.cancel_scope.cancel()
-    await client.aclose()
+            assert b'"serverInfo"' in await stdout.receive_some()
+        await stdin.send_all(orjson.dumps(INITIALIZED) + b"\n")
+        yield stdin, stdout
 
 
 async def test_the_get_stream_reopens_with_the_last_event_id_and_backs_off() -> None:
