@@ -11,7 +11,7 @@ bridge is held to.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
 from vmcp_trio.http.asgi import lifespan
+from vmcp_trio.proxy.tool_filter import ToolFilter
 
 from .fixtures.asgi_body import read_body
 from .fixtures.sdk_servers import BackendState, make_server, serving
@@ -304,19 +305,26 @@ class Lines:
         self.stream = stream
         self.buffered = b""
 
-    async def next(self) -> dict[str, Any]:
+    async def raw(self) -> Any:
         with trio.fail_after(10):
             while b"\n" not in self.buffered:
                 self.buffered += await self.stream.receive_some()
         line, self.buffered = self.buffered.split(b"\n", 1)
-        message: dict[str, Any] = orjson.loads(line)
+        return orjson.loads(line)
+
+    async def next(self) -> dict[str, Any]:
+        message = await self.raw()
+        assert isinstance(message, dict), message
         return message
 
 
 @asynccontextmanager
-async def bridged_to(remote: Hostile2026) -> AsyncIterator[tuple[trio.abc.SendStream, Lines]]:
-    """``--protocol auto`` in this process against ``remote``, the handshake done."""
-    async with stdio_bridge_to(remote, dual_era=True) as (bridge, stdin, stdout):
+async def bridged_to(remote: Hostile2026, ignored: Sequence[str] = ()) -> AsyncIterator[
+        tuple[trio.abc.SendStream, Lines]]:
+    """``--protocol auto`` in this process against ``remote`` (``ignored``: its
+    ``--ignore-tool`` patterns), the handshake done."""
+    async with stdio_bridge_to(remote, dual_era=True, tools=ToolFilter(ignored)) as (
+            bridge, stdin, stdout):
         assert bridge.dual_era is not None
         bridge.dual_era.acknowledgement_wait = 1.0
         lines = Lines(stdout)
@@ -399,3 +407,26 @@ async def test_questions_waiting_for_the_client_are_bounded() -> None:
     assert questions == 256
     assert "more than 256 questions would wait for the client" in \
         refused[0]["error"]["message"]
+
+
+async def test_a_batch_is_answered_in_one_array() -> None:
+    """A 2025-03-26 client's batch: its requests taken at once (a ping the remote answers, a
+    log level kept here, a call of an ignored tool refused) and answered in one array, its
+    notification answered by nothing; a batch of notifications only gets no line."""
+    async with bridged_to(Hostile2026(), ["secret*"]) as (stdin, lines):
+        await stdin.send_all(orjson.dumps([
+            {"jsonrpc": "2.0", "id": "a", "method": "ping"},
+            {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"},
+            {"jsonrpc": "2.0", "id": "b", "method": "logging/setLevel",
+             "params": {"level": "error"}},
+            {"jsonrpc": "2.0", "id": "c", "method": "tools/call",
+             "params": {"name": "secret_tool", "arguments": {}}}]) + b"\n")
+        await stdin.send_all(orjson.dumps([
+            {"jsonrpc": "2.0", "method": "notifications/initialized"}]) + b"\n")
+        await stdin.send_all(line({"id": "d", "method": "ping"}))
+        batch = await lines.raw()
+        assert await lines.next() == {"jsonrpc": "2.0", "id": "d", "result": {}}
+    answers = {answer["id"]: answer for answer in batch}
+    assert answers["a"]["result"] == {} and answers["b"]["result"] == {}
+    assert answers["c"]["error"]["message"] == 'Tool "secret_tool" is not available'
+    assert len(batch) == 3

@@ -40,7 +40,8 @@ rules it keeps:
   gateway's) asks for the list changes the remote declares and the subscribed URIs; what it
   delivers reaches the client without the stream's subscription id. It is a supervised task
   (:data:`~vmcp_trio.runtime.supervisor.RECONNECT`), reopened when it ends.
-* A batch (2025-03-26) is taken message by message; each answer is its own line.
+* A batch (2025-03-26) is taken whole at once; its answers go in one array, once all its
+  requests are answered (none for a batch of notifications and answers).
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ class DualEraBridge:
         self.server = server
         self.listen = ListenStream(self._listen_once, self._deliver, server.capabilities,
                                    name="the remote", wait=self.acknowledgement_wait)
-        await self._initialized(initialize)
+        await self.write(self._initialize_answer(initialize))
         return True
 
     def _learn_client(self, params: dict[str, Any]) -> None:
@@ -164,31 +165,49 @@ class DualEraBridge:
         self._capabilities = capabilities if isinstance(capabilities, dict) else {}
         self._client_info = info if isinstance(info, dict) else {}
 
-    async def _initialized(self, initialize: Request) -> None:
+    def _initialize_answer(self, initialize: Request) -> bytes:
         assert self.server is not None
-        await self.write(encode(Response(initialize.id, initialize_result(
-            self.server, (initialize.params or {}).get("protocolVersion")))))
+        return encode(Response(initialize.id, initialize_result(
+            self.server, (initialize.params or {}).get("protocolVersion"))))
 
     # --- the client's messages ----------------------------------------------------------------
 
     async def forward(self, message: object) -> None:
-        """One message of the client (a batch: each of its messages, one after another)."""
-        if isinstance(message, list):
-            for item in message:
-                await self.forward(item)
+        """One message of the client, or a batch (2025-03-26) of them, taken at once and
+        answered in one array once all its requests are."""
+        if not isinstance(message, list):
+            answer = await self._take(message)
+            if answer is not None:
+                await self.write(answer)
             return
+        answers: list[bytes] = []
+
+        async def take(item: object) -> None:
+            answer = self.tools.refusal(item) or await self._take(item)
+            if answer is not None:
+                answers.append(answer)
+
+        async with trio.open_nursery() as nursery:
+            for item in message:
+                nursery.start_soon(take, item)
+        if answers:
+            await self.write(b"[" + b",".join(answers) + b"]")
+
+    async def _take(self, message: object) -> bytes | None:
+        """One message of the client: its answer (None: it has none, or it was cancelled)."""
         try:
             parsed = parse_message(message)
         except JsonRpcError as exc:
             if isinstance(message, dict) and "method" in message and "id" in message:
-                await self.write(encode(exc.response()))
-            return
+                return encode(exc.response())
+            return None
         if isinstance(parsed, Response | ErrorResponse):
             self._answered(parsed)
         elif isinstance(parsed, Notification):
             self._notified(parsed)
         else:
-            await self._request(parsed)
+            return await self._request(parsed)
+        return None
 
     def _answered(self, message: Response | ErrorResponse) -> None:
         question = self._questions.get(message.id) if message.id is not None else None
@@ -208,18 +227,17 @@ class DualEraBridge:
             log.info("%s from the client has no 2026-07-28 meaning: dropped",
                      message.method[:80])
 
-    async def _request(self, request: Request) -> None:
+    async def _request(self, request: Request) -> bytes | None:
         params = request.params or {}
         if request.method == "initialize":  # again: the proxy answers it again
             self._learn_client(params)
-            await self._initialized(request)
-            return
+            return self._initialize_answer(request)
         if request.method == "logging/setLevel":
             level = params.get("level")
             if isinstance(level, str):
                 self._log_level = level
-            await self.write(encode(Response(request.id, {})))
-            return
+            return encode(Response(request.id, {}))
+        answer = None
         with trio.CancelScope() as scope:
             self._calls[request.id] = scope
             try:
@@ -228,11 +246,10 @@ class DualEraBridge:
                 answer = _error(request.id, f"the remote {self.target} failed: {exc}")
             finally:
                 self._calls.pop(request.id, None)
-            if answer is not None:
-                await self.write(answer)
+        return answer
 
-    async def _answer(self, request: Request, params: dict[str, Any]) -> bytes | None:
-        """The client's answer to ``request`` (None: written already)."""
+    async def _answer(self, request: Request, params: dict[str, Any]) -> bytes:
+        """The client's answer to ``request``."""
         if request.method == "ping":
             reply = await self._exchange(request.id, "server/discover", {})
             return encode(reply if isinstance(reply, ErrorResponse) else
