@@ -30,6 +30,7 @@ from vmcp_trio.proxy.tool_filter import ToolFilter
 
 from .fixtures.asgi_body import read_body
 from .fixtures.sdk_servers import BackendState, make_server, serving
+from .gateway_helpers import running_gateway
 from .helpers import ROOT
 from .proxy_helpers import stdio_bridge_to
 
@@ -229,6 +230,21 @@ async def test_a_client_of_2026_07_28_passes_through_as_it_is() -> None:
             assert added.structured_content == {"total": 3, "backend": "remote"}
     assert state.methods[0] == "server/discover" and "tools/call" in state.methods
     assert "initialize" not in state.methods and set(state.versions) == {"2026-07-28"}
+
+
+async def test_the_gateway_as_the_remote_carries_a_backends_question_to_the_client() -> None:
+    """vmcp serve speaks both eras, so a handshake client behind --protocol auto is carried to
+    it over 2026-07-28 (no session is made there); a backend's elicitation, which the gateway
+    parks and returns as an input request, reaches the client as an ordinary request, and its
+    answer goes back to the backend."""
+    with trio.fail_after(TIMEOUT):
+        async with running_gateway() as (url, gateway), connected(
+                url, "vmcp", "--protocol", "auto") as (client, seen):
+            assert client.protocol_version == "2025-11-25"
+            assert text_of(await client.call_tool("clock_ask_user", {"question": "go?"})) == \
+                "blue"
+            assert seen.asked == ["elicitation"]
+            assert not gateway.gateway.sessions
 
 
 async def test_a_question_the_client_cannot_be_asked_is_an_error_not_a_hang() -> None:
