@@ -19,6 +19,7 @@ import trio
 import trio.testing
 
 from vmcp_trio.http.asgi import lifespan
+from vmcp_trio.proxy.tool_filter import ToolFilter
 
 from .fixtures.asgi_body import read_body
 from .proxy_helpers import stdio_bridge_to
@@ -39,6 +40,8 @@ class Remote:
         self.script = list(script)
         self.gets: list[tuple[float, str | None]] = []
         """When each GET came, and its Last-Event-ID."""
+        self.posted: list[Any] = []
+        """Each POST's body, decoded."""
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
@@ -50,6 +53,9 @@ class Remote:
             return
         body = await read_body(receive)
         request = orjson.loads(body) if body else {}
+        self.posted.append(request)
+        if isinstance(request, list):
+            request = {}
         if scope["method"] == "POST" and request.get("method") == "initialize":
             answer = orjson.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {
                 "protocolVersion": "2025-11-25", "capabilities": {},
@@ -81,11 +87,11 @@ class Remote:
 
 
 @asynccontextmanager
-async def bridged(remote: Remote) -> AsyncIterator[tuple[trio.abc.SendStream,
-                                                        trio.abc.ReceiveStream]]:
-    """The bridge to ``remote``, its handshake done; yields its stdin and its stdout (after the
-    answer to ``initialize``)."""
-    async with stdio_bridge_to(remote) as (_, stdin, stdout):
+async def bridged(remote: Remote, **options: Any) -> AsyncIterator[
+        tuple[trio.abc.SendStream, trio.abc.ReceiveStream]]:
+    """The bridge to ``remote`` (with ``options``), its handshake done; yields its stdin and
+    its stdout (after the answer to ``initialize``)."""
+    async with stdio_bridge_to(remote, **options) as (_, stdin, stdout):
         await stdin.send_all(orjson.dumps(INITIALIZE) + b"\n")
         with trio.fail_after(10):
             assert b'"serverInfo"' in await stdout.receive_some()
@@ -147,3 +153,22 @@ async def test_a_request_the_remote_answers_with_nothing_gets_an_error() -> None
             error = orjson.loads(await stdout.receive_some())
     assert error["id"] == 5 and error["error"]["code"] == -32603
     assert "answered HTTP 202 (no content type)" in error["error"]["message"]
+
+
+async def test_a_batch_cannot_call_an_ignored_tool() -> None:
+    """A 2025-03-26 batch calling an ignored tool: that call is answered here, the rest of the
+    batch goes to the remote without it."""
+    remote = Remote()
+    async with bridged(remote, tools=ToolFilter(["delete*"])) as (stdin, stdout):
+        await stdin.send_all(orjson.dumps([
+            {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+             "params": {"name": "Delete_All", "arguments": {}}},
+            {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}]) + b"\n")
+        with trio.fail_after(10):
+            refused = orjson.loads(await stdout.receive_some())
+            while not isinstance(remote.posted[-1], list):
+                await trio.sleep(0.02)
+    assert refused["id"] == 8 and refused["error"]["message"] == \
+        'Tool "Delete_All" is not available'
+    assert remote.posted[-1] == [{"jsonrpc": "2.0",
+                                  "method": "notifications/roots/list_changed"}]

@@ -214,6 +214,14 @@ class StdioBridge:
         if refused is not None:
             await self.write(refused)
             return
+        if isinstance(message, list) and self.tools and not (
+                self.dual_era is not None and self.dual_era.server is not None):
+            message, refusals = self.tools.split(message)
+            for refusal in refusals:
+                await self.write(refusal)
+            if not message:
+                return
+            line = orjson.dumps(message)
         if isinstance(message, dict) and message.get("method") == "initialize":
             self._initialize = line
         elif isinstance(message, dict) and message.get("method") == "notifications/initialized":

@@ -8,7 +8,8 @@ mcp-remote's ``--ignore-tool`` keeps them:
   (``delete*`` ignores ``delete_file`` and ``Delete``); every other character is itself.
 * A ``tools/list`` answer (JSON, or one SSE event's) loses the tools whose names match; the
   rest of the answer is kept as it came.
-* A ``tools/call`` of an ignored tool gets -32603 ``Tool "<name>" is not available`` at once.
+* A ``tools/call`` of an ignored tool gets -32603 ``Tool "<name>" is not available`` at once,
+  in a 2025-03-26 batch too (the rest of the batch goes on).
 """
 
 from __future__ import annotations
@@ -45,6 +46,18 @@ class ToolFilter:
             return None
         return orjson.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {
             "code": -32603, "message": f'Tool "{str(name)[:200]}" is not available'}})
+
+    def split(self, batch: list[Any]) -> tuple[list[Any], list[bytes]]:
+        """A batch's messages that go on, and the answers to those that call ignored tools."""
+        kept: list[Any] = []
+        refusals: list[bytes] = []
+        for message in batch:
+            refused = self.refusal(message)
+            if refused is None:
+                kept.append(message)
+            else:
+                refusals.append(refused)
+        return kept, refusals
 
     def listed(self, answer: bytes) -> bytes:
         """A ``tools/list`` answer without the ignored tools (unchanged when none is)."""
