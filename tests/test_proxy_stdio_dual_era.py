@@ -265,8 +265,10 @@ async def test_a_question_the_client_cannot_be_asked_is_an_error_not_a_hang() ->
 class Hostile2026:
     """A stand-in for a 2026-07-28 remote that misbehaves on purpose (no installable server
     does): every tool asks the client for input on every round (``many``: 16 questions at
-    once, the others one), with a new ``requestState`` each time (kept, with what came back);
-    its listen stream acknowledges no subscription."""
+    once, the others one), with a new ``requestState`` each time (kept, with what came back),
+    but ``vanish`` (an event stream that ends after a progress notification, unanswered) and
+    ``garble`` (a JSON body that is no JSON-RPC message); its listen stream acknowledges no
+    subscription."""
 
     def __init__(self) -> None:
         self.states_sent: list[str] = []
@@ -283,6 +285,16 @@ class Hostile2026:
             await self.json(send, request, {"supportedVersions": ["2026-07-28"], "capabilities": {
                 "tools": {}, "resources": {"subscribe": True}}, "_meta": {
                 "io.modelcontextprotocol/serverInfo": {"name": "hostile", "version": "1"}}})
+        elif method == "tools/call" and params.get("name") == "vanish":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream")]})
+            progress = orjson.dumps({"jsonrpc": "2.0", "method": "notifications/progress",
+                                     "params": {"progressToken": 1, "progress": 1}})
+            await send({"type": "http.response.body", "body": b"data: " + progress + b"\n\n"})
+        elif method == "tools/call" and params.get("name") == "garble":
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": b'{"jsonrpc": "2.0"}'})
         elif method == "tools/call":
             self.states_back.append(params.get("requestState"))
             state = f'round {len(self.states_sent)} \u00e9t\u00e0t "quoted" \\ {{}}'
@@ -446,3 +458,22 @@ async def test_a_batch_is_answered_in_one_array() -> None:
     assert answers["a"]["result"] == {} and answers["b"]["result"] == {}
     assert answers["c"]["error"]["message"] == 'Tool "secret_tool" is not available'
     assert len(batch) == 3
+
+
+async def test_a_remote_that_answers_nothing_or_garbage_is_an_error_for_that_call() -> None:
+    """A call's stream that ends unanswered (its progress passed on first), a JSON answer that
+    is no message: each call gets an error naming what the remote did; the next call works."""
+    async with bridged_to(Hostile2026()) as (stdin, lines):
+        await stdin.send_all(line({"id": 1, "method": "tools/call", "params": {
+            "name": "vanish", "arguments": {}, "_meta": {"progressToken": 1}}}))
+        assert (await lines.next())["method"] == "notifications/progress"
+        vanished = await lines.next()
+        await stdin.send_all(line({"id": 2, "method": "tools/call",
+                                   "params": {"name": "garble", "arguments": {}}}))
+        garbled = await lines.next()
+        await stdin.send_all(line({"id": 3, "method": "ping"}))
+        assert await lines.next() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    assert vanished["id"] == 1 and "closed the stream of tools/call before answering" in \
+        vanished["error"]["message"]
+    assert garbled["id"] == 2 and "its JSON answer is no JSON-RPC message" in \
+        garbled["error"]["message"]
