@@ -375,7 +375,10 @@ def test_the_remote_client_secret_comes_from_the_first_source_that_has_it(
 @pytest.mark.parametrize(("flags", "named"), [
     (("--remote-auth", "--remote-auth-bearer-token", "t"), "alternatives"),
     (("--remote-auth", "--remote-auth-authorize-url", "https://as.test/authorize"),
-     "--remote-auth-token-url"),
+     "--remote-auth-authorize-url needs --remote-auth-token-url"),
+    (("--remote-auth", "--remote-auth-token-url", "https://as.test/token",
+      "--remote-auth-client-id", "c"), "--remote-auth-token-url alone is for the logins without "
+                                       "a user"),
     (("--remote-auth-issuer", "https://as.test"), "needs --remote-auth"),
     (("--remote-auth", "--remote-auth-issuer", "http://as.example.test"), "https"),
     (("--oidc-issuer", "https://idp.test"), "--oidc-audience"),

@@ -248,3 +248,23 @@ async def test_a_login_on_another_device(idp: Idp, port: int, tmp_path: Path,
     assert login.tokens is not None and login.tokens.scope == "mcp:tools"
     assert remote.state.authorizations[-1] == f"Bearer {login.tokens.access_token}"
     assert "device_code=" not in caplog.text
+
+
+async def test_client_credentials_at_a_token_endpoint_given_without_discovery(
+        idp: Idp, port: int, tmp_path: Path) -> None:
+    """``--remote-auth-client-credentials`` with ``--remote-auth-token-url`` alone (an
+    authorization server that publishes no metadata): no discovery, no browser, one
+    client_credentials grant at that endpoint for the remote's resource; calls carry its
+    token."""
+    confidential = idp.clients["confidential"]
+    async with remote_server(idp, port) as remote, running_proxy(settings_for(
+            remote, tmp_path, client_credentials=True, client_id="confidential",
+            client_secret=confidential.client_secret, token_url=idp.token_endpoint,
+            scopes=("mcp:tools",)), Browser(allowed=False)) as (url, login):
+        await until_logged_in(login)
+        status, _, body = await post(url)
+        assert status == 200, body
+    assert login.metadata is not None and login.metadata.token_endpoint == idp.token_endpoint
+    assert login.metadata.document == {}  # nothing was discovered
+    assert login.tokens is not None and login.tokens.refresh_token is None
+    assert remote.state.authorizations[-1] == f"Bearer {login.tokens.access_token}"

@@ -215,8 +215,15 @@ def _remote_auth(args: argparse.Namespace, check: _Checker) -> RemoteAuthSetting
         return None
     authorize = check.url("--remote-auth-authorize-url", args.remote_auth_authorize_url)
     token = check.url("--remote-auth-token-url", args.remote_auth_token_url)
-    if bool(authorize) != bool(token):
-        check.error("--remote-auth-authorize-url and --remote-auth-token-url go together")
+    without_user = bool(args.remote_auth_client_credentials or args.remote_auth_assertion_file
+                        or args.remote_auth_idp_token_url)
+    if authorize and not token:
+        check.error("--remote-auth-authorize-url needs --remote-auth-token-url")
+    if token and not authorize and not without_user:
+        check.error("--remote-auth-token-url alone is for the logins without a user "
+                    "(--remote-auth-client-credentials, --remote-auth-assertion-file, "
+                    "--remote-auth-idp-token-url): a browser login needs "
+                    "--remote-auth-authorize-url too")
     if (authorize or token) and not args.remote_auth_client_id:
         check.error("--remote-auth-authorize-url needs --remote-auth-client-id (without "
                     "metadata there is no registration endpoint)")

@@ -282,7 +282,7 @@ class RemoteLogin:
         anew there."""
         metadata_url = params.get("resource_metadata")
         if (metadata_url is None or self.metadata is None or self.settings.issuer
-                or self.settings.authorize_url):
+                or self.settings.token_url):
             return False
         try:
             resource = await protected_resource_metadata(
@@ -418,10 +418,10 @@ class RemoteLogin:
 
     async def _discover(self) -> None:
         settings = self.settings
-        if settings.authorize_url and settings.token_url:
+        if settings.token_url:  # given: no discovery (alone only for a login without a user)
             self.metadata = AuthorizationServerMetadata(
                 issuer=canonical_uri(settings.token_url), authorization_endpoint=(
-                    settings.authorize_url), token_endpoint=settings.token_url,
+                    settings.authorize_url or ""), token_endpoint=settings.token_url,
                 registration_endpoint=None, code_challenge_methods_supported=("S256",),
                 scopes_supported=(), document={})
             self.scopes = settings.scopes or ()
