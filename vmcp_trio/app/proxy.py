@@ -136,7 +136,8 @@ async def run_stdio(settings: ProxySettings) -> None:
                          max_line_bytes=settings.max_body_bytes,
                          shutdown_grace=settings.shutdown_grace,
                          tools=ToolFilter(settings.ignored_tools),
-                         ping_interval=settings.ping_interval, dual_era=settings.dual_era)
+                         ping_interval=settings.ping_interval, dual_era=settings.dual_era,
+                         transport=settings.transport)
     stdin, stdout = standard_streams()
     try:
         async with trio.open_nursery() as nursery:

@@ -156,6 +156,11 @@ def configure_stdio(parser: argparse.ArgumentParser, *,
                              "is open")
     bridge.add_argument("--ping-interval", type=duration, metavar="DURATION",
                         help="ping the remote this often (implies --keep-alive)")
+    bridge.add_argument("--transport", choices=("auto", "streamable-http", "sse"),
+                        default="auto",
+                        help="the remote's transport: auto tries Streamable HTTP and falls back "
+                             "to HTTP+SSE (2024-11-05) when the remote refuses it as an older "
+                             "server does (default: auto)")
     bridge.add_argument("--protocol", choices=("handshake", "auto"), default="handshake",
                         help="auto: a client's initialize first asks the remote server/discover; "
                              "a remote that speaks only 2026-07-28 is then bridged for the "

@@ -162,7 +162,8 @@ def _stdio(args: argparse.Namespace, check: _Checker) -> dict[str, Any]:
         phases[phase] = value
     return {"ignored_tools": tuple(getattr(args, "ignore_tool", ())),
             "ping_interval": interval, "deadlines": Deadlines(**phases),
-            "dual_era": getattr(args, "protocol", "handshake") == "auto"}
+            "dual_era": getattr(args, "protocol", "handshake") == "auto",
+            "transport": getattr(args, "transport", "auto")}
 
 
 def incoming_from(args: argparse.Namespace, *, error: Callable[[str], NoReturn],

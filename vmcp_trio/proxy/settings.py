@@ -92,6 +92,8 @@ class ProxySettings:
     """``--connect-timeout``, ``--headers-timeout``, ``--body-timeout`` (``proxy stdio``)."""
     ping_interval: float | None = None
     """``--keep-alive``/``--ping-interval`` (``proxy stdio``): seconds between pings."""
+    transport: str = "auto"
+    """``--transport`` (``proxy stdio``): auto, streamable-http or sse."""
     dual_era: bool = False
     """``--protocol auto`` (``proxy stdio``): bridge a handshake client to a remote that speaks
     only 2026-07-28."""

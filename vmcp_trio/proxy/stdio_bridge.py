@@ -33,6 +33,10 @@ Rules it keeps:
   proxy's own (its answer never shown) every interval keeps the session, and any idle
   connection on the way, alive; a session the remote forgot is re-initialized by it as by any
   request. A 2026-07-28 client has no session to keep: no pings.
+* ``--transport``: ``auto`` (the default) falls back to the legacy HTTP+SSE transport
+  (:mod:`.legacy_sse`) when the remote refuses the client's ``initialize`` with 400, 404 or
+  405, as the spec says a client finds an older server; ``sse`` uses it from the start;
+  ``streamable-http`` never.
 * ``--protocol auto``: a handshake client's ``initialize`` first asks the remote
   ``server/discover``; a remote that speaks only 2026-07-28 is then bridged for the client by
   :mod:`.dual_era` (no GET stream, no session), every other remote as above.
@@ -45,6 +49,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 import orjson
@@ -70,6 +75,7 @@ from ..protocol.streamable import (
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
 from .dual_era import DualEraBridge, RemoteFailed
+from .legacy_sse import LegacySseSession
 from .tool_filter import ToolFilter
 
 __all__ = ["StdioBridge"]
@@ -78,6 +84,15 @@ log = logging.getLogger("vmcp.proxy")
 
 _REPLAY_ID = "vmcp-proxy-reinitialize"
 _PING_ID = "vmcp-proxy-keepalive"
+
+
+@dataclass(frozen=True)
+class _Refusal:
+    """How the remote refused a client's ``initialize``."""
+
+    status: int
+    media: str
+    body: bytes
 
 
 def _error_line(request_id: object, code: int, message: str) -> bytes:
@@ -112,7 +127,7 @@ class StdioBridge:
                  injected: Sequence[tuple[str, str]] = (),
                  max_line_bytes: int = 4 * 1024 * 1024, shutdown_grace: float = 30.0,
                  tools: ToolFilter | None = None, ping_interval: float | None = None,
-                 dual_era: bool = False) -> None:
+                 dual_era: bool = False, transport: str = "auto") -> None:
         self.target = target
         self.tools = tools if tools is not None else ToolFilter(())
         self.ping_interval = ping_interval
@@ -138,6 +153,12 @@ class StdioBridge:
         """``--protocol auto``: the client's session with a 2026-07-28 remote, once its
         ``server`` is known."""
         self._supervisor: Supervisor | None = None
+        self.transport = transport
+        """``--transport``: ``auto`` (Streamable HTTP, HTTP+SSE when the remote refuses it as
+        an older server does), ``streamable-http`` or ``sse``."""
+        self.legacy: LegacySseSession | None = None
+        """The session on the HTTP+SSE transport, once it is the one."""
+        self._legacy_opening = trio.Lock()
 
     # --- stdout --------------------------------------------------------------------------------
 
@@ -227,6 +248,9 @@ class StdioBridge:
         elif isinstance(message, dict) and message.get("method") == "notifications/initialized":
             self._initialized = line
         try:
+            if self.legacy is not None or self.transport == "sse":
+                await self._legacy_forward(line, message)
+                return
             if self.dual_era is not None and await self._bridged(message):
                 return
             await self._post(line, message, replay_on_404=True)
@@ -278,8 +302,46 @@ class StdioBridge:
                     await self._reinitialize(session_id)
                     await self._post(line, message, replay_on_404=False, show=show)
                     return
-                await self._take(response, answer, message, show=show)
+                if answer is not PostAnswer.NOT_STREAMABLE or self.transport != "auto" \
+                        or not show:
+                    await self._take(response, answer, message, show=show)
+                    return
+                refused = _Refusal(response.status, media_type(response.header(
+                    "content-type")), await response.read(self.max_line_bytes))
+            await self._fall_back(line, message, refused)
             return
+
+    async def _fall_back(self, line: bytes, message: object, refused: _Refusal) -> None:
+        """The remote refused the client's ``initialize`` as a server of the HTTP+SSE transport
+        does: that transport (:mod:`.legacy_sse`); when it has no SSE stream either, the client
+        gets what the remote answered."""
+        try:
+            await self._legacy_forward(line, message)
+        except RemoteFailed as exc:
+            if refused.media == JSON and refused.body.strip():
+                await self._deliver(refused.body, message, show=True)
+            elif _is_request(message):
+                await self.write(_error_line(message.get("id"), -32603, (
+                    f"vmcp proxy: the remote answered initialize with HTTP {refused.status} "
+                    f"and has no SSE stream either: {exc}")))
+            return
+        log.info("the remote %s refused Streamable HTTP (HTTP %d): the HTTP+SSE transport",
+                 self.target, refused.status)
+
+    async def _legacy_forward(self, line: bytes, message: object) -> None:
+        """A message on the HTTP+SSE transport, its stream opened first (raises
+        :class:`RemoteFailed` when it cannot be)."""
+        if self.legacy is None:
+            async with self._legacy_opening:
+                if self.legacy is None:
+                    assert self._supervisor is not None
+                    session = LegacySseSession(
+                        self.target, self.client, self.write, credentials=self.credentials,
+                        injected=self.injected, max_event_bytes=self.max_line_bytes)
+                    if await session.open(self._supervisor) is None:
+                        raise RemoteFailed(session.failure)
+                    self.legacy = session
+        await self.legacy.forward(line, message)
 
     async def _take(self, response: HttpResponse, answer: PostAnswer, message: object, *,
                     show: bool) -> None:
