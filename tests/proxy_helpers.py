@@ -1,11 +1,15 @@
 """The proxy's test harness: a recording remote (a stand-in: no installable server echoes the
 raw headers it received or lets a test pace its SSE events), the proxy run in this process
 (``build_proxy`` + ``serve_proxy``, the parts ``vmcp proxy`` runs), settings for it, and one
-request through it (:func:`fetch`) or a hand-made one on a socket (:func:`raw_http`)."""
+request through it (:func:`fetch`) or a hand-made one on a socket (:func:`raw_http`); the stdio
+bridge run in this process (:func:`stdio_bridge_to`), and how a stdio client starts ``vmcp
+proxy stdio`` or mcp-remote (:func:`bridge`)."""
 
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -16,6 +20,7 @@ import hypercorn.trio
 import trio
 import trio.testing
 from hypercorn.config import Config
+from mcp.client.stdio import StdioServerParameters
 
 from vmcp_trio.app.proxy import ProxyProcess, build_proxy, serve_proxy
 from vmcp_trio.http.asgi import lifespan
@@ -25,6 +30,7 @@ from vmcp_trio.proxy.settings import ProxySettings
 from vmcp_trio.proxy.stdio_bridge import StdioBridge
 
 from .fixtures.asgi_body import read_body
+from .helpers import ROOT
 
 # --- a recording remote (stand-in) ---------------------------------------------------------------
 
@@ -160,3 +166,29 @@ async def stdio_bridge_to(remote: Any, **options: Any) -> AsyncIterator[
         yield bridge, stdin_writer, stdout_reader
         nursery.cancel_scope.cancel()
     await client.aclose()
+
+
+# --- a stdio client's proxy: vmcp proxy stdio, or mcp-remote -----------------------------------
+
+MCP_REMOTE = ROOT / "tests" / "peers" / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
+
+
+def node() -> str:
+    """The Node the test peers run on."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "peers.py"), "--print-node"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def bridge(url: str, proxy: str, *flags: str) -> StdioServerParameters:
+    """How a stdio client starts ``proxy`` (``vmcp`` or ``mcp-remote``) in front of ``url``."""
+    if proxy == "mcp-remote":
+        return StdioServerParameters(command=node(), cwd=ROOT, args=[
+            str(MCP_REMOTE), url, "--allow-http", *flags])
+    return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
+        "-m", "vmcp_trio", "proxy", "stdio", "--target-uri", url, *flags])
+
+
+def leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions of a group, nested groups opened."""
+    return [leaf for error in group.exceptions for leaf in (
+        leaves(error) if isinstance(error, BaseExceptionGroup) else [error])]

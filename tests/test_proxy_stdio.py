@@ -8,24 +8,19 @@ HTTP in this process (``tests/fixtures/sdk_servers.py``), which records what it 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 import trio
 from mcp import Client, types
 from mcp.client.session import ClientRequestContext
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 
 from .fixtures.sdk_servers import BackendState, make_server, serving
-from .helpers import ROOT, free_port
+from .helpers import free_port
+from .proxy_helpers import bridge
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
-
-
-def bridge(url: str, *flags: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
-        "-m", "vmcp_trio", "proxy", "stdio", "--target-uri", url, *flags])
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -35,7 +30,7 @@ async def test_a_stdio_client_reaches_the_remote_with_progress_and_credentials(
     token.write_text("remote-token\n")
     server, state = make_server("remote")
     async with serving(server, state) as url, Client(stdio_client(bridge(
-            url, "--remote-auth-bearer-token-file", str(token),
+            url, "vmcp", "--remote-auth-bearer-token-file", str(token),
             "--remote-forward-headers", "X-Tenant=acme")), mode=mode) as client:
         names = {tool.name for tool in (await client.list_tools()).tools}
         assert {"add", "slow"} <= names
@@ -68,7 +63,7 @@ async def test_the_session_survives_a_restart_of_the_remote() -> None:
     states: list[BackendState] = []
     async with trio.open_nursery() as nursery:
         first = await nursery.start(serve_until_cancelled, port, states)
-        async with Client(stdio_client(bridge(f"http://127.0.0.1:{port}/mcp")),
+        async with Client(stdio_client(bridge(f"http://127.0.0.1:{port}/mcp", "vmcp")),
                           mode="legacy") as client:
             assert (await client.call_tool("add", {"a": 1, "b": 1})).structured_content
             first.cancel()
@@ -104,7 +99,7 @@ async def test_the_servers_questions_and_notifications_reach_the_stdio_client(mo
 
     server, state = make_server("remote")
     async with serving(server, state) as url, Client(
-            stdio_client(bridge(url)), mode=mode, elicitation_callback=on_elicitation,
+            stdio_client(bridge(url, "vmcp")), mode=mode, elicitation_callback=on_elicitation,
             sampling_callback=on_sampling, message_handler=on_message) as client:
         answered = await client.call_tool("ask", {"question": "colour?"})
         assert answered.content[0].text == "accept:blue"  # type: ignore[union-attr]

@@ -10,7 +10,6 @@ bridge is held to.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -22,7 +21,7 @@ import trio
 import trio.testing
 from mcp import Client, types
 from mcp.client.session import ClientRequestContext
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
 from vmcp_trio.http.asgi import lifespan
@@ -31,27 +30,11 @@ from vmcp_trio.proxy.tool_filter import ToolFilter
 from .fixtures.asgi_body import read_body
 from .fixtures.sdk_servers import BackendState, make_server, serving
 from .gateway_helpers import running_gateway
-from .helpers import ROOT
-from .proxy_helpers import stdio_bridge_to
+from .proxy_helpers import bridge, leaves, stdio_bridge_to
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
-MCP_REMOTE = ROOT / "tests" / "peers" / "node_modules" / "mcp-remote" / "dist" / "proxy.js"
 TIMEOUT = 60
-
-
-def node() -> str:
-    import subprocess
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "peers.py"), "--print-node"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-
-
-def bridge(url: str, proxy: str, *flags: str) -> StdioServerParameters:
-    if proxy == "mcp-remote":
-        return StdioServerParameters(command=node(), cwd=ROOT, args=[
-            str(MCP_REMOTE), url, "--allow-http", *flags])
-    return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
-        "-m", "vmcp_trio", "proxy", "stdio", "--target-uri", url, *flags])
 
 
 @dataclass
@@ -115,11 +98,6 @@ async def listening_to(state: BackendState, uri: str) -> None:
         while not any(uri in listened for listened in state.listens):
             await trio.sleep(0.05)
     await trio.sleep(0.5)
-
-
-def leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
-    return [leaf for error in group.exceptions for leaf in (
-        leaves(error) if isinstance(error, BaseExceptionGroup) else [error])]
 
 
 def text_of(result: types.CallToolResult) -> str:

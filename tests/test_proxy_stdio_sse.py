@@ -6,7 +6,6 @@ SDK 2.x ``Client`` (handshake mode) on stdin/stdout, the remote an SDK 2.x serve
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -19,16 +18,15 @@ import trio
 from hypercorn.config import Config
 from mcp import Client, types
 from mcp.client.session import ClientRequestContext
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import stdio_client
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from vmcp_trio.http.asgi import lifespan
 
 from .fixtures.sdk_servers import make_server
-from .helpers import ROOT, free_port
-from .proxy_helpers import stdio_bridge_to
-from .test_proxy_stdio_dual_era import MCP_REMOTE, leaves, node, text_of
+from .helpers import free_port
+from .proxy_helpers import bridge, leaves, stdio_bridge_to
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -49,12 +47,11 @@ async def serving_sse(server: MCPServer, port: int = 0) -> AsyncIterator[str]:
         nursery.cancel_scope.cancel()
 
 
-def proxy(url: str, which: str, *flags: str) -> StdioServerParameters:
-    if which == "mcp-remote":
-        return StdioServerParameters(command=node(), cwd=ROOT, args=[
-            str(MCP_REMOTE), url, "--allow-http", *flags])
-    return StdioServerParameters(command=sys.executable, cwd=ROOT, args=[
-        "-m", "vmcp_trio", "proxy", "stdio", "--target-uri", url, *flags])
+def text_of(result: types.CallToolResult) -> str:
+    assert not result.is_error, result
+    first = result.content[0]
+    assert isinstance(first, types.TextContent)
+    return first.text
 
 
 async def on_elicitation(context: ClientRequestContext,
@@ -78,7 +75,7 @@ async def test_a_stdio_client_reaches_an_http_sse_server(which: str,
 
     with trio.fail_after(TIMEOUT):
         async with serving_sse(server) as url, Client(
-                stdio_client(proxy(url, which, *flags)), mode="legacy",
+                stdio_client(bridge(url, which, *flags)), mode="legacy",
                 elicitation_callback=on_elicitation) as client:
             assert client.server_info is not None and client.server_info.name == "oldtimer"
             assert {"add", "slow", "ask"} <= {t.name for t in (await client.list_tools()).tools}
@@ -100,7 +97,7 @@ async def test_streamable_http_only_gives_the_remotes_refusal() -> None:
     with trio.fail_after(TIMEOUT):
         async with serving_sse(server) as url:
             try:
-                async with Client(stdio_client(proxy(url, "vmcp", "--transport",
+                async with Client(stdio_client(bridge(url, "vmcp", "--transport",
                                                      "streamable-http")), mode="legacy"):
                     pass
             except* MCPError as group:
@@ -124,7 +121,7 @@ async def test_the_session_goes_on_after_the_remote_restarts() -> None:
     with trio.fail_after(TIMEOUT):
         async with trio.open_nursery() as nursery:
             first = await nursery.start(serve_until_cancelled, port)
-            async with Client(stdio_client(proxy(f"http://127.0.0.1:{port}/sse", "vmcp")),
+            async with Client(stdio_client(bridge(f"http://127.0.0.1:{port}/sse", "vmcp")),
                               mode="legacy") as client:
                 assert (await client.call_tool("add", {"a": 1, "b": 1})).structured_content
                 first.cancel()
