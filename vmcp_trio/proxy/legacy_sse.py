@@ -189,7 +189,10 @@ class LegacySseSession:
             if request_id is not None:
                 self._pending.add(request_id)
             why = await self._post(line)
-        if why is not None and request_id is not None:
+        if why is None:
+            return
+        log.warning("a message to %s was not delivered: %s", self.target, why)
+        if request_id is not None:
             self._pending.discard(request_id)
             await self.write(encode_error(INTERNAL_ERROR, f"vmcp proxy: the remote "
                                                           f"{self.target}: {why}", request_id))
