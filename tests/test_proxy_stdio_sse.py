@@ -170,3 +170,46 @@ async def test_a_message_endpoint_on_another_origin_is_refused() -> None:
     assert refused["id"] == 1
     assert "message endpoint on another origin: refused" in refused["error"]["message"]
     assert remote.posts == 0
+
+
+class Forgetful:
+    """A stand-in HTTP+SSE remote that ends its stream, unanswered, when a request comes (a
+    restart in the middle of a call), and opens a new one for the next GET."""
+
+    def __init__(self) -> None:
+        self.streams = 0
+        self.request_came = trio.Event()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        if scope["method"] == "POST":
+            self.request_came.set()
+            await send({"type": "http.response.start", "status": 202, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        self.streams += 1
+        came = self.request_came = trio.Event()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "more_body": True,
+                    "body": b"event: endpoint\ndata: /messages?session=" +
+                            str(self.streams).encode() + b"\n\n"})
+        await came.wait()
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def test_a_request_in_flight_when_the_stream_ends_gets_an_error() -> None:
+    """The stream ends before the remote answered: the client hears so at once (this transport
+    cannot resume), and the stream is opened again for what comes next."""
+    remote = Forgetful()
+    async with stdio_bridge_to(remote, transport="sse") as (_, stdin, stdout):
+        await stdin.send_all(b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": '
+                             b'{"name": "add", "arguments": {}}}\n')
+        with trio.fail_after(10):
+            lost = orjson.loads(await stdout.receive_some())
+            while remote.streams < 2:
+                await trio.sleep(0.05)
+    assert lost["id"] == 9
+    assert "ended its SSE stream before answering" in lost["error"]["message"]
