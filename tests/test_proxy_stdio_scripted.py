@@ -172,3 +172,17 @@ async def test_a_batch_cannot_call_an_ignored_tool() -> None:
         'Tool "Delete_All" is not available'
     assert remote.posted[-1] == [{"jsonrpc": "2.0",
                                   "method": "notifications/roots/list_changed"}]
+
+
+async def test_protocol_auto_with_a_remote_whose_probe_answer_is_no_answer() -> None:
+    """``--protocol auto`` and a handshake remote that answers the ``server/discover`` probe
+    with an empty 202 (no answer at all): the client's own ``initialize`` goes out and the
+    session is the usual one."""
+    remote = Remote()
+    async with bridged(remote, dual_era=True) as (stdin, _):
+        await stdin.send_all(b'{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}\n')
+        with trio.fail_after(10):
+            while len(remote.posted) < 4:
+                await trio.sleep(0.02)
+    assert [post.get("method") for post in remote.posted] == [
+        "server/discover", "initialize", "notifications/initialized", "tools/list"]

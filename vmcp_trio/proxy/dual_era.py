@@ -147,10 +147,15 @@ class DualEraBridge:
     async def discover(self, initialize: Request) -> bool:
         """Probe the remote with ``server/discover`` for the client's ``initialize``: True
         when it speaks 2026-07-28 (the client has its answer); False when it is a handshake
-        server (the ``initialize`` is the caller's to send). Raises :class:`RemoteFailed`,
-        HttpError or LoginPending when the remote cannot be asked."""
+        server, or one whose answer is no answer at all (the ``initialize`` is the caller's to
+        send). Raises HttpError or LoginPending when the remote cannot be asked."""
         self._learn_client(initialize.params or {})
-        reply = await self._exchange(initialize.id, "server/discover", {}, probing=True)
+        try:
+            reply = await self._exchange(initialize.id, "server/discover", {}, probing=True)
+        except RemoteFailed as exc:
+            log.info("the remote %s answered server/discover with no answer (%s): the "
+                     "handshake goes out as it is", self.target, exc)
+            return False
         server = discovered(reply.result) if isinstance(reply, Response) else None
         if server is None:
             return False
