@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ("auth_hot_path", "gateway_overhead", "proxy_overhead", "tunnel_overhead", "tracing",
+BENCHMARKS = ("auth_hot_path", "gateway_overhead", "proxy_overhead", "stdio_overhead",
+              "tunnel_overhead", "tracing",
               "streams", "http2_streams", "token_exchange", "startup", "capacity",
               "capacity_curves",
               "sick_backends")
