@@ -15,7 +15,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -245,6 +245,16 @@ async def generate_load(url: str, *, sessions: int, warmup: float, duration: flo
                     result.errors += 1
         await stream.aclose()
 
+    await run_workers(worker, sessions=sessions, warmup=warmup, duration=duration,
+                      state=state, result=result)
+    return result
+
+
+async def run_workers(worker: Callable[[], Awaitable[None]], *, sessions: int, warmup: float,
+                      duration: float, state: dict[str, bool], result: LoadResult) -> None:
+    """``sessions`` copies of ``worker`` for ``warmup`` + ``duration`` seconds:
+    ``state["measuring"]`` is true during the measured part (its length in
+    ``result.seconds``), ``state["stop"]`` once it is over; back when every worker is."""
     async with trio.open_nursery() as nursery:
         for _ in range(sessions):
             nursery.start_soon(worker)
@@ -255,7 +265,6 @@ async def generate_load(url: str, *, sessions: int, warmup: float, duration: flo
         state["measuring"] = False
         result.seconds = time.perf_counter() - began
         state["stop"] = True
-    return result
 
 
 def emit(name: str, metrics: dict[str, Any], ratios: dict[str, float]) -> None:
@@ -381,12 +390,19 @@ def measure_phase(url: str, pids: dict[str, int], args: argparse.Namespace, *,
     before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     result = trio.run(lambda: generate_load(url, sessions=args.sessions, warmup=args.warmup,
                                             duration=args.duration, stateless=stateless))
-    # CPU spent during warm-up is included; divide by all calls made while it was counted.
     after = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    return phase_figures(result, before, after, args)
+
+
+def phase_figures(result: LoadResult, before: dict[str, float], after: dict[str, float],
+                  args: argparse.Namespace) -> dict[str, float]:
+    """A phase's requests per second, p50/p99 latency, errors, and CPU microseconds per call of
+    each process from its CPU seconds ``before`` and ``after`` the load (warm-up included:
+    divided by all the calls made while it was counted)."""
     total_calls = result.calls * (args.warmup + args.duration) / args.duration
     out = {"rps": round(result.rate, 1), "p50_ms": round(result.percentile(0.5) * 1e3, 3),
            "p99_ms": round(result.percentile(0.99) * 1e3, 3), "errors": result.errors}
-    for name in pids:
+    for name in before:
         out[f"{name}_cpu_us_per_call"] = round(
             (after[name] - before[name]) / max(total_calls, 1) * 1e6, 1)
     return out

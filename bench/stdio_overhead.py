@@ -35,16 +35,19 @@ from common import (  # type: ignore[import-not-found]
     floor_command,
     load_arguments,
     median_run,
+    phase_figures,
+    run_workers,
     server_and_load_cpus,
     started,
 )
 
 
-async def stdio_load(url: str, *, cpu: int, sessions: int, warmup: float,
-                     duration: float) -> tuple[LoadResult, float, float]:
-    """Start ``vmcp proxy stdio`` for ``url`` on ``cpu``, initialize, and keep ``sessions``
-    calls in flight for ``warmup`` + ``duration`` seconds: the result of the measured part and
-    the proxy's CPU seconds before and after."""
+async def stdio_load(url: str, floor_pid: int, *, cpu: int, args: Any
+                     ) -> tuple[LoadResult, dict[str, float], dict[str, float]]:
+    """Start ``vmcp proxy stdio`` for ``url`` on ``cpu``, initialize, and keep
+    ``args.sessions`` calls in flight for ``args.warmup`` + ``args.duration`` seconds: the
+    result of the measured part, and the CPU seconds of the proxy and of its remote (the floor
+    at ``floor_pid``) before and after."""
     process = await trio.lowlevel.open_process(
         ["taskset", "-c", str(cpu), sys.executable, "-m", "vmcp_trio", "proxy", "stdio",
          "--target-uri", url, "--log-level", "warning"],
@@ -99,18 +102,11 @@ async def stdio_load(url: str, *, cpu: int, sessions: int, warmup: float,
             await call("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                       "clientInfo": {"name": "bench", "version": "1"}})
         await send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        before = cpu_seconds(process.pid)
-        async with trio.open_nursery() as load:
-            for _ in range(sessions):
-                load.start_soon(worker)
-            await trio.sleep(warmup)
-            state["measuring"] = True
-            began = time.perf_counter()
-            await trio.sleep(duration)
-            state["measuring"] = False
-            result.seconds = time.perf_counter() - began
-            state["stop"] = True
-        after = cpu_seconds(process.pid)
+        pids = {"stdio": process.pid, "floor": floor_pid}
+        before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        await run_workers(worker, sessions=args.sessions, warmup=args.warmup,
+                          duration=args.duration, state=state, result=result)
+        after = {name: cpu_seconds(pid) for name, pid in pids.items()}
         await stdin.aclose()
         with trio.move_on_after(10):
             await process.wait()
@@ -122,17 +118,9 @@ async def stdio_load(url: str, *, cpu: int, sessions: int, warmup: float,
 
 def stdio_phase(args: Any, *, server_cpu: int, load_cpu: int) -> dict[str, float]:
     with started(floor_command(), cpu=load_cpu, ready_line="listening") as (backend, line):
-        floor_before = cpu_seconds(backend.pid)
         result, before, after = trio.run(lambda: stdio_load(
-            line.split()[-1], cpu=server_cpu, sessions=args.sessions, warmup=args.warmup,
-            duration=args.duration))
-        floor_after = cpu_seconds(backend.pid)
-    total_calls = result.calls * (args.warmup + args.duration) / args.duration
-    return {"rps": round(result.rate, 1), "p50_ms": round(result.percentile(0.5) * 1e3, 3),
-            "p99_ms": round(result.percentile(0.99) * 1e3, 3), "errors": result.errors,
-            "stdio_cpu_us_per_call": round((after - before) / max(total_calls, 1) * 1e6, 1),
-            "floor_cpu_us_per_call": round(
-                (floor_after - floor_before) / max(total_calls, 1) * 1e6, 1)}
+            line.split()[-1], backend.pid, cpu=server_cpu, args=args))
+    return phase_figures(result, before, after, args)
 
 
 def main() -> None:
