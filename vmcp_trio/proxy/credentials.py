@@ -16,14 +16,16 @@ would change (a static token).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from ..auth.caller import Caller
 from ..auth.outgoing.strategies import CredentialError, OutgoingStrategy
+from ..http.client import HttpClient, HttpResponse
 
 __all__ = ["CredentialError", "Exchanged", "LoginPending", "RemoteCredential", "StaticBearer",
-           "credential_headers", "renewed"]
+           "credential_headers", "posted", "renewed"]
 
 
 class LoginPending(CredentialError):
@@ -80,3 +82,21 @@ async def renewed(credentials: Sequence[RemoteCredential], status: int,
     for credential in credentials:
         again = await credential.rejected(status, challenge) or again
     return again
+
+
+@asynccontextmanager
+async def posted(client: HttpClient, url: str, transport: Sequence[tuple[str, str]],
+                 body: bytes, credentials: Sequence[RemoteCredential],
+                 injected: Sequence[tuple[str, str]] = ()) -> AsyncIterator[HttpResponse]:
+    """The response to a POST of ``body`` with the ``transport`` headers, ``injected`` and the
+    credentials'; a 401 or 403 asks the credentials once for new values (:func:`renewed`) and
+    the POST goes again, whose response is the caller's whatever it is (raises HttpError,
+    :class:`LoginPending`)."""
+    for attempt in (1, 2):
+        headers = [*transport, *await credential_headers(credentials, None, injected)]
+        async with client.stream("POST", url, headers=headers, body=body) as response:
+            if response.status in (401, 403) and attempt == 1 and await renewed(
+                    credentials, response.status, response.header("www-authenticate")):
+                continue
+            yield response
+            return

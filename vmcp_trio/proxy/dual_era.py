@@ -85,7 +85,7 @@ from ..protocol.stateless_client import (
 from ..protocol.stateless_requests import metadata_headers
 from ..protocol.streamable import PostAnswer, Sent, media_type, post_answer, post_headers
 from ..protocol.translation import meta_for_stateless, result_for_handshake
-from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
+from .credentials import LoginPending, RemoteCredential, posted
 from .tool_filter import ToolFilter
 
 __all__ = ["MAX_SUBSCRIPTIONS", "MAX_WAITING", "DualEraBridge", "RemoteFailed"]
@@ -345,36 +345,28 @@ class DualEraBridge:
         body = encode(Request(request_id, method, sent))
         transport = [*post_headers(STATELESS.version),
                      *metadata_headers(method, sent, self._schemas.of(method, params))]
-        for attempt in (1, 2):
-            headers = transport + await credential_headers(self.credentials, None,
-                                                           self.injected)
-            async with self.client.stream("POST", self.target, headers=headers,
-                                          body=body) as response:
-                media = media_type(response.header("content-type"))
-                answer = post_answer(response.status, media,
-                                     Sent.DISCOVER if probing else Sent.REQUEST,
-                                     in_session=False)
-                if answer is PostAnswer.UNAUTHORIZED and attempt == 1 and await renewed(
-                        self.credentials, response.status, response.header("www-authenticate")):
-                    continue
-                if answer is PostAnswer.HANDSHAKE_ERA:
-                    return None
-                if answer is PostAnswer.JSON:
-                    return _reply(await response.read(self.max_body), request_id)
-                if answer is not PostAnswer.STREAM:
-                    raise RemoteFailed(f"it answered {method} with HTTP {response.status} "
-                                       f"({media or 'no content type'})")
-                parser = SSEParser(self.max_body)
-                try:
-                    async for chunk in response.iter_bytes():
-                        for event in parser.feed(chunk):
-                            reply = await self._event(event.data, request_id, on_message)
-                            if reply is not None:
-                                return reply
-                except SSEError as exc:
-                    raise RemoteFailed(f"its event stream broke: {exc}") from None
-                raise RemoteFailed(f"it closed the stream of {method} before answering")
-        raise RemoteFailed(f"it refused the credential for {method}")
+        async with posted(self.client, self.target, transport, body, self.credentials,
+                          self.injected) as response:
+            media = media_type(response.header("content-type"))
+            answer = post_answer(response.status, media,
+                                 Sent.DISCOVER if probing else Sent.REQUEST, in_session=False)
+            if answer is PostAnswer.HANDSHAKE_ERA:
+                return None
+            if answer is PostAnswer.JSON:
+                return _reply(await response.read(self.max_body), request_id)
+            if answer is not PostAnswer.STREAM:
+                raise RemoteFailed(f"it answered {method} with HTTP {response.status} "
+                                   f"({media or 'no content type'})")
+            parser = SSEParser(self.max_body)
+            try:
+                async for chunk in response.iter_bytes():
+                    for event in parser.feed(chunk):
+                        reply = await self._event(event.data, request_id, on_message)
+                        if reply is not None:
+                            return reply
+            except SSEError as exc:
+                raise RemoteFailed(f"its event stream broke: {exc}") from None
+            raise RemoteFailed(f"it closed the stream of {method} before answering")
 
     async def _event(self, data: str, request_id: RequestId,
                      on_message: Callable[[Message], Awaitable[None]] | None,

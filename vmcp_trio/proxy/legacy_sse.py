@@ -39,7 +39,7 @@ from ..protocol.jsonrpc import INTERNAL_ERROR, RequestId, encode_error
 from ..protocol.sse import SSEError, SSEParser
 from ..protocol.streamable import StreamAnswer, media_type, stream_answer, stream_headers
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor, TaskHealth
-from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
+from .credentials import LoginPending, RemoteCredential, credential_headers, posted
 
 __all__ = ["MAX_PENDING", "RECONNECT_WAIT", "LegacySseSession"]
 
@@ -199,21 +199,15 @@ class LegacySseSession:
 
     async def _post(self, line: bytes) -> str | None:
         """POST ``line`` to the endpoint: None when taken, else why not."""
-        for attempt in (1, 2):
-            endpoint = self.endpoint
-            if endpoint is None:
-                return "its SSE stream ended"
-            try:
-                headers = [("content-type", "application/json"), *await credential_headers(
-                    self.credentials, None, self.injected)]
-                status, answer_headers, _ = await self.client.request(
-                    "POST", endpoint, headers=headers, body=line, limit=65536)
-            except (HttpError, LoginPending) as exc:
-                return f"a message could not be sent: {exc}"
-            challenge = dict(answer_headers).get(b"www-authenticate")
-            if status in (401, 403) and attempt == 1 and await renewed(
-                    self.credentials, status, challenge.decode("latin-1") if challenge else None):
-                continue
-            return f"it refused a message (HTTP {status})" if status >= 300 else None
-        return None
+        endpoint = self.endpoint
+        if endpoint is None:
+            return "its SSE stream ended"
+        try:
+            async with posted(self.client, endpoint, [("content-type", "application/json")],
+                              line, self.credentials, self.injected) as response:
+                await response.read(65536)
+                status = response.status
+        except (HttpError, LoginPending) as exc:
+            return f"a message could not be sent: {exc}"
+        return f"it refused a message (HTTP {status})" if status >= 300 else None
 

@@ -73,7 +73,7 @@ from ..protocol.streamable import (
     stream_headers,
 )
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor
-from .credentials import LoginPending, RemoteCredential, credential_headers, renewed
+from .credentials import LoginPending, RemoteCredential, credential_headers, posted
 from .dual_era import DualEraBridge, RemoteFailed
 from .legacy_sse import LegacySseSession
 from .tool_filter import ToolFilter
@@ -286,30 +286,23 @@ class StdioBridge:
     async def _post(self, line: bytes, message: object, *, replay_on_404: bool,
                     show: bool = True) -> None:
         sent = _sent(message)
-        for attempt in (1, 2):
-            transport, session_id = self._headers(message, sent)
-            headers = transport + await credential_headers(self.credentials, None,
-                                                           self.injected)
-            async with self.client.stream("POST", self.target, headers=headers,
-                                          body=line) as response:
-                answer = post_answer(response.status, media_type(response.header(
-                    "content-type")), sent, in_session=session_id is not None)
-                if answer is PostAnswer.UNAUTHORIZED and attempt == 1 and await renewed(
-                        self.credentials, response.status, response.header("www-authenticate")):
-                    continue
-                if answer is PostAnswer.SESSION_GONE and replay_on_404 and session_id:
-                    await response.read(1 << 16)
-                    await self._reinitialize(session_id)
-                    await self._post(line, message, replay_on_404=False, show=show)
-                    return
-                if answer is not PostAnswer.NOT_STREAMABLE or self.transport != "auto" \
-                        or not show:
-                    await self._take(response, answer, message, show=show)
-                    return
-                refused = _Refusal(response.status, media_type(response.header(
-                    "content-type")), await response.read(self.max_line_bytes))
-            await self._fall_back(line, message, refused)
-            return
+        transport, session_id = self._headers(message, sent)
+        async with posted(self.client, self.target, transport, line, self.credentials,
+                          self.injected) as response:
+            answer = post_answer(response.status, media_type(response.header(
+                "content-type")), sent, in_session=session_id is not None)
+            if answer is PostAnswer.SESSION_GONE and replay_on_404 and session_id:
+                await response.read(1 << 16)
+                await self._reinitialize(session_id)
+                await self._post(line, message, replay_on_404=False, show=show)
+                return
+            if answer is not PostAnswer.NOT_STREAMABLE or self.transport != "auto" \
+                    or not show:
+                await self._take(response, answer, message, show=show)
+                return
+            refused = _Refusal(response.status, media_type(response.header(
+                "content-type")), await response.read(self.max_line_bytes))
+        await self._fall_back(line, message, refused)
 
     async def _fall_back(self, line: bytes, message: object, refused: _Refusal) -> None:
         """The remote refused the client's ``initialize`` as a server of the HTTP+SSE transport
