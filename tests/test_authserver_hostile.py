@@ -56,15 +56,18 @@ async def test_registrations_from_many_addresses_are_bounded_together(
     may make): past the 120 a minute of every address together, 429 with Retry-After."""
     statuses: list[int] = []
     waits: list[str] = []
+    started = time.monotonic()
     for n in range(150):
         status, headers = await post_from(f"{authserver_stack.issuer}/oauth/register",
                                           f"127.0.{n // 200 + 1}.{n % 200 + 2}", MAXIMAL)
         statuses.append(status)
         if status == 429:
             waits.append(headers["retry-after"])
+    # 120 a minute together: the burst, plus one token for every half second the loop took
+    refilled = int((time.monotonic() - started) * 2.0) + 1
     assert set(statuses) == {201, 429}
-    assert 120 <= statuses.count(201) <= 130 and statuses[-1] == 429
-    assert all(int(wait) >= 1 for wait in waits)
+    assert statuses[:100] == [201] * 100 and 120 <= statuses.count(201) <= 120 + refilled
+    assert len(waits) >= 30 - refilled and all(int(wait) >= 1 for wait in waits)
 
 
 def test_the_rate_is_per_address_and_for_everyone() -> None:
