@@ -90,9 +90,7 @@ def node() -> str:
 def test_vmcp_proxy_stdio_passes_the_client_auth_scenarios_mcp_remote_passes(
         node: str, tmp_path: Path) -> None:
     # The runs at the same time, as the suite itself runs a set's scenarios: each scenario has
-    # its own servers on their own ports and its own output directory. The vmcp set takes as
-    # long as its slowest scenario: auth/scope-retry-limit, where the client waits its 25 s
-    # timeout (proxy_stdio_client.TIMEOUT) for an answer to tools/list after the second 403.
+    # its own servers on their own ports and its own output directory (about 2 s of CPU each).
     with ThreadPoolExecutor(max_workers=3) as pool:
         runs = [pool.submit(_run, node, tmp_path / "vmcp", ["--suite", "auth"]),
                 pool.submit(_run, node, tmp_path / "mcp-remote", ["--suite", "auth"],

@@ -15,10 +15,11 @@ import trio
 from mcp import Client, types
 from mcp.client.session import ClientRequestContext
 from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
 
-from .fixtures.sdk_servers import BackendState, make_server, serving
+from .fixtures.sdk_servers import BackendState, ResourceServer, make_server, serving
 from .helpers import free_port
-from .proxy_helpers import bridge
+from .proxy_helpers import bridge, leaves
 
 pytestmark = pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 
@@ -111,3 +112,25 @@ async def test_the_servers_questions_and_notifications_reach_the_stdio_client(mo
             with trio.fail_after(10):
                 while not any("ToolListChanged" in type(m).__name__ for m in notified):
                     await trio.sleep(0.05)
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_credentials_the_remote_refuses_are_an_error_not_a_wait(
+        mode: str, tmp_path: Path) -> None:
+    """The remote refuses the token with 401 and an OAuth error object (not JSON-RPC): the
+    client's first request is answered with an error naming the status and the OAuth error,
+    instead of the object being passed on and the client waiting for an answer by id."""
+    token = tmp_path / "token"
+    token.write_text("a-token-it-does-not-accept\n")
+    server, state = make_server("remote", resource_server=ResourceServer(
+        "http://127.0.0.1:9", "http://127.0.0.1:9/mcp", {"keys": []}))
+    async with serving(server, state) as url:
+        with trio.fail_after(20), pytest.raises(BaseExceptionGroup) as group:
+            async with Client(stdio_client(bridge(
+                    url, "vmcp", "--remote-auth-bearer-token-file", str(token))), mode=mode):
+                pass
+    [refused] = [leaf for leaf in leaves(group.value) if isinstance(leaf, MCPError)]
+    assert refused.error.code == -32603
+    assert refused.error.message.startswith(
+        "vmcp proxy: the remote answered HTTP 401 (invalid_token"), refused.error.message
+    assert state.refused >= 1

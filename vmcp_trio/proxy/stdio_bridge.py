@@ -12,7 +12,9 @@ Rules it keeps:
   ``MCP-Protocol-Version``; a 2026-07-28 message (its ``_meta`` names the revision) carries that
   revision and its ``Mcp-Method``/``Mcp-Name`` headers instead. The answer (JSON, or each event
   of an SSE stream, as it arrives: progress before the result) is written to stdout; so is a
-  JSON body the remote refused a message with. (The transport's rules, headers and what an
+  JSON-RPC body the remote refused a message with. Any other refusal (an OAuth error object, a
+  page, nothing) answers each request of the message with an error naming the HTTP status and
+  the OAuth error when there is one. (The transport's rules, headers and what an
   answer means, are :mod:`vmcp_trio.protocol.streamable`'s.)
 * After ``initialize`` the remote's GET stream is opened for what the server sends unasked
   (requests, notifications), and reopened with ``Last-Event-ID`` when it ends. It is a
@@ -46,6 +48,7 @@ Rules it keeps:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -55,6 +58,7 @@ from typing import Any, TypeGuard
 import orjson
 import trio
 
+from ..auth.oauth.tokens import oauth_error
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..protocol.jsonrpc import JsonRpcError, Request, parse_message
 from ..protocol.sse import SSEError, SSEParser
@@ -102,6 +106,28 @@ def _error_line(request_id: object, code: int, message: str) -> bytes:
 
 def _is_request(message: object) -> TypeGuard[dict[str, Any]]:
     return isinstance(message, dict) and "method" in message and "id" in message
+
+
+def _is_jsonrpc(body: bytes) -> bool:
+    """Whether a JSON body is a JSON-RPC message or a batch of them: what the client may be
+    shown (an OAuth error object, say, is not: it would leave the client waiting)."""
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return False
+    items = value if isinstance(value, list) and value else [value]
+    return all(isinstance(item, dict) and item.get("jsonrpc") == "2.0" for item in items)
+
+
+def _what_came(status: int, media: str, body: bytes) -> str:
+    """What the remote answered instead of JSON-RPC, for an error message: the status, and an
+    OAuth error's code and description (RFC 6750 section 3.1) when the body is one."""
+    error = None
+    if media == JSON:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            error = oauth_error(orjson.loads(body))
+    return f"answered HTTP {status} " + (f"({error[1]})" if error is not None
+                                         else f"({media or 'no content type'})")
 
 
 def _sent(message: object) -> Sent:
@@ -311,12 +337,12 @@ class StdioBridge:
         try:
             await self._legacy_forward(line, message)
         except RemoteFailed as exc:
-            if refused.media == JSON and refused.body.strip():
+            if refused.media == JSON and _is_jsonrpc(refused.body):
                 await self._deliver(refused.body, message, show=True)
-            elif _is_request(message):
-                await self.write(_error_line(message.get("id"), -32603, (
-                    f"vmcp proxy: the remote answered initialize with HTTP {refused.status} "
-                    f"and has no SSE stream either: {exc}")))
+            else:
+                await self._refuse(message, _what_came(refused.status, refused.media,
+                                                       refused.body)
+                                   + f" to initialize and has no SSE stream either: {exc}")
             return
         log.info("the remote %s refused Streamable HTTP (HTTP %d): the HTTP+SSE transport",
                  self.target, refused.status)
@@ -356,12 +382,18 @@ class StdioBridge:
             return
         body = await response.read(self.max_line_bytes)
         media = media_type(response.header("content-type"))
-        if media == JSON and body.strip():
+        if media == JSON and _is_jsonrpc(body):
             await self._deliver(body, message, show=show)
-        elif show and _is_request(message):  # the client must not wait for nothing
-            await self.write(_error_line(message.get("id"), -32603, (
-                f"vmcp proxy: the remote answered HTTP {response.status} "
-                f"({media or 'no content type'})")))
+        elif show:  # the client must not wait for nothing
+            await self._refuse(message, _what_came(response.status, media, body))
+
+    async def _refuse(self, message: object, why: str) -> None:
+        """Each request of ``message`` (one, or a batch's) answered with an error saying
+        ``why``."""
+        for request in message if isinstance(message, list) else [message]:
+            if _is_request(request):
+                await self.write(_error_line(request.get("id"), -32603,
+                                             f"vmcp proxy: the remote {why}"))
 
     async def _deliver(self, data: bytes, message: object, *, show: bool) -> None:
         if isinstance(message, dict) and message.get("method") == "initialize":
