@@ -26,7 +26,7 @@ import trio
 from ..gateway.aggregation import Catalog
 from ..gateway.session import ClientSession
 from ..runtime.build import VERSION, revision
-from ..runtime.redis import StorageUnavailable
+from ..runtime.shared_storage import StorageUnavailable
 from .parts import GatewayProcess
 
 __all__ = ["FLEET_TIMEOUT", "status_document"]

@@ -54,7 +54,7 @@ from ..auth.policy.rate_limits import Admission, refusal, retry_after_seconds
 from ..auth.policy.webhooks import WebhookRefusal, Webhooks
 from ..protocol.jsonrpc import TOO_BUSY, ErrorObject, ErrorResponse, Request
 from ..runtime.metrics import Metrics
-from ..runtime.redis import StorageUnavailable
+from ..runtime.shared_storage import StorageUnavailable
 from .aggregation import Catalog
 
 __all__ = ["BackendPolicies", "Gate", "RateLimiter", "Refusal"]

@@ -44,7 +44,8 @@ import trio
 from coredis import PureToken
 
 from ..protocol.jsonrpc import INTERNAL_ERROR, RequestId, encode_error
-from ..runtime.redis import RedisConnection, StorageUnavailable, milliseconds
+from ..runtime.redis import RedisConnection
+from ..runtime.shared_storage import StorageUnavailable, milliseconds
 from .fleet import Fleet
 from .streams import EventStream
 

@@ -37,7 +37,7 @@ from ..protocol.stateless_requests import StatelessContext
 from ..protocol.tasks_extension import TASKS_EXTENSION
 from ..resources.plan import GatewayPlan
 from ..runtime.metrics import Metrics
-from ..runtime.redis import StorageUnavailable
+from ..runtime.shared_storage import StorageUnavailable
 from .backends.links import BackendLinks
 from .backends.stdio import RELAY_CAPABILITIES
 from .call_log import CallLog

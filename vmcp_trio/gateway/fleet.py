@@ -32,7 +32,8 @@ from typing import Any
 import orjson
 import trio
 
-from ..runtime.redis import RedisConnection, StorageUnavailable, milliseconds
+from ..runtime.redis import RedisConnection
+from ..runtime.shared_storage import StorageUnavailable, milliseconds
 
 __all__ = ["Fleet", "Handler"]
 

@@ -37,7 +37,7 @@ from ..protocol.jsonrpc import (
     decode_message,
 )
 from ..protocol.stateless_requests import StatelessContext
-from ..runtime.redis import StorageUnavailable
+from ..runtime.shared_storage import StorageUnavailable
 from .fleet import Fleet
 from .streams import EventStream
 

@@ -28,7 +28,8 @@ from typing import Any
 import orjson
 
 from ..auth.sealer import Sealer, SealingError
-from ..runtime.redis import RedisConnection, milliseconds
+from ..runtime.redis import RedisConnection
+from ..runtime.shared_storage import milliseconds
 
 __all__ = ["BackendSession", "SessionRecord", "SessionRecords"]
 

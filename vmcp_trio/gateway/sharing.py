@@ -49,7 +49,7 @@ from coredis import PureToken
 
 from ..auth.caller import Caller
 from ..protocol.jsonrpc import ErrorResponse, JsonRpcError, Message, Response, decode_message
-from ..runtime.redis import StorageUnavailable, milliseconds
+from ..runtime.shared_storage import StorageUnavailable, milliseconds
 from .fleet import Fleet
 from .session import ClientSession
 from .session_peer import NotPassedOn, SessionPeer

@@ -46,9 +46,10 @@ from coredis.retry import NoRetryPolicy
 
 from ..resources.plan import RedisStorage as RedisPlan
 from ..resources.plan import RedisTlsPlan
+from .shared_storage import StorageUnavailable, milliseconds
 from .supervisor import RestartPolicy, Retry, Supervisor
 
-__all__ = ["RedisConnection", "StorageUnavailable", "milliseconds"]
+__all__ = ["RedisConnection"]
 
 log = logging.getLogger("vmcp.redis")
 
@@ -76,15 +77,6 @@ def tls_context(plan: RedisTlsPlan) -> ssl.SSLContext:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     return context
-
-
-class StorageUnavailable(Exception):
-    """The storage cannot be reached (Redis down or failing over); the message says so."""
-
-
-def milliseconds(seconds: float) -> int:
-    """A TTL for PX/PEXPIRE: at least 1 ms."""
-    return max(1, int(seconds * 1000))
 
 
 class RedisConnection:

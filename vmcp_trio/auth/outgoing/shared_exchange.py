@@ -38,13 +38,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import orjson
 import trio
 
-from ...runtime.redis import RedisConnection, StorageUnavailable, milliseconds
+from ...runtime.shared_storage import StorageUnavailable, milliseconds
 from ..sealer import Sealer, SealingError
+
+if TYPE_CHECKING:  # the Redis client is loaded by whoever makes the connection
+    from ...runtime.redis import RedisConnection
 
 __all__ = ["EXCHANGE_CACHE_INFO", "ExchangedToken", "Reusable", "SharedExchangeCache"]
 

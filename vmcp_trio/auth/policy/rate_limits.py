@@ -64,7 +64,8 @@ from coredis.commands.script import Script
 
 from ...protocol.jsonrpc import ErrorObject, ErrorResponse, RequestId
 from ...resources.plan import Bucket, RateLimitRules, ToolBuckets
-from ...runtime.redis import RedisConnection, StorageUnavailable
+from ...runtime.redis import RedisConnection
+from ...runtime.shared_storage import StorageUnavailable
 
 __all__ = [
     "ADMITTED",

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from ...runtime.redis import StorageUnavailable
+from ...runtime.shared_storage import StorageUnavailable
 
 __all__ = ["MAX_SUCCESSORS", "MAX_UNUSED_CLIENTS", "ROTATION_GRACE", "CodeGrant",
            "PendingAuthorization", "RefreshFamily", "RegisteredClient", "Storage", "StorageFull",

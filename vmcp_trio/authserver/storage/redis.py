@@ -51,7 +51,8 @@ from coredis.exceptions import RedisClusterError, ResponseError
 
 from ...auth.sealer import STORAGE_INFO, Sealer, SealingError
 from ...resources.plan import RedisStorage as RedisPlan
-from ...runtime.redis import RedisConnection, StorageUnavailable, milliseconds
+from ...runtime.redis import RedisConnection
+from ...runtime.shared_storage import StorageUnavailable, milliseconds
 from . import (
     MAX_SUCCESSORS,
     MAX_UNUSED_CLIENTS,
