@@ -20,6 +20,7 @@ Python package implements CEL, and writing one is out of proportion with two mat
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from celpy import Environment, celtypes
@@ -31,7 +32,13 @@ __all__ = ["MAX_EXPRESSION", "ClaimsMatcher", "MatcherError", "compile_matcher"]
 
 MAX_EXPRESSION = 4096
 
-_ENVIRONMENT = Environment()
+
+
+@functools.cache
+def _environment() -> Environment:
+    """The CEL environment, built at the first compile: building its parser takes about a
+    quarter of a second, which every process start would pay for two rarely used fields."""
+    return Environment()
 
 
 class MatcherError(ValueError):
@@ -60,7 +67,8 @@ def compile_matcher(expression: str) -> ClaimsMatcher:
     if len(expression) > MAX_EXPRESSION:
         raise MatcherError(f"is longer than {MAX_EXPRESSION} characters")
     try:
-        program = _ENVIRONMENT.program(_ENVIRONMENT.compile(expression))
+        environment = _environment()
+        program = environment.program(environment.compile(expression))
     except CELParseError as exc:
         where = " ".join(str(exc).split())[:300]
         raise MatcherError(f"is not a CEL expression: {where}") from None
