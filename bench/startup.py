@@ -2,8 +2,10 @@
 
 Each command runs ``--runs`` times (alternated, so that the machine's load hits all alike); the
 medians are compared with ``python -c pass``: ``vmcp --help`` should be within 3x of it (each
-command imports only the stacks it uses), and ``vmcp validate`` pays for the validation stack
-(pydantic, YAML) but not for the server, Redis or the MCP SDK.
+command imports only the stacks it uses), ``vmcp validate`` pays for the validation stack
+(pydantic, YAML) but not for the server, Redis or the MCP SDK, and ``vmcp proxy stdio`` (a
+desktop client starts it with every session: here until the end of its stdin, which it meets at
+once) pays for the proxy's HTTP client and credentials but not for Redis or the server.
 
 Run: ``python bench/startup.py [--runs 15]``.
 """
@@ -25,6 +27,7 @@ COMMANDS = {
     "python_pass": [sys.executable, "-c", "pass"],
     "help": [VMCP, "--help"],
     "validate": [VMCP, "validate", "-c", str(ROOT / "examples" / "quickstart.yaml")],
+    "proxy_stdio": [VMCP, "proxy", "stdio", "--target-uri", "http://127.0.0.1:9/mcp"],
 }
 
 
@@ -36,14 +39,15 @@ def main() -> None:
     for _ in range(args.runs):
         for name, command in COMMANDS.items():
             started = time.perf_counter()
-            subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           check=True, cwd=ROOT)
+            subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, check=True, cwd=ROOT)
             times[name].append(time.perf_counter() - started)
     medians = {name: round(statistics.median(runs) * 1000, 1) for name, runs in times.items()}
     base = medians["python_pass"]
     emit("startup", {"runs": args.runs, "median_ms": medians},
          {"help_vs_python": round(medians["help"] / base, 2),
-          "validate_vs_python": round(medians["validate"] / base, 2)})
+          "validate_vs_python": round(medians["validate"] / base, 2),
+          "proxy_stdio_vs_python": round(medians["proxy_stdio"] / base, 2)})
 
 
 if __name__ == "__main__":
