@@ -114,12 +114,14 @@ async def test_the_servers_questions_and_notifications_reach_the_stdio_client(mo
                     await trio.sleep(0.05)
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize(("mode", "flags"), [
+    ("auto", ()), ("legacy", ()), ("legacy", ("--protocol", "auto"))])
 async def test_credentials_the_remote_refuses_are_an_error_not_a_wait(
-        mode: str, tmp_path: Path) -> None:
+        mode: str, flags: tuple[str, ...], tmp_path: Path) -> None:
     """The remote refuses the token with 401 and an OAuth error object (not JSON-RPC): the
     client's first request is answered with an error naming the status and the OAuth error,
-    instead of the object being passed on and the client waiting for an answer by id."""
+    instead of the object being passed on and the client waiting for an answer by id; so too
+    when the bridge's own probe of ``--protocol auto`` is what is refused."""
     token = tmp_path / "token"
     token.write_text("a-token-it-does-not-accept\n")
     server, state = make_server("remote", resource_server=ResourceServer(
@@ -127,10 +129,11 @@ async def test_credentials_the_remote_refuses_are_an_error_not_a_wait(
     async with serving(server, state) as url:
         with trio.fail_after(20), pytest.raises(BaseExceptionGroup) as group:
             async with Client(stdio_client(bridge(
-                    url, "vmcp", "--remote-auth-bearer-token-file", str(token))), mode=mode):
+                    url, "vmcp", "--remote-auth-bearer-token-file", str(token), *flags)),
+                    mode=mode):
                 pass
     [refused] = [leaf for leaf in leaves(group.value) if isinstance(leaf, MCPError)]
     assert refused.error.code == -32603
-    assert refused.error.message.startswith(
-        "vmcp proxy: the remote answered HTTP 401 (invalid_token"), refused.error.message
+    assert refused.error.message == ("vmcp proxy: the remote answered HTTP 401 (invalid_token: "
+                                     "Authentication required)"), refused.error.message
     assert state.refused >= 1

@@ -86,6 +86,7 @@ from ..protocol.stateless_requests import metadata_headers
 from ..protocol.streamable import PostAnswer, Sent, media_type, post_answer, post_headers
 from ..protocol.translation import meta_for_stateless, result_for_handshake
 from .credentials import LoginPending, RemoteCredential, posted
+from .refusals import refusal
 from .tool_filter import ToolFilter
 
 __all__ = ["MAX_SUBSCRIPTIONS", "MAX_WAITING", "DualEraBridge", "RemoteFailed"]
@@ -355,8 +356,8 @@ class DualEraBridge:
             if answer is PostAnswer.JSON:
                 return _reply(await response.read(self.max_body), request_id)
             if answer is not PostAnswer.STREAM:
-                raise RemoteFailed(f"it answered {method} with HTTP {response.status} "
-                                   f"({media or 'no content type'})")
+                body = await response.read(self.max_body)
+                raise RemoteFailed(f"it {refusal(response.status, media, body)} to {method}")
             parser = SSEParser(self.max_body)
             try:
                 async for chunk in response.iter_bytes():

@@ -40,6 +40,7 @@ from ..protocol.sse import SSEError, SSEParser
 from ..protocol.streamable import StreamAnswer, media_type, stream_answer, stream_headers
 from ..runtime.supervisor import RECONNECT, Retry, Supervisor, TaskHealth
 from .credentials import LoginPending, RemoteCredential, credential_headers, posted
+from .refusals import refusal
 
 __all__ = ["MAX_PENDING", "RECONNECT_WAIT", "LegacySseSession"]
 
@@ -205,9 +206,10 @@ class LegacySseSession:
         try:
             async with posted(self.client, endpoint, [("content-type", "application/json")],
                               line, self.credentials, self.injected) as response:
-                await response.read(65536)
-                status = response.status
+                body = await response.read(65536)
+                status, media = response.status, media_type(response.header("content-type"))
         except (HttpError, LoginPending) as exc:
             return f"a message could not be sent: {exc}"
-        return f"it refused a message (HTTP {status})" if status >= 300 else None
+        return f"it refused a message: it {refusal(status, media, body)}" if status >= 300 \
+            else None
 

@@ -48,7 +48,6 @@ Rules it keeps:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Sequence
@@ -58,7 +57,6 @@ from typing import Any, TypeGuard
 import orjson
 import trio
 
-from ..auth.oauth.tokens import oauth_error
 from ..http.client import HttpClient, HttpError, HttpResponse
 from ..protocol.jsonrpc import JsonRpcError, Request, parse_message
 from ..protocol.sse import SSEError, SSEParser
@@ -80,6 +78,7 @@ from ..runtime.supervisor import RECONNECT, Retry, Supervisor
 from .credentials import LoginPending, RemoteCredential, credential_headers, posted
 from .dual_era import DualEraBridge, RemoteFailed
 from .legacy_sse import LegacySseSession
+from .refusals import refusal
 from .tool_filter import ToolFilter
 
 __all__ = ["StdioBridge"]
@@ -117,17 +116,6 @@ def _is_jsonrpc(body: bytes) -> bool:
         return False
     items = value if isinstance(value, list) and value else [value]
     return all(isinstance(item, dict) and item.get("jsonrpc") == "2.0" for item in items)
-
-
-def _what_came(status: int, media: str, body: bytes) -> str:
-    """What the remote answered instead of JSON-RPC, for an error message: the status, and an
-    OAuth error's code and description (RFC 6750 section 3.1) when the body is one."""
-    error = None
-    if media == JSON:
-        with contextlib.suppress(orjson.JSONDecodeError):
-            error = oauth_error(orjson.loads(body))
-    return f"answered HTTP {status} " + (f"({error[1]})" if error is not None
-                                         else f"({media or 'no content type'})")
 
 
 def _sent(message: object) -> Sent:
@@ -340,7 +328,7 @@ class StdioBridge:
             if refused.media == JSON and _is_jsonrpc(refused.body):
                 await self._deliver(refused.body, message, show=True)
             else:
-                await self._refuse(message, _what_came(refused.status, refused.media,
+                await self._refuse(message, refusal(refused.status, refused.media,
                                                        refused.body)
                                    + f" to initialize and has no SSE stream either: {exc}")
             return
@@ -385,7 +373,7 @@ class StdioBridge:
         if media == JSON and _is_jsonrpc(body):
             await self._deliver(body, message, show=show)
         elif show:  # the client must not wait for nothing
-            await self._refuse(message, _what_came(response.status, media, body))
+            await self._refuse(message, refusal(response.status, media, body))
 
     async def _refuse(self, message: object, why: str) -> None:
         """Each request of ``message`` (one, or a batch's) answered with an error saying
