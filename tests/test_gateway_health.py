@@ -15,6 +15,7 @@ from hypercorn.trio import serve
 from mcp.server.mcpserver import MCPServer
 
 from vmcp_trio import __version__
+from vmcp_trio.app.status_page import circuit_text, when_text
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.runtime.build import revision
 
@@ -165,6 +166,73 @@ async def test_fail_mode_opens_sessions_without_a_backend_known_to_be_down() -> 
         status, ready = await get_json(http, base + "/readyz")
         assert status == 200 and ready["status"] == "degraded"
         assert ready["degraded"]["backends"].startswith("not healthy: weather")
+        await client.aclose()
+    await http.aclose()
+
+
+async def test_an_open_circuit_leaves_the_backend_alone_until_one_check_closes_it() -> None:
+    """circuitBreaker: two failed checks open the circuit (the backend unhealthy although
+    unhealthyThreshold is 100); no check goes while it is open; the one check after it passes
+    (the backend came back meanwhile) closes it and the backend serves; down again, the check
+    after the wait fails and opens the circuit for another wait."""
+    port = free_port()  # nothing listens there yet
+    docs = gateway_docs(port, "best_effort")
+    docs[-1]["spec"]["operational"]["failureHandling"].update(
+        unhealthyThreshold=100, circuitBreaker={"enabled": True, "failureThreshold": 2,
+                                                "timeout": "2s"})
+    http = HttpClient()
+
+    async def weather() -> dict[str, Any]:
+        _, body = await get_json(http, base + "/api/backends/health")
+        return next(entry for entry in body if entry["name"] == "weather")
+
+    async with running_gateway(docs) as (url, _):
+        base = url.removesuffix("/mcp")
+
+        async def opened() -> bool:
+            return (await weather())["circuit"] == "open"
+
+        await wait_for(opened)
+        entry = await weather()
+        assert entry["status"] == "unhealthy" and entry["consecutiveFailures"] == 2
+        assert entry["circuitReopensAt"] > entry["lastCheck"] + 1.5
+        assert circuit_text(entry) == f"circuit open until {when_text(entry['circuitReopensAt'])}"
+        _, _, metrics = await http.request("GET", base + "/metrics")
+        assert b'vmcp_backend_circuit_open{backend="weather"} 1.0' in metrics
+        assert b'vmcp_backend_circuit_open{backend="clock"} 0.0' in metrics
+        await trio.sleep(1.2)  # more than a healthCheckInterval: no check went
+        assert (await weather())["lastCheck"] == entry["lastCheck"]
+        client = RawClient(url)
+        await client.initialize()
+        async with weather_server(port):
+            async def closed() -> bool:
+                return (await weather())["status"] == "healthy"
+
+            await wait_for(closed)
+            back = await weather()
+            assert back["circuit"] == "closed" and back["circuitReopensAt"] is None
+            assert circuit_text(back) == ""  # the status page and `vmcp status` say nothing
+            assert back["lastCheck"] >= entry["circuitReopensAt"] - 0.05  # not before its time
+
+            async def listed() -> bool:
+                tools = (await client.request("tools/list")).result["tools"]
+                return "weather_forecast" in {t["name"] for t in tools}
+
+            await wait_for(listed)
+            called = await client.request("tools/call", {"name": "weather_forecast",
+                                                         "arguments": {"city": "Oslo"}})
+            assert called.result["content"][0]["text"] == "sunny in Oslo"
+        await wait_for(opened)
+        first = await weather()
+
+        async def reopened() -> bool:
+            entry = await weather()
+            return entry["circuit"] == "open" and entry["lastCheck"] > first["lastCheck"]
+
+        await wait_for(reopened)  # the half-open check failed: open again, one more failure
+        again = await weather()
+        assert again["consecutiveFailures"] == first["consecutiveFailures"] + 1
+        assert again["lastCheck"] >= first["circuitReopensAt"] - 0.05
         await client.aclose()
     await http.aclose()
 

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from vmcp_trio.resources.durations import Duration
-from vmcp_trio.resources.plan import HttpEndpoint, MemoryStorage, NoOutgoingAuth
+from vmcp_trio.resources.plan import (
+    CircuitBreakerPlan,
+    HttpEndpoint,
+    MemoryStorage,
+    NoOutgoingAuth,
+)
 from vmcp_trio.resources.problems import Severity
 
 from .helpers import (
@@ -1008,8 +1013,6 @@ def test_a_server_behind_toolhives_proxy_keeps_the_proxys_features(anonymous: Do
      "the optimizer is not implemented yet"),
     ("spec.config", {"codeMode": {"enabled": True}}, "spec.config.codeMode",
      "code mode is not implemented yet"),
-    ("spec.operational.failureHandling.circuitBreaker", {"enabled": True},
-     "spec.operational.failureHandling.circuitBreaker", "the circuit breaker"),
 ])
 def test_harmless_fields_are_ignored_with_a_warning(anonymous: Docs, field: str, value: Any,
                                                     path: str, why: str) -> None:
@@ -1021,6 +1024,37 @@ def test_harmless_fields_are_ignored_with_a_warning(anonymous: Docs, field: str,
     (warning,) = matching(result, rule="ignored-field")
     assert (warning.path, warning.kind) == (path, VMCP)
     assert warning.message.startswith("is ignored: ") and why in warning.message
+
+
+def test_the_circuit_breaker_is_planned_when_enabled(anonymous: Docs) -> None:
+    failure = vmcp(anonymous)["spec"].setdefault("operational", {}).setdefault(
+        "failureHandling", {})
+    failure["circuitBreaker"] = {"enabled": True, "failureThreshold": 3, "timeout": "30s"}
+    result = validate(anonymous)
+    assert result.ok and not matching(result, rule="ignored-field")
+    assert result.plans[0].operational.circuit_breaker == CircuitBreakerPlan(
+        3, Duration.of(seconds=30))
+    failure["circuitBreaker"] = {"enabled": True}
+    assert validate(anonymous).plans[0].operational.circuit_breaker == CircuitBreakerPlan(
+        5, Duration.of(seconds=60))
+    failure["circuitBreaker"] = {"enabled": False, "failureThreshold": 3}
+    result = validate(anonymous)
+    assert result.ok and result.plans[0].operational.circuit_breaker is None
+
+
+@pytest.mark.parametrize(("breaker", "path", "fragment"), [
+    ({"enabled": True, "timeout": "500ms"}, "circuitBreaker.timeout", "between 1s and 1h"),
+    ({"enabled": True, "failureThreshold": 0}, "circuitBreaker.failureThreshold", "1"),
+    ({"enabled": "yes"}, "circuitBreaker.enabled", "must be true or false"),
+])
+def test_circuit_breaker_mistakes_name_the_field(anonymous: Docs, breaker: dict[str, Any],
+                                                 path: str, fragment: str) -> None:
+    vmcp(anonymous)["spec"]["operational"] = {"failureHandling": {"circuitBreaker": breaker}}
+    result = validate(anonymous)
+    assert not result.ok
+    (problem,) = [p for p in result.problems if p.severity is Severity.ERROR]
+    assert problem.path == f"spec.operational.failureHandling.{path}", problem
+    assert fragment in problem.message, problem
 
 
 def test_kubernetes_workload_fields_get_one_warning(anonymous: Docs) -> None:

@@ -388,12 +388,16 @@ def wire_policies(process: GatewayProcess) -> None:
 
 
 def watch_backends(process: GatewayProcess, *, added: set[str], removed: set[str]) -> None:
-    """Each backend's health gauge: one per backend of the plan, none for one a reload
-    removed."""
+    """Each backend's health and circuit gauges: one each per backend of the plan, none for
+    one a reload removed."""
     metrics, health = process.metrics, process.gateway.health
     for name in removed:
         metrics.backend_healthy.remove(name)
+        metrics.backend_circuit_open.remove(name)
     for name in added:
         metrics.watch(metrics.backend_healthy,
                       lambda n=name: 1.0 if health.usable(n) else 0.0,  # type: ignore[misc]
+                      name)
+        metrics.watch(metrics.backend_circuit_open,
+                      lambda n=name: 0.0 if health.circuit_closed(n) else 1.0,  # type: ignore[misc]
                       name)

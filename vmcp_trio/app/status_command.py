@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..defaults import DEFAULT_STATUS_URL, EXIT_INVALID, EXIT_OK
-from .status_page import duration_text, when_text
+from .status_page import circuit_text, duration_text, when_text
 
 __all__ = ["configure_parser", "run", "status_text", "status_url"]
 
@@ -100,6 +100,8 @@ def status_text(document: dict[str, Any]) -> str:
         line = (f"  {backend['name']:<20} {backend['status']:<10} "
                 f"{backend.get('transport', ''):<6} {where:<30} ping "
                 f"{f'{latency:.1f} ms' if latency is not None else '-'}")
+        if circuit := circuit_text(backend):
+            line += f"  {circuit}"
         if backend.get("lastError"):
             line += f"  last error: {backend['lastError']}"
         lines.append(line)

@@ -74,6 +74,16 @@ def when_text(unix: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(unix))
 
 
+def circuit_text(backend: dict[str, Any]) -> str:
+    """``circuit open until <when>`` (or half-open) for a backend whose circuit breaker is not
+    closed, else ""."""
+    circuit = backend.get("circuit")
+    if circuit in (None, "closed"):
+        return ""
+    until = backend.get("circuitReopensAt")
+    return f"circuit {circuit}" + (f" until {when_text(until)}" if until else "")
+
+
 def _header(document: dict[str, Any]) -> str:
     gateway, config = document["gateway"], document["configuration"]
     reload = config["lastReload"]
@@ -134,7 +144,7 @@ def _chart(series: list[dict[str, Any]]) -> str:
 
 def _backends(backends: list[dict[str, Any]]) -> str:
     rows = "".join(
-        f"<tr><td>{_e(b['name'])}</td><td>{_badge(b['status'])}</td>"
+        f"<tr><td>{_e(b['name'])}</td><td>{_badge(b['status'])} {_e(circuit_text(b))}</td>"
         f"<td>{_e(b.get('transport', ''))}</td>"
         f"<td><code>{_e(b.get('url') or b.get('process') or '')}</code></td>"
         f"<td>{_e(b['latencyMs']) if b.get('latencyMs') is not None else '-'}</td>"

@@ -12,6 +12,15 @@ success; until its first probe it is *unknown* (and used). Its first check is lo
 way: ``is healthy`` (INFO), or a WARNING naming why it failed (a backend down when the gateway
 starts, or added down by a reload, is said at once, not only once it is unhealthy).
 
+With ``circuitBreaker.enabled`` each checker is also a circuit breaker, as ToolHive's is:
+``failureThreshold`` failed checks in a row *open* the circuit, which makes the backend unhealthy
+at once (whatever ``unhealthyThreshold`` says) and stops its checks for ``timeout``: a backend
+that is restarting or overloaded is left alone, and every request for it is refused at once
+(no client waits on it). Then the circuit is *half-open*: one check, and only one, goes; it
+passing closes the circuit (healthy, the backend back in every catalog), it failing opens the
+circuit for another ``timeout``. A reload that turns the breaker off closes an open circuit at
+its next check.
+
 When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` calls
 ``on_change`` (the gateway's): sessions drop it from (or add it back to) their catalog and receive
 ``list_changed`` notifications, which is how a client learns its tool list changed.
@@ -45,6 +54,7 @@ __all__ = ["BackendHealth", "HealthMonitor"]
 log = logging.getLogger("vmcp.health")
 
 State = Literal["unknown", "healthy", "unhealthy"]
+Circuit = Literal["closed", "open", "half-open"]
 
 
 @dataclass
@@ -56,6 +66,9 @@ class BackendHealth:
     last_check: float | None = None
     """Wall-clock time (``time.time()``) of the last probe."""
     latency_ms: float | None = None
+    circuit: Circuit = "closed"
+    reopens_at: float | None = None
+    """While the circuit is open: when (``time.time()``) its half-open check goes."""
 
     @property
     def usable(self) -> bool:
@@ -95,6 +108,10 @@ class HealthMonitor:
         health = self.backends.get(backend)
         return health is None or health.usable
 
+    def circuit_closed(self, backend: str) -> bool:
+        health = self.backends.get(backend)
+        return health is None or health.circuit == "closed"
+
     def known_up(self, backend: str) -> bool:
         """Its last check passed (not merely: not yet failed enough to be unhealthy)."""
         health = self.backends.get(backend)
@@ -110,6 +127,10 @@ class HealthMonitor:
         async with trio.open_nursery() as nursery:
             probes = Supervisor(nursery)
             while True:
+                if health.circuit == "open":
+                    if health.reopens_at is not None:
+                        await trio.sleep(max(0.0, health.reopens_at - time.time()))
+                    health.circuit, health.reopens_at = "half-open", None
                 started = trio.current_time()
                 error: str | None = None
                 try:
@@ -126,7 +147,8 @@ class HealthMonitor:
                 except BackendError as exc:
                     error = exc.detail
                 await self._record(health, error, trio.current_time() - started, threshold)
-                await trio.sleep(interval)
+                if health.reopens_at is None:  # an open circuit waits at the loop's top
+                    await trio.sleep(interval)
 
     async def _record(self, health: BackendHealth, error: str | None, elapsed: float,
                       threshold: int) -> None:
@@ -143,6 +165,7 @@ class HealthMonitor:
             await self._forget_link(health.name)
             if health.consecutive_failures >= threshold:
                 health.state = "unhealthy"
+        self._break_or_mend(health, error)
         if before != health.state:
             log.log(logging.WARNING if health.state == "unhealthy" else logging.INFO,
                     "backend %s is %s%s", health.name, health.state,
@@ -150,9 +173,31 @@ class HealthMonitor:
             if before != "unknown" or health.state == "unhealthy":
                 await self.on_change(health.name, health.usable)
         elif health.state == "unknown" and health.consecutive_failures == 1:
+            breaker = self.plan.operational.circuit_breaker
             log.warning("backend %s failed its first check (%s); it is marked unhealthy "
                         "after %d failed checks in a row", health.name, health.last_error,
-                        threshold)
+                        min(threshold, breaker.failure_threshold) if breaker else threshold)
+
+    def _break_or_mend(self, health: BackendHealth, error: str | None) -> None:
+        """The circuit after a check (see the module docstring); an open circuit makes the
+        backend unhealthy."""
+        breaker = self.plan.operational.circuit_breaker
+        if breaker is None or error is None:
+            if health.circuit != "closed":
+                log.info("backend %s: circuit closed (%s)", health.name,
+                         "the check after it opened passed" if error is None
+                         else "the circuit breaker was turned off")
+            health.circuit, health.reopens_at = "closed", None
+            return
+        if health.circuit == "half-open" or (
+                health.circuit == "closed"
+                and health.consecutive_failures >= breaker.failure_threshold):
+            wait = breaker.timeout.total_seconds()
+            log.warning("backend %s: circuit open after %d failed checks in a row (%s): no "
+                        "check and no request for %gs", health.name,
+                        health.consecutive_failures, error, wait)
+            health.circuit, health.reopens_at = "open", time.time() + wait
+            health.state = "unhealthy"
 
     async def _forget_link(self, name: str) -> None:
         link = self._links.pop(name, None)
@@ -193,6 +238,8 @@ class HealthMonitor:
                 "lastError": health.last_error, "lastCheck": health.last_check,
                 "latencyMs": health.latency_ms,
             }
+            if self.plan.operational.circuit_breaker is not None:
+                entry.update(circuit=health.circuit, circuitReopensAt=health.reopens_at)
             if isinstance(endpoint, HttpEndpoint):
                 entry.update(transport=endpoint.transport, url=endpoint.url)
             else:

@@ -37,6 +37,7 @@ from .plan import (
     AnonymousIncoming,
     AwsStsAuth,
     BackendPlan,
+    CircuitBreakerPlan,
     CrossAppAccessAuth,
     EmbeddedIncoming,
     Endpoint,
@@ -690,6 +691,11 @@ def _operational(resolver: Resolver, gateway: Resource, operational: m.Operation
     if health_timeout > interval:
         report.error(gateway, (*here, "healthCheckTimeout"), "duration-range",
                      f"must not be longer than healthCheckInterval ({interval})")
+    breaker = failure.circuit_breaker
+    circuit = CircuitBreakerPlan(
+        breaker.failure_threshold or CircuitBreakerPlan.failure_threshold,
+        ranged((*here, "circuitBreaker", "timeout"), breaker.timeout,
+               CircuitBreakerPlan.timeout, TIMEOUT_RANGE)) if breaker.enabled else None
     if report.error_count != errors_before:
         return None
     return OperationalPlan(
@@ -699,4 +705,5 @@ def _operational(resolver: Resolver, gateway: Resource, operational: m.Operation
         health_check_timeout=health_timeout,
         unhealthy_threshold=failure.unhealthy_threshold or defaults.unhealthy_threshold,
         partial_failure_mode=failure.partial_failure_mode,
+        circuit_breaker=circuit,
     )

@@ -381,11 +381,18 @@ class Timeouts(Model):
     per_workload: dict[DnsSubdomain, DurationText] = Field(default_factory=dict)
 
 
+class CircuitBreaker(Model):
+    enabled: Bool = False
+    failure_threshold: Annotated[int, Field(ge=1, le=100, strict=True)] | None = None
+    timeout: DurationText | None = None
+
+
 class FailureHandling(Model):
     health_check_interval: DurationText | None = None
     health_check_timeout: DurationText | None = None
     unhealthy_threshold: Annotated[int, Field(ge=1, le=100, strict=True)] | None = None
     partial_failure_mode: Literal["fail", "best_effort"] = "fail"
+    circuit_breaker: CircuitBreaker = Field(default_factory=CircuitBreaker)
 
 
 class Operational(Model):

@@ -600,6 +600,15 @@ class AggregationPlan:
 
 
 @dataclass(frozen=True)
+class CircuitBreakerPlan:
+    """``failureHandling.circuitBreaker`` when enabled: open after ``failure_threshold`` failed
+    health checks in a row, then no check (and no request) for ``timeout``."""
+
+    failure_threshold: int = 5
+    timeout: Duration = Duration.of(seconds=60)
+
+
+@dataclass(frozen=True)
 class OperationalPlan:
     default_timeout: Duration = Duration.of(seconds=30)
     per_workload_timeouts: tuple[tuple[str, Duration], ...] = ()
@@ -607,6 +616,7 @@ class OperationalPlan:
     health_check_timeout: Duration = Duration.of(seconds=10)
     unhealthy_threshold: int = 3
     partial_failure_mode: Literal["fail", "best_effort"] = "fail"
+    circuit_breaker: CircuitBreakerPlan | None = None
 
     def timeout_for(self, backend: str) -> Duration:
         return dict(self.per_workload_timeouts).get(backend, self.default_timeout)

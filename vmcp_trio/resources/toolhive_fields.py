@@ -18,10 +18,10 @@ with its own rule:
   security decision and no result a client gets: telemetry (vmcp serves ``/metrics``; its
   traces follow the process's ``OTEL_*`` environment), an MCPRemoteProxy's own incoming auth
   (its pod's, which vmcp does not run), the optimizer and its embedding server, code mode, the
-  runtime config's ``name``/``metadata``, ``logLevel``, the circuit breaker and status
-  reporting; and the runtime form of incoming and outgoing auth (``config.incomingAuth``,
-  ``config.outgoingAuth``), which ToolHive's operator always replaces with ``spec``'s. A value
-  that turns nothing on (``false``, or a block with ``enabled: false``) passes without a word.
+  runtime config's ``name``/``metadata``, ``logLevel`` and status reporting; and the runtime
+  form of incoming and outgoing auth (``config.incomingAuth``, ``config.outgoingAuth``), which
+  ToolHive's operator always replaces with ``spec``'s. A value that turns nothing on
+  (``false``, or a block with ``enabled: false``) passes without a word.
 
 An MCPServer reached at its in-cluster URL is reached through ToolHive's proxy, which enforces
 the proxy's own features (authorization, rate limiting, tool filters, audit, webhooks): there
@@ -80,9 +80,6 @@ IGNORED: dict[str, tuple[Rule, ...]] = {
         ("config.name", "the gateway's name is metadata.name"),
         ("config.metadata", "the gateway's metadata is metadata"),
         *_both("operational.logLevel", "the log level is vmcp's --debug flag"),
-        *_both("operational.failureHandling.circuitBreaker",
-               "the circuit breaker is not implemented yet (health checks still mark a failing "
-               "backend unhealthy)"),
         *_both("operational.failureHandling.statusReportingInterval",
                "status is reported to Kubernetes only"),
         ("config.incomingAuth", "ToolHive's operator always replaces it with spec.incomingAuth "

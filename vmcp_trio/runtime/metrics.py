@@ -83,6 +83,10 @@ class Metrics(ProcessMetrics):
         self.backend_healthy = Gauge("vmcp_backend_healthy",
                                      "1 when the backend is usable (healthy or not yet checked)",
                                      ["backend"], registry=self.registry)
+        self.backend_circuit_open = Gauge(
+            "vmcp_backend_circuit_open", "1 while the backend's circuit breaker is open or "
+            "half-open (circuitBreaker.enabled): its requests are refused without trying it",
+            ["backend"], registry=self.registry)
         self.anonymous_mode = Gauge("vmcp_anonymous_mode",
                                     "1 when incoming auth is anonymous (no checks at all)",
                                     registry=self.registry)
