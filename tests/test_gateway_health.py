@@ -19,6 +19,7 @@ from vmcp_trio.app.status_page import circuit_text, when_text
 from vmcp_trio.http.client import HttpClient
 from vmcp_trio.runtime.build import revision
 
+from .fixtures.sdk_servers import make_server, serving
 from .gateway_helpers import RawClient, quickstart_docs, running_gateway
 from .helpers import ROOT, free_port
 
@@ -235,6 +236,62 @@ async def test_an_open_circuit_leaves_the_backend_alone_until_one_check_closes_i
         assert again["lastCheck"] >= first["circuitReopensAt"] - 0.05
         await client.aclose()
     await http.aclose()
+
+
+async def test_requests_a_hung_backend_does_not_answer_open_its_circuit() -> None:
+    """A backend that passes its checks but takes requests and never answers them: two
+    requests timing out open the circuit (without a check failing), so the next request for it
+    is refused at once instead of waiting its timeout, and its tools leave the list."""
+    server, state = make_server("slowpoke")
+    async with serving(server, state) as backend_url:
+        docs = quickstart_docs()
+        docs.insert(1, {"apiVersion": "toolhive.stacklok.dev/v1alpha1", "kind": "MCPServer",
+                        "metadata": {"name": "slowpoke"},
+                        "spec": {"groupRef": {"name": "quickstart"}, "url": backend_url}})
+        docs[-1]["spec"]["operational"] = {
+            "timeouts": {"default": "1s"},
+            "failureHandling": {"healthCheckInterval": "30s", "healthCheckTimeout": "5s",
+                                "circuitBreaker": {"enabled": True, "failureThreshold": 2,
+                                                   "timeout": "30s"}}}
+        http = HttpClient()
+        async with running_gateway(docs) as (url, _):
+            base = url.removesuffix("/mcp")
+            client = RawClient(url)
+            await client.initialize()
+
+            async def names() -> set[str]:
+                return {t["name"] for t in (await client.request("tools/list")).result["tools"]}
+
+            async def listed() -> bool:
+                return "slowpoke_sleepy" in await names()
+
+            await wait_for(listed)
+            errors: list[str] = []
+
+            async def hang() -> None:
+                reply = await client.request(
+                    "tools/call", {"name": "slowpoke_sleepy", "arguments": {"seconds": 60}})
+                errors.append(reply.body["error"]["message"])
+
+            with trio.fail_after(10):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(hang)
+                    nursery.start_soon(hang)
+            assert errors == ["backend 'slowpoke' did not answer tools/call within 1s"] * 2
+            _, body = await get_json(http, base + "/api/backends/health")
+            entry = next(e for e in body if e["name"] == "slowpoke")
+            assert (entry["circuit"], entry["status"], entry["consecutiveFailures"]) == (
+                "open", "unhealthy", 2)
+            assert entry["lastError"] == "a request did not answer tools/call within 1s"
+            started = trio.current_time()
+            refused = await client.request("tools/call", {"name": "slowpoke_add",
+                                                          "arguments": {"a": 1, "b": 2}})
+            assert trio.current_time() - started < 0.5, refused.body
+            assert refused.body["error"]["message"] == (
+                "Unknown tool: slowpoke_add (unavailable now: backend 'slowpoke' is unhealthy)")
+            assert "slowpoke_add" not in await names() and "clock_add" in await names()
+            await client.aclose()
+        await http.aclose()
 
 
 async def test_metrics_count_requests_and_sessions() -> None:

@@ -13,10 +13,14 @@ way: ``is healthy`` (INFO), or a WARNING naming why it failed (a backend down wh
 starts, or added down by a reload, is said at once, not only once it is unhealthy).
 
 With ``circuitBreaker.enabled`` each checker is also a circuit breaker, as ToolHive's is:
-``failureThreshold`` failed checks in a row *open* the circuit, which makes the backend unhealthy
+``failureThreshold`` failures in a row *open* the circuit, which makes the backend unhealthy
 at once (whatever ``unhealthyThreshold`` says) and stops its checks for ``timeout``: a backend
 that is restarting or overloaded is left alone, and every request for it is refused at once
-(no client waits on it). Then the circuit is *half-open*: one check, and only one, goes; it
+(no client waits on it). A failure is a failed check, or (:meth:`HealthMonitor.call_timed_out`)
+a request the backend took and did not answer within its timeout, which a hung backend gives
+long before enough checks fail; a passed check starts the count again (answered requests do
+not: they are not watched, so that the request path pays nothing for the breaker). Then the
+circuit is *half-open*: one check, and only one, goes; it
 passing closes the circuit (healthy, the backend back in every catalog), it failing opens the
 circuit for another ``timeout``. A reload that turns the breaker off closes an open circuit at
 its next check.
@@ -193,11 +197,25 @@ class HealthMonitor:
                 health.circuit == "closed"
                 and health.consecutive_failures >= breaker.failure_threshold):
             wait = breaker.timeout.total_seconds()
-            log.warning("backend %s: circuit open after %d failed checks in a row (%s): no "
+            log.warning("backend %s: circuit open after %d failures in a row (%s): no "
                         "check and no request for %gs", health.name,
                         health.consecutive_failures, error, wait)
             health.circuit, health.reopens_at = "open", time.time() + wait
             health.state = "unhealthy"
+
+    async def call_timed_out(self, name: str, detail: str) -> None:
+        """A request to ``name`` got no answer within its timeout (``detail`` says which): with
+        the circuit breaker on and the circuit closed, a failure like a failed check."""
+        health = self.backends.get(name)
+        if health is None or health.circuit != "closed" \
+                or self.plan.operational.circuit_breaker is None:
+            return
+        health.consecutive_failures += 1
+        health.last_error = f"a request {detail}"
+        before = health.state
+        self._break_or_mend(health, health.last_error)
+        if before != health.state:
+            await self.on_change(name, health.usable)
 
     async def _forget_link(self, name: str) -> None:
         link = self._links.pop(name, None)

@@ -78,7 +78,7 @@ from ..runtime.audit import mcp_event
 from ..runtime.logs import ACCESS, REQUEST_ID, note
 from ..runtime.supervisor import NEVER_RESTART, Supervisor
 from .admission import Refusal
-from .backends.base import BackendError, BackendLink, Sink, backend_error
+from .backends.base import BackendError, BackendLink, BackendTimedOut, Sink, backend_error
 from .backends.http import HttpBackendLink
 from .call_log import LOST, LoggedCall
 from .calls import Call, InFlight, SessionBusy, SessionClosed
@@ -479,6 +479,8 @@ class ClientSession:
         except BackendError as exc:
             call.backend = exc.backend
             reply = backend_error(request.id, exc.backend, exc.detail)
+            if isinstance(exc, BackendTimedOut):
+                await self.services.health.call_timed_out(exc.backend, exc.detail)
         except NotRouted as exc:
             reply = ErrorResponse(request.id, exc.error)
         except Exception as exc:  # a fault while answering ends this request only

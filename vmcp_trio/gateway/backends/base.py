@@ -31,8 +31,8 @@ from ...protocol.jsonrpc import (
 from ...protocol.revisions import Revision, revision
 from ...protocol.tasks_extension import capabilities_for_backend
 
-__all__ = ["BackendAuthRequired", "BackendError", "BackendLink", "CredentialHook",
-           "FallbackToLegacy", "Sink", "backend_error"]
+__all__ = ["BackendAuthRequired", "BackendError", "BackendLink", "BackendTimedOut",
+           "CredentialHook", "FallbackToLegacy", "Sink", "backend_error"]
 
 Sink = Callable[[Message], Awaitable[None]]
 
@@ -56,6 +56,11 @@ class BackendError(Exception):
         super().__init__(f"backend {backend!r} {detail}")
         self.backend = backend
         self.detail = detail
+
+
+class BackendTimedOut(BackendError):
+    """The backend took a request and gave no answer within its timeout (it may be hung: the
+    circuit breaker counts these)."""
 
 
 class BackendAuthRequired(BackendError):

@@ -69,6 +69,7 @@ from ...runtime.supervisor import Retry, Supervisor
 from .base import (
     BackendAuthRequired,
     BackendError,
+    BackendTimedOut,
     CredentialHook,
     FallbackToLegacy,
     Sink,
@@ -285,7 +286,7 @@ class HttpBackendLink(HttpLinkFields):
                     on_event_id)
         except trio.TooSlowError:
             await self._cancel_remote(request_id, "timed out")
-            raise BackendError(self.name, f"did not finish a resumed call within "
+            raise BackendTimedOut(self.name, f"did not finish a resumed call within "
                                           f"{self.timeout:g}s") from None
 
     # --- the link's operations -----------------------------------------------------------------
@@ -320,7 +321,7 @@ class HttpBackendLink(HttpLinkFields):
             raise
         assert limit.cancelled_caught
         await self._cancel_remote(request_id, "timed out")
-        raise BackendError(self.name, f"did not answer {method} within {self.timeout:g}s")
+        raise BackendTimedOut(self.name, f"did not answer {method} within {self.timeout:g}s")
 
     async def _cancel_remote(self, request_id: RequestId, reason: str) -> None:
         with trio.move_on_after(2) as scope:

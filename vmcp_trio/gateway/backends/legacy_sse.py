@@ -38,6 +38,7 @@ from ...protocol.streamable import StreamAnswer, media_type, stream_answer, stre
 from ...runtime import tracing
 from .base import (
     BackendError,
+    BackendTimedOut,
     CredentialHook,
     Sink,
     initialize_params,
@@ -195,7 +196,7 @@ class LegacySseBackendLink(HttpLinkFields):
                     await self._connect()  # the stream ended: a new backend session
                 return await self._request(method, params, sink)
         except trio.TooSlowError:
-            raise BackendError(self.name, f"did not answer {method} within "
+            raise BackendTimedOut(self.name, f"did not answer {method} within "
                                           f"{self.timeout:g}s") from None
 
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:

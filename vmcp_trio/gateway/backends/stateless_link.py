@@ -76,6 +76,7 @@ from .base import (
     CLIENT_INFO,
     BackendAuthRequired,
     BackendError,
+    BackendTimedOut,
     CredentialHook,
     Sink,
 )
@@ -216,7 +217,7 @@ class StatelessBackendLink(HttpLinkFields):
                     return reply if isinstance(reply, ErrorResponse) else Response(reply.id, {})
                 return await self._call(method, params, sink)
         except trio.TooSlowError:
-            raise BackendError(self.name, f"did not answer {method} within "
+            raise BackendTimedOut(self.name, f"did not answer {method} within "
                                           f"{self.timeout:g}s") from None
 
     async def _round(self, *, method: str, params: dict[str, Any],

@@ -57,7 +57,7 @@ from ...protocol.revisions import LATEST_HANDSHAKE, Revision
 from ...protocol.tasks_extension import STATUS_NOTIFICATION
 from ...resources.plan import StdioEndpoint
 from ...runtime.supervisor import Retry
-from .base import BackendError, Sink, initialize_params, read_initialize
+from .base import BackendError, BackendTimedOut, Sink, initialize_params, read_initialize
 from .pending import PendingCall, PendingCalls
 
 __all__ = ["StdioBackendLink", "StdioProcess"]
@@ -468,7 +468,7 @@ class StdioBackendLink:
                     return await self.process.set_level(self.owner, str(level), sink)
                 return await self.process.request(method, params, owner=self.owner, sink=sink)
         except trio.TooSlowError:
-            raise BackendError(self.name, f"did not answer {method} within "
+            raise BackendTimedOut(self.name, f"did not answer {method} within "
                                           f"{self.timeout:g}s") from None
 
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:
