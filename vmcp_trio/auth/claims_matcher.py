@@ -33,7 +33,6 @@ __all__ = ["MAX_EXPRESSION", "ClaimsMatcher", "MatcherError", "compile_matcher"]
 MAX_EXPRESSION = 4096
 
 
-
 @functools.cache
 def _environment() -> Environment:
     """The CEL environment, built at the first compile: building its parser takes about a

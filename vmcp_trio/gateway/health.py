@@ -20,10 +20,9 @@ that is restarting or overloaded is left alone, and every request for it is refu
 a request the backend took and did not answer within its timeout, which a hung backend gives
 long before enough checks fail; a passed check starts the count again (answered requests do
 not: they are not watched, so that the request path pays nothing for the breaker). Then the
-circuit is *half-open*: one check, and only one, goes; it
-passing closes the circuit (healthy, the backend back in every catalog), it failing opens the
-circuit for another ``timeout``. A reload that turns the breaker off closes an open circuit at
-its next check.
+circuit is *half-open*: one check, and only one, goes; it passing closes the circuit (healthy,
+the backend back in every catalog), it failing opens the circuit for another ``timeout``. A
+reload that turns the breaker off closes an open circuit at its next check.
 
 When a backend becomes unhealthy or healthy again, :meth:`HealthMonitor.run` calls
 ``on_change`` (the gateway's): sessions drop it from (or add it back to) their catalog and receive

@@ -601,8 +601,9 @@ class AggregationPlan:
 
 @dataclass(frozen=True)
 class CircuitBreakerPlan:
-    """``failureHandling.circuitBreaker`` when enabled: open after ``failure_threshold`` failed
-    health checks in a row, then no check (and no request) for ``timeout``."""
+    """``failureHandling.circuitBreaker`` when enabled: open after ``failure_threshold`` failures
+    in a row (failed health checks, requests not answered in time), then no check (and no
+    request) for ``timeout``."""
 
     failure_threshold: int = 5
     timeout: Duration = Duration.of(seconds=60)

@@ -60,7 +60,10 @@ class BackendError(Exception):
 
 class BackendTimedOut(BackendError):
     """The backend took a request and gave no answer within its timeout (it may be hung: the
-    circuit breaker counts these)."""
+    circuit breaker counts these). ``what`` it did not do: ``answer tools/call``, say."""
+
+    def __init__(self, backend: str, what: str, seconds: float) -> None:
+        super().__init__(backend, f"did not {what} within {seconds:g}s")
 
 
 class BackendAuthRequired(BackendError):

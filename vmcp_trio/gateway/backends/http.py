@@ -286,8 +286,7 @@ class HttpBackendLink(HttpLinkFields):
                     on_event_id)
         except trio.TooSlowError:
             await self._cancel_remote(request_id, "timed out")
-            raise BackendTimedOut(self.name, f"did not finish a resumed call within "
-                                          f"{self.timeout:g}s") from None
+            raise BackendTimedOut(self.name, "finish a resumed call", self.timeout) from None
 
     # --- the link's operations -----------------------------------------------------------------
 
@@ -321,7 +320,7 @@ class HttpBackendLink(HttpLinkFields):
             raise
         assert limit.cancelled_caught
         await self._cancel_remote(request_id, "timed out")
-        raise BackendTimedOut(self.name, f"did not answer {method} within {self.timeout:g}s")
+        raise BackendTimedOut(self.name, f"answer {method}", self.timeout)
 
     async def _cancel_remote(self, request_id: RequestId, reason: str) -> None:
         with trio.move_on_after(2) as scope:

@@ -196,8 +196,7 @@ class LegacySseBackendLink(HttpLinkFields):
                     await self._connect()  # the stream ended: a new backend session
                 return await self._request(method, params, sink)
         except trio.TooSlowError:
-            raise BackendTimedOut(self.name, f"did not answer {method} within "
-                                          f"{self.timeout:g}s") from None
+            raise BackendTimedOut(self.name, f"answer {method}", self.timeout) from None
 
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:
         await self._post(Notification(method, params))

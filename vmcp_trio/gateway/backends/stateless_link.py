@@ -217,8 +217,7 @@ class StatelessBackendLink(HttpLinkFields):
                     return reply if isinstance(reply, ErrorResponse) else Response(reply.id, {})
                 return await self._call(method, params, sink)
         except trio.TooSlowError:
-            raise BackendTimedOut(self.name, f"did not answer {method} within "
-                                          f"{self.timeout:g}s") from None
+            raise BackendTimedOut(self.name, f"answer {method}", self.timeout) from None
 
     async def _round(self, *, method: str, params: dict[str, Any],
                      sink: Sink) -> Response | ErrorResponse:

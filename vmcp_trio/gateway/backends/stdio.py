@@ -468,8 +468,7 @@ class StdioBackendLink:
                     return await self.process.set_level(self.owner, str(level), sink)
                 return await self.process.request(method, params, owner=self.owner, sink=sink)
         except trio.TooSlowError:
-            raise BackendTimedOut(self.name, f"did not answer {method} within "
-                                          f"{self.timeout:g}s") from None
+            raise BackendTimedOut(self.name, f"answer {method}", self.timeout) from None
 
     async def notify(self, method: str, params: dict[str, Any] | None) -> None:
         await self.process.send(Notification(method, params))
